@@ -130,7 +130,9 @@ def aot_op(entry, out_shape, out_dtype, inputs, outputs, dtype_formats, inplace)
     from mindspore import ops
     from mindspore.ops import CustomRegOp
 
-    reg = CustomRegOp(entry)
+    # MindSpore keeps one registration per name: ops of one entry with
+    # different input counts (multi-tensor kernels) need names of their own.
+    reg = CustomRegOp(f"{entry}_{len(inputs)}")
     for i, name in enumerate(inputs):
         reg = reg.input(i, name)
     for i, name in enumerate(outputs):

@@ -12,25 +12,16 @@ from . import _checks, _native
 from ._state import BetaPowers
 from .clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, check_grad_clip
 
+# Parameters per multi-tensor kernel call (4 * _BUCKET + 5 op inputs).
+_BUCKET = 256
+
 _ZERO = Tensor(0.0, mstype.float32)
 _ONE = Tensor(1.0, mstype.float32)
 _F32 = DataType.F32_Default
 
-_native_step = C.MultitypeFuncGraph("ms_optim_lamb_native")
 _ops_step = C.MultitypeFuncGraph("ms_optim_lamb_ops")
 _sumsq = C.MultitypeFuncGraph("ms_optim_lamb_sumsq")
 _scale = C.MultitypeFuncGraph("ms_optim_lamb_scale")
-
-
-@_native_step.register("Tuple", "Tensor", "Tensor", "Bool", "Tensor", "Tensor", "Tensor", "Tensor")
-def _run_native(head, lr, weight_decay, decay_flag, param, m, v, grad):
-    """Both passes of the fused kernel; returns the trust ratio it applied.
-
-    head: (op, consts, grad_scale), shared by all parameters.
-    """
-    op, consts, grad_scale = head
-    weight_decay = weight_decay if decay_flag else _ZERO
-    return op(param, m, v, grad, lr, weight_decay, grad_scale, consts)
 
 
 @_sumsq.register("Function", "Tensor")
@@ -164,6 +155,7 @@ class Lamb(BetaPowers, nn.Optimizer):
         self.moment2 = self._parameters.clone(prefix="moment2", init="zeros")
         self.inv_scale = Tensor([1.0 / loss_scale], mstype.float32)
         self.concat = ops.Concat()
+        self.stack = ops.Stack()
         self.global_clip = isinstance(grad_clip, ClipGradByGlobalNorm)
         if impl == "native":
             clip_norm = grad_clip.clip_norm if isinstance(grad_clip, ClipGradByNorm) else 0.0
@@ -171,15 +163,37 @@ class Lamb(BetaPowers, nn.Optimizer):
                       else (-np.inf, np.inf))
             self.clip_consts = Tensor([clip_norm, lo, hi, 1.0 if always_adapt else 0.0],
                                       mstype.float32)
-            self.op = _native.aot_op(
-                "ms_optim_lamb", out_shape=lambda *shapes: [1],
-                out_dtype=lambda *dtypes: mstype.float32,
-                inputs=("param", "m", "v", "grad", "lr", "wd", "gscale", "consts"),
-                outputs=("ratio",), dtype_formats=[(_F32,) * 9], inplace=True)
+            self._init_native_buckets()
             if self.global_clip:
                 self.sumsq_op = _native.aot_op(
                     "ms_optim_sumsq", out_shape=lambda x: [1], out_dtype=lambda x: mstype.float32,
                     inputs=("x",), outputs=("sumsq",), dtype_formats=[(_F32, _F32)], inplace=False)
+
+    def _init_native_buckets(self):
+        """One multi-tensor kernel per bucket of up to _BUCKET parameters.
+
+        Each bucket is one MindSpore op that steps all its parameters (a kernel
+        launch per parameter costs more than a small parameter's update).
+        Per bucket: the op, its (start, stop) in the parameter list, and the
+        weight-decay mask of its parameters (None when all of them decay).
+        """
+        count = len(self._parameters)
+        self.buckets = tuple((lo, min(count, lo + _BUCKET)) for lo in range(0, count, _BUCKET))
+        ops_, masks = [], []
+        for b, (lo, hi) in enumerate(self.buckets):
+            k = hi - lo
+            names = tuple(f"{kind}{i}" for kind in ("param", "m", "v", "grad") for i in range(k))
+            op = _native.aot_op(
+                "ms_optim_lamb", out_shape=lambda *shapes, k=k: [k],
+                out_dtype=lambda *dtypes: mstype.float32,
+                inputs=names + ("lr", "wd", "gscale", "consts"), outputs=("ratios",),
+                dtype_formats=[(_F32,) * (4 * k + 5)], inplace=True)
+            op.add_prim_attr("ms_optim_bucket", b)
+            ops_.append(op)
+            flags = self.lamb_decay_flags[lo:hi]
+            masks.append(None if all(flags) else Tensor(np.array(flags, np.float32)))
+        self.lamb_ops = tuple(ops_)
+        self.decay_masks = tuple(masks)
 
     # ------------------------------------------------------------ Paddle API --
 
@@ -229,22 +243,37 @@ class Lamb(BetaPowers, nn.Optimizer):
                 sq_norms = self.map_(F.partial(_sumsq, self.sumsq_op), gradients)
                 # the squared norms are of the loss-scaled gradients
                 grad_scale = self.inv_scale * self.grad_clip.factor(sq_norms, self.inv_scale)
-            step, head = _native_step, (self.op, consts, grad_scale)
-        else:
-            if self.loss_scale != 1.0:
-                gradients = self.map_(F.partial(_scale, self.inv_scale), gradients)
-            if self.grad_clip is not None:
-                gradients = self.grad_clip(gradients)
-            step, head = _ops_step, (self.beta1, self.beta2, self.eps, beta1_power, beta2_power,
-                                     self.always_adapt)
+            return self._native_step(params, gradients, lr, weight_decay, grad_scale, consts)
+        if self.loss_scale != 1.0:
+            gradients = self.map_(F.partial(_scale, self.inv_scale), gradients)
+        if self.grad_clip is not None:
+            gradients = self.grad_clip(gradients)
+        head = (self.beta1, self.beta2, self.eps, beta1_power, beta2_power, self.always_adapt)
         # lr and weight decay are per parameter (mapped) with groups, else shared (bound)
         if self.is_group_lr:
-            return self.map_reverse(F.partial(step, head), lr, weight_decay,
-                                    self.lamb_decay_flags, params, self.moment1, self.moment2,
-                                    gradients)
-        if self.is_group:
-            return self.map_reverse(F.partial(step, head, lr), weight_decay,
-                                    self.lamb_decay_flags, params, self.moment1, self.moment2,
-                                    gradients)
-        return self.map_reverse(F.partial(step, head, lr, weight_decay), self.lamb_decay_flags,
-                                params, self.moment1, self.moment2, gradients)
+            ratios = self.map_reverse(F.partial(_ops_step, head), lr, weight_decay,
+                                      self.lamb_decay_flags, params, self.moment1, self.moment2,
+                                      gradients)
+        elif self.is_group:
+            ratios = self.map_reverse(F.partial(_ops_step, head, lr), weight_decay,
+                                      self.lamb_decay_flags, params, self.moment1, self.moment2,
+                                      gradients)
+        else:
+            ratios = self.map_reverse(F.partial(_ops_step, head, lr, weight_decay),
+                                      self.lamb_decay_flags, params, self.moment1, self.moment2,
+                                      gradients)
+        return self.stack(ratios)
+
+    def _native_step(self, params, gradients, lr, weight_decay, grad_scale, consts):
+        """Every bucket's multi-tensor kernel; the trust ratios, float32[K]."""
+        ratios = ()
+        for b, (lo, hi) in enumerate(self.buckets):
+            # lr and weight decay: one value per parameter with groups, else shared
+            lr_b = self.stack(lr[lo:hi]) if self.is_group_lr else lr
+            wd_b = self.stack(weight_decay[lo:hi]) if self.is_group else weight_decay
+            if self.decay_masks[b] is not None:
+                wd_b = wd_b * self.decay_masks[b]
+            args = (params[lo:hi] + self.moment1[lo:hi] + self.moment2[lo:hi]
+                    + gradients[lo:hi] + (lr_b, wd_b, grad_scale, consts))
+            ratios = ratios + (self.lamb_ops[b](*args),)
+        return self.concat(ratios) if len(ratios) > 1 else ratios[0]

@@ -67,6 +67,101 @@ def test_kernel_matches_reference(isa, n, case, fresh_isa):
             assert ratio[0] == 1.0  # zero parameter norm, or no decay: no trust ratio
 
 
+# Sizes on both sides of kParallelMin (32768): tensors at or above it are split over the
+# threads one at a time, smaller ones run whole on several threads at once.
+MULTI_SIZES = [1, 40000, 7, 16383, 70001, 32768, 16385, 32767]
+
+
+def _multi_step(tensors, lr, wd, t, gscale=1.0, **clip):
+    """One call of the multi-tensor kernel on [(p, m, v, g)]; returns the ratios."""
+    k = len(tensors)
+    consts = _kernel_consts(t, clip.get("clip_norm", 0.0), clip.get("lo", -INF),
+                            clip.get("hi", INF), clip.get("always_adapt", False))
+    ratios = np.zeros(k, np.float32)
+    _native.call_aot("ms_optim_lamb", [x[j] for j in range(4) for x in tensors]
+                     + [np.asarray(lr, np.float32), np.asarray(wd, np.float32),
+                        np.array(gscale, np.float32), consts, ratios])
+    return ratios
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("case", ["plain", "clip_norm", "clip_value", "always_adapt"])
+def test_multi_tensor_kernel_matches_reference(isa, case, fresh_isa):
+    """One call on many tensors of mixed sizes, each with its own lr and weight decay, equals
+    the reference step of each tensor on its own (m, v bit-identical)."""
+    _native.select_isa(isa)
+    clip = {"plain": {}, "clip_norm": dict(clip_norm=3.0), "clip_value": dict(lo=-0.2, hi=0.3),
+            "always_adapt": dict(always_adapt=True)}[case]
+    rng = np.random.default_rng(len(case))
+    k = len(MULTI_SIZES)
+    lr = (0.01 * (1 + np.arange(k))).astype(np.float32)
+    wd = np.where(np.arange(k) % 3 == 1, 0.0, 0.01 * (1 + np.arange(k))).astype(np.float32)
+    tensors = [(rng.standard_normal(n).astype(np.float32), np.zeros(n, np.float32),
+                np.zeros(n, np.float32), None) for n in MULTI_SIZES]
+    tensors[2][0][...] = 0.0  # a zero parameter: ratio 1 on the first step
+    refs = [tuple(a.copy() for a in x[:3]) for x in tensors]
+    for t in (1, 2):
+        grads = [rng.standard_normal(n).astype(np.float32) for n in MULTI_SIZES]
+        tensors = [x[:3] + (g,) for x, g in zip(tensors, grads)]
+        ratios = _multi_step(tensors, lr, wd, t, gscale=0.5, **clip)
+        for i, ((p, m, v, g), (rp, rm, rv)) in enumerate(zip(tensors, refs)):
+            want = reference.lamb_step(rp, rm, rv, g, lr[i], 0.9, 0.999, 1e-6, np.float32(0.9) ** t,
+                                       np.float32(0.999) ** t, wd[i],
+                                       clip.get("always_adapt", False), grad_scale=0.5,
+                                       clip_norm=clip.get("clip_norm", 0.0),
+                                       clip_lo=clip.get("lo", -INF), clip_hi=clip.get("hi", INF))
+            np.testing.assert_allclose(ratios[i], want, rtol=3e-7, err_msg=f"tensor {i}")
+            np.testing.assert_array_equal(m, rm, err_msg=f"tensor {i}")
+            np.testing.assert_array_equal(v, rv, err_msg=f"tensor {i}")
+            np.testing.assert_allclose(p, rp, rtol=1e-6, atol=1e-7, err_msg=f"tensor {i}")
+            rp[...] = p
+            if wd[i] == 0 and not clip.get("always_adapt"):
+                assert ratios[i] == 1.0
+        assert ratios[2] == 1.0 or t > 1
+
+
+def test_multi_tensor_kernel_shared_lr_and_wd_equal_per_tensor_values():
+    rng = np.random.default_rng(5)
+    make = lambda: [(rng.standard_normal(n).astype(np.float32), np.zeros(n, np.float32),  # noqa: E731
+                     np.zeros(n, np.float32), rng.standard_normal(n).astype(np.float32))
+                    for n in MULTI_SIZES]
+    shared = make()
+    each = [tuple(a.copy() for a in x) for x in shared]
+    k = len(MULTI_SIZES)
+    r1 = _multi_step(shared, [0.03], [0.02], 1)
+    r2 = _multi_step(each, np.full(k, 0.03), np.full(k, 0.02), 1)
+    np.testing.assert_array_equal(r1, r2)
+    for a, b in zip(shared, each):
+        np.testing.assert_array_equal(a[0], b[0])
+
+
+def test_multi_tensor_kernel_rejects_bad_arguments():
+    x = np.ones(5, np.float32)
+    consts = _kernel_consts(1)
+    two = [x.copy() for _ in range(8)]  # p0 p1 m0 m1 v0 v1 g0 g1
+    good = lambda: two + [np.ones(2, np.float32), np.ones(1, np.float32),  # noqa: E731
+                          np.ones((), np.float32), consts, np.zeros(2, np.float32)]
+    _native.call_aot("ms_optim_lamb", good())
+    with pytest.raises(RuntimeError, match="expected 4K \\+ 5 tensors, got 12"):
+        _native.call_aot("ms_optim_lamb", good()[:-1])
+    args = good()
+    args[3] = np.ones(4, np.float32)  # m1 shorter than p1
+    with pytest.raises(RuntimeError, match="argument 3 has 4 elements, its param \\(argument 1\\) 5"):
+        _native.call_aot("ms_optim_lamb", args)
+    args = good()
+    args[8] = np.ones(3, np.float32)
+    with pytest.raises(RuntimeError, match="lr must have 1 or 2 elements, got 3"):
+        _native.call_aot("ms_optim_lamb", args)
+    args = good()
+    args[-1] = np.zeros(1, np.float32)
+    with pytest.raises(RuntimeError, match="output must be float32\\[2\\]"):
+        _native.call_aot("ms_optim_lamb", args)
+    args = good()
+    args[5] = np.ones(5, np.float64)
+    with pytest.raises(RuntimeError, match="argument 5 must be float32, got float64"):
+        _native.call_aot("ms_optim_lamb", args)
+
+
 def test_sumsq_kernel():
     for n in SIZES:
         x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
@@ -160,6 +255,32 @@ def test_groups_schedule_and_always_adapt(impl):
         opt(tuple(Tensor(g) for g in grads))
     for p, w in zip(params, want):
         np.testing.assert_allclose(p.asnumpy(), w, rtol=2e-5, atol=2e-6, err_msg=p.name)
+
+
+@pytest.mark.parametrize("bucket", [1, 3])
+def test_native_buckets_of_parameters(bucket, monkeypatch):
+    """Parameters split over several multi-tensor kernel calls step as with one call:
+    groups (per-parameter lr and weight decay), exclusions and the global clip."""
+    monkeypatch.setattr(ms_optim.lamb, "_BUCKET", bucket)
+    params = _make_params()
+    rng = np.random.default_rng(4)
+    seq = [_grads(params, rng, 2.0) for _ in range(4)]
+    groups = [{"params": params[:3], "weight_decay": 0.03, "lr": 0.02},
+              {"params": params[3:], "weight_decay": 0.01}]
+    excluded = lambda p: p.name.endswith("bias")  # noqa: E731
+    opt = ms_optim.Lamb(groups, learning_rate=0.005, grad_clip=ClipGradByGlobalNorm(3.0),
+                        exclude_from_weight_decay_fn=excluded, impl="native")
+    assert len(opt.buckets) == -(-len(params) // bucket)
+    first = {p.name for p in params[:3]}
+    want = _reference_run(
+        _make_params(), seq, lambda t, p: 0.02 if p.name in first else 0.005,
+        lambda p: 0.0 if excluded(p) else (0.03 if p.name in first else 0.01),
+        ClipGradByGlobalNorm(3.0), 1.0)
+    ratios = [opt(tuple(Tensor(g) for g in grads)) for grads in seq]
+    for p, w in zip(params, want):
+        np.testing.assert_allclose(p.asnumpy(), w, rtol=2e-5, atol=2e-6, err_msg=p.name)
+    assert ratios[0].shape == (len(params),)
+    assert ratios[0].asnumpy()[[p.name for p in params].index("dense.bias")] == 1.0
 
 
 def test_native_and_ops_agree_in_training():

@@ -1,12 +1,20 @@
 // MindSpore AOT adapters for Lamb (PaddlePaddle's rule, ALGORITHMS.md §2) and
 // the squared-norm reduction used by global-norm gradient clipping.
 //
-// ms_optim_lamb inputs: param, m, v, grad (float32, same size), lr, wd, gscale
-// (float32 scalars), consts float32[9]:
-//   beta1, beta2, eps, beta1_power, beta2_power (beta^t for this step),
-//   clip_norm (per-tensor norm clip of the scaled gradient, 0 = none),
-//   clip_lo, clip_hi (value clip after scaling, +-inf = none), always_adapt (0/1)
-// Output: float32[1], the trust ratio applied.
+// ms_optim_lamb is a multi-tensor op: one call steps K parameters, so a
+// network with hundreds of parameters costs one MindSpore kernel launch, not
+// hundreds.  Inputs (nparam = 4K + 5):
+//   param[0..K), m[0..K), v[0..K), grad[0..K)  float32; param i, m i, v i and
+//                                              grad i have the same size
+//   lr       float32[1] (shared) or float32[K] (per parameter)
+//   wd       float32[1] or float32[K]: decoupled weight decay, 0 = excluded
+//   gscale   float32 scalar: multiplies every gradient (1/loss_scale, times a
+//            global-norm clip factor)
+//   consts   float32[9]: beta1, beta2, eps, beta1_power, beta2_power (beta^t
+//            for this step), clip_norm (per-tensor norm clip of the scaled
+//            gradient, 0 = none), clip_lo, clip_hi (value clip after scaling,
+//            +-inf = none), always_adapt (0/1)
+// Output: float32[K], the trust ratio applied to each parameter.
 #include <cmath>
 #include <new>
 #include <vector>
@@ -21,72 +29,89 @@ namespace {
 
 constexpr int kLambConsts = 9;
 
-int check_f32_scalar(const AotArgs &a, int i, const char *what) {
-  if (!a.is(i, "float32") || a.numel(i) != 1)
-    return fail(msopt::kAotBadShape, "ms_optim_lamb: %s must be a float32 scalar", what);
-  return msopt::kAotOk;
+// The scratch buffer for the update direction, kept between calls.  Calls
+// that go multi-threaded hold the process-wide ParallelSection, so they share
+// one buffer; smaller calls (which MindSpore may run concurrently on several
+// threads) use a per-thread one.
+float *lamb_scratch(bool shared, int64_t floats) {
+  static std::vector<float> shared_buf;
+  thread_local std::vector<float> local_buf;
+  std::vector<float> &buf = shared ? shared_buf : local_buf;
+  try {
+    if (static_cast<int64_t>(buf.size()) < floats) buf.resize(static_cast<size_t>(floats));
+  } catch (const std::bad_alloc &) {
+    return nullptr;
+  }
+  return buf.data();
 }
 
 }  // namespace
 
 MSOPT_API int ms_optim_lamb(int nparam, void **params, int *ndims, int64_t **shapes,
                             const char **dtypes, void *, void *) {
-  if (nparam != 9) return fail(msopt::kAotBadArity, "ms_optim_lamb: expected 9 tensors, got %d", nparam);
+  if (nparam < 9 || (nparam - 5) % 4 != 0)
+    return fail(msopt::kAotBadArity, "ms_optim_lamb: expected 4K + 5 tensors, got %d", nparam);
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
-  for (int i = 0; i < 4; ++i)
+  const int K = (nparam - 5) / 4;
+  const int lr_i = 4 * K, wd_i = lr_i + 1, gs_i = lr_i + 2, c_i = lr_i + 3, out_i = lr_i + 4;
+  for (int i = 0; i < nparam; ++i)
     if (!a.is(i, "float32"))
       return fail(msopt::kAotBadDtype, "ms_optim_lamb: argument %d must be float32, got %s", i,
                   dtypes[i]);
-  for (int i = 1; i < 4; ++i)
-    if (a.numel(i) != a.numel(0))
-      return fail(msopt::kAotBadShape, "ms_optim_lamb: argument %d has %lld elements, param %lld",
-                  i, static_cast<long long>(a.numel(i)), static_cast<long long>(a.numel(0)));
-  if (int rc = check_f32_scalar(a, 4, "lr")) return rc;
-  if (int rc = check_f32_scalar(a, 5, "wd")) return rc;
-  if (int rc = check_f32_scalar(a, 6, "gscale")) return rc;
-  if (!a.is(7, "float32") || a.numel(7) != kLambConsts)
+  for (int i = 0; i < K; ++i)
+    for (int j = 1; j < 4; ++j)
+      if (a.numel(i + j * K) != a.numel(i))
+        return fail(msopt::kAotBadShape,
+                    "ms_optim_lamb: argument %d has %lld elements, its param (argument %d) %lld",
+                    i + j * K, static_cast<long long>(a.numel(i + j * K)), i,
+                    static_cast<long long>(a.numel(i)));
+  for (int i : {lr_i, wd_i})
+    if (a.numel(i) != 1 && a.numel(i) != K)
+      return fail(msopt::kAotBadShape, "ms_optim_lamb: %s must have 1 or %d elements, got %lld",
+                  i == lr_i ? "lr" : "wd", K, static_cast<long long>(a.numel(i)));
+  if (a.numel(gs_i) != 1)
+    return fail(msopt::kAotBadShape, "ms_optim_lamb: gscale must be a float32 scalar");
+  if (a.numel(c_i) != kLambConsts)
     return fail(msopt::kAotBadShape, "ms_optim_lamb: consts must be float32[%d]", kLambConsts);
+  if (a.numel(out_i) != K)
+    return fail(msopt::kAotBadShape, "ms_optim_lamb: the output must be float32[%d]", K);
 
-  const float *c = a.ptr<float>(7);
-  const float lr = *a.ptr<float>(4);
+  const float *c = a.ptr<float>(c_i);
   msopt::LambArgs h;
   h.beta1 = c[0];
   h.beta2 = c[1];
   h.eps = c[2];
   h.inv_bc1 = 1.0f / (1.0f - c[3]);
   h.inv_sqrt_bc2 = 1.0f / std::sqrt(1.0f - c[4]);
-  h.weight_decay = *a.ptr<float>(5);
-  h.grad_scale = *a.ptr<float>(6);
+  h.grad_scale = *a.ptr<float>(gs_i);
+  h.clip_norm = c[5];
   h.clip_lo = c[6];
   h.clip_hi = c[7];
-  const float clip_norm = c[5];
-  const bool adapt = h.weight_decay > 0.0f || c[8] != 0.0f;
+  h.always_adapt = c[8] != 0.0f;
 
-  const int64_t n = a.numel(0);
-  const msopt::ParallelSection section(n);
-  const auto &k = msopt::kernels();
-  float *p = a.ptr<float>(0);
-  const float *g = a.ptr<float>(3);
-  if (clip_norm > 0.0f) {
-    // ||g * grad_scale||; above clip_norm the gradient is scaled down to it
-    const double norm = std::sqrt(k.sumsq_f32(g, n)) * static_cast<double>(h.grad_scale);
-    if (norm > clip_norm) h.grad_scale *= static_cast<float>(clip_norm / norm);
-  }
-  // The update direction between the passes, in a per-thread scratch buffer
-  // (MindSpore may run the ops of different parameters on different threads).
-  thread_local std::vector<float> r;
+  const float *lr = a.ptr<float>(lr_i), *wd = a.ptr<float>(wd_i);
+  const bool lr_each = a.numel(lr_i) == K, wd_each = a.numel(wd_i) == K;
+  float *ratios = a.ptr<float>(out_i);
+  std::vector<msopt::LambTensor> tensors;
   try {
-    if (static_cast<int64_t>(r.size()) < n) r.resize(static_cast<size_t>(n));
+    tensors.resize(static_cast<size_t>(K));
   } catch (const std::bad_alloc &) {
-    return fail(msopt::kAotNoMemory, "ms_optim_lamb: cannot allocate %lld floats of scratch",
-                static_cast<long long>(n));
+    return fail(msopt::kAotNoMemory, "ms_optim_lamb: cannot allocate the list of %d tensors", K);
   }
-  double p_sq = 0.0, r_sq = 0.0;
-  k.lamb_moments_f32(p, a.ptr<float>(1), a.ptr<float>(2), g, r.data(), n, h, &p_sq, &r_sq);
-  float ratio = 1.0f;
-  if (adapt && p_sq > 0.0 && r_sq > 0.0) ratio = static_cast<float>(std::sqrt(p_sq) / std::sqrt(r_sq));
-  k.lamb_apply_f32(p, r.data(), n, lr * ratio);
-  *a.ptr<float>(8) = ratio;
+  int64_t total = 0;
+  for (int i = 0; i < K; ++i) {
+    tensors[i] = {a.ptr<float>(i),         a.ptr<float>(i + K), a.ptr<float>(i + 2 * K),
+                  a.ptr<float>(i + 3 * K), a.numel(i),          lr[lr_each ? i : 0],
+                  wd[wd_each ? i : 0],     ratios + i};
+    total += a.numel(i);
+  }
+  const msopt::ParallelSection section(total);
+  const int64_t need = msopt::lamb_scratch_floats(tensors.data(), K);
+  float *scratch = lamb_scratch(section.held(), need);
+  if (scratch == nullptr)
+    return fail(msopt::kAotNoMemory, "ms_optim_lamb: cannot allocate %lld floats of scratch",
+                static_cast<long long>(need));
+  msopt::kernels().lamb_f32(tensors.data(), K, h, scratch);
   return msopt::kAotOk;
 }
 

@@ -523,9 +523,7 @@ T lamb_lr_ratio(const PsHyper<T> &a, const double *p_sq, const double *r_sq, int
     sp += p_sq[b];
     sr += r_sq[b];
   }
-  const double pn = std::sqrt(sp), rn = std::sqrt(sr);
-  const T ratio = pn > 0.0 && rn > 0.0 ? static_cast<T>(pn / rn) : T(1);
-  return a.lr * ratio;
+  return a.lr * static_cast<T>(rules::lamb_trust_ratio(sp, sr));
 }
 
 // One optimizer step on n contiguous elements at offset `off` (a kPsNormBlock

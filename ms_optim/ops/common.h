@@ -43,6 +43,8 @@ class ParallelSection {
   ~ParallelSection();
   ParallelSection(const ParallelSection &) = delete;
   ParallelSection &operator=(const ParallelSection &) = delete;
+  // True when this section holds the lock (n >= kParallelMin).
+  bool held() const { return held_; }
 
  private:
   bool held_;

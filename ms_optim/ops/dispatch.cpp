@@ -1,4 +1,7 @@
 // Run-time choice of the kernel table, and the per-thread error message.
+#include <omp.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
@@ -56,6 +59,17 @@ const KernelTable &kernels() {
     g_table.store(t, std::memory_order_release);
   }
   return *t;
+}
+
+int kernel_threads() { return std::min(omp_get_max_threads(), kMaxThreads); }
+
+int64_t lamb_scratch_floats(const LambTensor *tensors, int64_t count) {
+  int64_t big = 0, small = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t &widest = tensors[i].n >= kParallelMin ? big : small;
+    widest = std::max(widest, tensors[i].n);
+  }
+  return std::max(big, small * kernel_threads());
 }
 
 ParallelSection::ParallelSection(int64_t n) : held_(n >= kParallelMin) {

@@ -29,17 +29,32 @@ struct AdamArgs {
   bool nesterov;
 };
 
-// Per-call hyper-parameters of one Lamb step (PaddlePaddle's rule, ALGORITHMS.md §2).
+// Hyper-parameters of one Lamb step shared by the tensors of one call
+// (PaddlePaddle's rule, ALGORITHMS.md §2).
 struct LambArgs {
   float beta1;
   float beta2;
   float eps;
   float inv_bc1;       // 1 / (1 - beta1^t)
   float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
-  float weight_decay;  // 0 for excluded parameters
-  float grad_scale;    // multiplies the gradient: 1/loss_scale, times a norm-clip factor
+  float grad_scale;    // multiplies the gradient: 1/loss_scale (times a global-norm clip factor)
+  float clip_norm;     // per-tensor norm clip of the scaled gradient; 0 = none
   float clip_lo;       // value clip after scaling; -inf / +inf when not clipping
   float clip_hi;
+  bool always_adapt;   // trust ratio even without weight decay
+};
+
+// One tensor of a Lamb call: p, m, v updated in place, the trust ratio applied
+// written to *ratio.
+struct LambTensor {
+  float *p;
+  float *m;
+  float *v;
+  const float *g;
+  int64_t n;
+  float lr;
+  float weight_decay;  // 0 for excluded parameters (then no trust ratio unless always_adapt)
+  float *ratio;
 };
 
 // Candidate gathering for exact top-k selection: every index i with
@@ -68,14 +83,17 @@ struct KernelTable {
                          const AdamArgs &a);
   void (*adam_delta_f16)(half_bits *delta, float *m, float *v, const half_bits *g,
                          int64_t n, const AdamArgs &a);
-  // Lamb, two passes.  moments: m, v in place, the update direction into r,
-  // and sum(p^2), sum(r^2) (double accumulators).  apply: p -= step * r, with
-  // step = lr * trust_ratio.  (Keeping r costs the same memory traffic as
-  // recomputing it from p, m, v, and saves a division and a square root per
-  // element, which bound the second pass on random data.)
-  void (*lamb_moments_f32)(const float *p, float *m, float *v, const float *g, float *r,
-                           int64_t n, const LambArgs &a, double *p_sq, double *r_sq);
-  void (*lamb_apply_f32)(float *p, const float *r, int64_t n, float step);
+  // One Lamb step on `count` tensors (a multi-tensor kernel: one MindSpore op
+  // for many parameters).  Per tensor, two passes: pass one updates m, v in
+  // place, writes the update direction into scratch and sums p^2 and r^2 in
+  // double; pass two applies p -= lr * ratio * r, ratio = ||p|| / ||r||
+  // (rules::lamb_trust_ratio) with weight decay or always_adapt, else 1.
+  // Tensors of kParallelMin elements or more are split over the threads one
+  // at a time; smaller ones run whole, several threads at once.  scratch holds
+  // lamb_scratch_floats(...) floats.  (Keeping r costs the same memory traffic
+  // as recomputing it from p, m, v, and saves a division and a square root
+  // per element.)
+  void (*lamb_f32)(const LambTensor *tensors, int64_t count, const LambArgs &a, float *scratch);
   // DGC: u, v updated in place by the momentum correction (rules.h), and the
   // indices with |v_new| >= g->threshold gathered.
   void (*dgc_accumulate_f32)(float *u, float *v, const float *grad, int64_t n, float momentum,
@@ -97,5 +115,12 @@ const KernelTable &kernels();
 
 // Elements below which a kernel stays on the calling thread.
 constexpr int64_t kParallelMin = 1 << 15;
+
+// Threads the kernels use: OpenMP's maximum, capped at kMaxThreads.
+int kernel_threads();
+
+// Scratch floats KernelTable::lamb_f32 needs for these tensors: the largest
+// tensor split over the threads, or one slice per thread for the small ones.
+int64_t lamb_scratch_floats(const LambTensor *tensors, int64_t count);
 
 }  // namespace msopt

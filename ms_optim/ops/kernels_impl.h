@@ -29,23 +29,29 @@ namespace {
 
 // ---------------------------------------------------------------- threading --
 
-// Split [0, n) into one contiguous, 64-element aligned range per thread and run
-// body(lo, hi) on each.  Small inputs stay on the calling thread.
+// Thread t's share of [0, n) among nt threads: contiguous, 64-element aligned.
+struct Range {
+  int64_t lo, hi;
+};
+inline Range thread_range(int64_t n, int64_t nt, int64_t t) {
+  const int64_t per = ((n + nt - 1) / nt + 63) & ~int64_t{63};
+  const int64_t lo = std::min(n, t * per);
+  return {lo, std::min(n, lo + per)};
+}
+
+// Split [0, n) into one range per thread and run body(lo, hi) on each.  Small
+// inputs stay on the calling thread.
 template <class Body>
 void parallel_ranges(int64_t n, const Body &body) {
-  const int nthreads = std::min(omp_get_max_threads(), kMaxThreads);
+  const int nthreads = kernel_threads();
   if (n < kParallelMin || nthreads < 2) {
     body(int64_t{0}, n);
     return;
   }
 #pragma omp parallel num_threads(nthreads)
   {
-    const int64_t nt = omp_get_num_threads();
-    const int64_t t = omp_get_thread_num();
-    const int64_t per = ((n + nt - 1) / nt + 63) & ~int64_t{63};
-    const int64_t lo = std::min(n, t * per);
-    const int64_t hi = std::min(n, lo + per);
-    if (lo < hi) body(lo, hi);
+    const Range r = thread_range(n, omp_get_num_threads(), omp_get_thread_num());
+    if (r.lo < r.hi) body(r.lo, r.hi);
   }
 }
 
@@ -55,7 +61,7 @@ void parallel_ranges(int64_t n, const Body &body) {
 template <int K, class Body>
 void parallel_sums(int64_t n, double *out, const Body &body) {
   for (int k = 0; k < K; ++k) out[k] = 0.0;
-  const int nthreads = std::min(omp_get_max_threads(), kMaxThreads);
+  const int nthreads = kernel_threads();
   if (n < kParallelMin || nthreads < 2) {
     body(int64_t{0}, n, out);
     return;
@@ -63,12 +69,9 @@ void parallel_sums(int64_t n, double *out, const Body &body) {
   double partial[kMaxThreads][K] = {};
 #pragma omp parallel num_threads(nthreads)
   {
-    const int64_t nt = std::min(omp_get_num_threads(), kMaxThreads);
-    const int64_t t = omp_get_thread_num();
-    const int64_t per = ((n + nt - 1) / nt + 63) & ~int64_t{63};
-    const int64_t lo = std::min(n, t * per);
-    const int64_t hi = std::min(n, lo + per);
-    if (t < nt && lo < hi) body(lo, hi, partial[t]);
+    const int t = omp_get_thread_num();
+    const Range r = thread_range(n, omp_get_num_threads(), t);
+    if (r.lo < r.hi) body(r.lo, r.hi, partial[t]);
   }
   for (int t = 0; t < kMaxThreads; ++t)
     for (int k = 0; k < K; ++k) out[k] += partial[t][k];
@@ -254,93 +257,178 @@ void adam_delta_f16(half_bits *d, float *m, float *v, const half_bits *g, int64_
 
 // --------------------------------------------------------------------- Lamb --
 
-inline float lamb_grad(float g, const LambArgs &a) {
-  return std::min(std::max(g * a.grad_scale, a.clip_lo), a.clip_hi);
-}
-
-// sum(x^2) over len floats, accumulated in double.  Explicit vector code with
-// four independent accumulators: GCC's `omp simd` reduction of a float ->
-// double product is latency-bound (as slow as the whole Lamb update).
-inline double sumsq_block(const float *x, int64_t len) {
-  int64_t j = 0;
-  double total = 0.0;
+// Double-precision sums of squares.  x*x of a float is exact in double, so a
+// fused multiply-add gives the same bits as a multiply and an add; four
+// independent vector accumulators keep the adds off the latency chain (GCC's
+// `omp simd` reduction of a float -> double product is latency-bound).
+struct SumSq {
 #if defined(__AVX512F__)
   __m512d acc[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(),
                     _mm512_setzero_pd()};
-  for (; j + 32 <= len; j += 32) {
+  static constexpr int64_t kStep = 32;
+  void add_step(const float *x) {
     for (int k = 0; k < 4; ++k) {
-      const __m512d d = _mm512_cvtps_pd(_mm256_loadu_ps(x + j + 8 * k));
-      acc[k] = _mm512_add_pd(acc[k], _mm512_mul_pd(d, d));
+      const __m512d d = _mm512_cvtps_pd(_mm256_loadu_ps(x + 8 * k));
+      acc[k] = _mm512_fmadd_pd(d, d, acc[k]);
     }
   }
-  total = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(acc[0], acc[1]),
-                                             _mm512_add_pd(acc[2], acc[3])));
+  double vector_total() const {
+    return _mm512_reduce_add_pd(
+        _mm512_add_pd(_mm512_add_pd(acc[0], acc[1]), _mm512_add_pd(acc[2], acc[3])));
+  }
 #elif defined(__AVX2__)
   __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
                     _mm256_setzero_pd()};
-  for (; j + 16 <= len; j += 16) {
+  static constexpr int64_t kStep = 16;
+  void add_step(const float *x) {
     for (int k = 0; k < 4; ++k) {
-      const __m256d d = _mm256_cvtps_pd(_mm_loadu_ps(x + j + 4 * k));
-      acc[k] = _mm256_add_pd(acc[k], _mm256_mul_pd(d, d));
+      const __m256d d = _mm256_cvtps_pd(_mm_loadu_ps(x + 4 * k));
+      acc[k] = _mm256_fmadd_pd(d, d, acc[k]);
     }
   }
-  alignas(32) double t[4];
-  _mm256_store_pd(t, _mm256_add_pd(_mm256_add_pd(acc[0], acc[1]), _mm256_add_pd(acc[2], acc[3])));
-  total = (t[0] + t[1]) + (t[2] + t[3]);
+  double vector_total() const {
+    alignas(32) double t[4];
+    _mm256_store_pd(t, _mm256_add_pd(_mm256_add_pd(acc[0], acc[1]),
+                                     _mm256_add_pd(acc[2], acc[3])));
+    return (t[0] + t[1]) + (t[2] + t[3]);
+  }
+#else
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  static constexpr int64_t kStep = 4;
+  void add_step(const float *x) {
+    for (int k = 0; k < 4; ++k) acc[k] += static_cast<double>(x[k]) * x[k];
+  }
+  double vector_total() const { return (acc[0] + acc[1]) + (acc[2] + acc[3]); }
 #endif
-  double tail[4] = {0.0, 0.0, 0.0, 0.0};  // four chains for the scalar build too
-  for (; j + 4 <= len; j += 4)
-    for (int k = 0; k < 4; ++k) tail[k] += static_cast<double>(x[j + k]) * x[j + k];
-  for (; j < len; ++j) tail[0] += static_cast<double>(x[j]) * x[j];
-  return total + ((tail[0] + tail[1]) + (tail[2] + tail[3]));
+  double tail = 0.0;
+  void add(const float *x, int64_t len) {
+    int64_t j = 0;
+    for (; j + kStep <= len; j += kStep) add_step(x + j);
+    for (; j < len; ++j) tail += static_cast<double>(x[j]) * x[j];
+  }
+  double total() const { return vector_total() + tail; }
+};
+
+inline double sum_squares(const float *x, int64_t len) {
+  SumSq s;
+  s.add(x, len);
+  return s.total();
 }
 
-// Pass one writes r block by block and sums the squares of each block while
-// it is in L1.  (Fusing the double accumulation into the float loop makes
-// GCC's vector code several times slower.)
+// Pass one runs in blocks of kLambBlock elements: the vectorized update writes
+// m, v and the direction r, then the squares of the block's p and r are summed
+// while both are still in L1.
 constexpr int64_t kLambBlock = 512;
 
-void lamb_moments_f32(const float *p, float *m, float *v, const float *g, float *r, int64_t n,
-                      const LambArgs &a, double *p_sq, double *r_sq) {
+template <bool kClip>
+void lamb_pass1(const float *p, float *m, float *v, const float *g, float *r, int64_t lo,
+                int64_t hi, const LambArgs &a, float gs, float wd, double *sums) {
   const float b1 = a.beta1, b2 = a.beta2, c1 = 1.0f - a.beta1, c2 = 1.0f - a.beta2;
-  const float ib1 = a.inv_bc1, isb2 = a.inv_sqrt_bc2, eps = a.eps, wd = a.weight_decay;
-  double sums[2];
-  parallel_sums<2>(n, sums, [&](int64_t lo, int64_t hi, double *acc) {
-    double ps = 0.0, rs = 0.0;
-    for (int64_t blo = lo; blo < hi; blo += kLambBlock) {
-      const int64_t len = std::min(kLambBlock, hi - blo);
-      const float *pb = p + blo, *gb = g + blo;
-      float *mb = m + blo, *vb = v + blo, *rb = r + blo;
+  const float ib1 = a.inv_bc1, isb2 = a.inv_sqrt_bc2, eps = a.eps;
+  const float lo_clip = a.clip_lo, hi_clip = a.clip_hi;
+  double ps = 0.0, rs = 0.0;
+  for (int64_t blo = lo; blo < hi; blo += kLambBlock) {
+    const int64_t len = std::min(kLambBlock, hi - blo);
+    const float *pb = p + blo, *gb = g + blo;
+    float *mb = m + blo, *vb = v + blo, *rb = r + blo;
 #pragma omp simd
-      for (int64_t j = 0; j < len; ++j) {
-        const float gi = lamb_grad(gb[j], a);
-        float mi = mb[j], vi = vb[j];
-        rules::moments(gi, mi, vi, b1, c1, b2, c2);
-        mb[j] = mi;
-        vb[j] = vi;
-        rb[j] = rules::lamb_direction(pb[j], mi, vi, ib1, isb2, eps, wd);
-      }
-      ps += sumsq_block(pb, len);
-      rs += sumsq_block(rb, len);
+    for (int64_t j = 0; j < len; ++j) {
+      const float gi = kClip ? std::min(std::max(gb[j] * gs, lo_clip), hi_clip) : gb[j] * gs;
+      float mi = mb[j], vi = vb[j];
+      rules::moments(gi, mi, vi, b1, c1, b2, c2);
+      mb[j] = mi;
+      vb[j] = vi;
+      rb[j] = rules::lamb_direction(pb[j], mi, vi, ib1, isb2, eps, wd);
     }
-    acc[0] += ps;
-    acc[1] += rs;
-  });
-  *p_sq = sums[0];
-  *r_sq = sums[1];
+    ps += sum_squares(pb, len);
+    rs += sum_squares(rb, len);
+  }
+  sums[0] = ps;
+  sums[1] = rs;
 }
 
-void lamb_apply_f32(float *p, const float *r, int64_t n, float step) {
-  parallel_ranges(n, [&](int64_t lo, int64_t hi) {
+// One tensor's Lamb step, run by thread t of nt.  kTeam: all nt threads of the
+// enclosing parallel region call it for the same tensor, each on its own
+// range, meeting at barriers to combine the per-thread sums (in thread order,
+// so every thread gets the same result and it depends only on n and nt) and
+// pass two touches the range the same thread updated, while its p and r are
+// still in that core's caches when the tensor is small enough.  Otherwise one
+// thread does the whole tensor (nt == 1, t == 0).  r: scratch for the
+// direction at the tensor's offsets; partial: [kMaxThreads][2] shared sums.
+template <bool kTeam>
+void lamb_tensor(const LambTensor &x, const LambArgs &a, float *r, int64_t nt, int64_t t,
+                 double (*partial)[2]) {
+  const Range rg = thread_range(x.n, nt, t);
+  const auto combine = [&](int k) {
+    double total = 0.0;
+    for (int64_t u = 0; u < nt; ++u) total += partial[u][k];
+    return total;
+  };
+  float gs = a.grad_scale;
+  if (a.clip_norm > 0.0f) {
+    partial[t][0] = rg.lo < rg.hi ? sum_squares(x.g + rg.lo, rg.hi - rg.lo) : 0.0;
+    if (kTeam) {
+#pragma omp barrier
+    }
+    gs = rules::norm_clip_scale(combine(0), gs, a.clip_norm);
+    if (kTeam) {
+#pragma omp barrier
+    }
+  }
+  const bool clip = a.clip_lo > -INFINITY || a.clip_hi < INFINITY;
+  partial[t][0] = partial[t][1] = 0.0;
+  if (rg.lo < rg.hi)
+    (clip ? lamb_pass1<true> : lamb_pass1<false>)(x.p, x.m, x.v, x.g, r, rg.lo, rg.hi, a, gs,
+                                                 x.weight_decay, partial[t]);
+  if (kTeam) {
+#pragma omp barrier
+  }
+  const bool adapt = x.weight_decay > 0.0f || a.always_adapt;
+  const float ratio =
+      adapt ? static_cast<float>(rules::lamb_trust_ratio(combine(0), combine(1))) : 1.0f;
+  const float step = x.lr * ratio;
+  float *p = x.p;
 #pragma omp simd
-    for (int64_t i = lo; i < hi; ++i) p[i] -= step * r[i];
-  });
+  for (int64_t i = rg.lo; i < rg.hi; ++i) p[i] -= step * r[i];
+  if (t == 0) *x.ratio = ratio;
+  if (kTeam) {
+#pragma omp barrier
+  }
+}
+
+// Every tensor in one parallel region: the large ones one after another, split
+// over the team, then the small ones whole, handed out to the threads
+// dynamically (each thread with its own slice of scratch).  One region per
+// call, not two per tensor: waking the team is what costs on small tensors.
+void lamb_f32(const LambTensor *ts, int64_t count, const LambArgs &a, float *scratch) {
+  int64_t total = 0, small_max = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    total += ts[i].n;
+    if (ts[i].n < kParallelMin) small_max = std::max(small_max, ts[i].n);
+  }
+  const int nthreads = kernel_threads();
+  double partial[kMaxThreads][2];
+  if (total < kParallelMin || nthreads < 2) {
+    for (int64_t i = 0; i < count; ++i) lamb_tensor<false>(ts[i], a, scratch, 1, 0, partial);
+    return;
+  }
+#pragma omp parallel num_threads(nthreads)
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    for (int64_t i = 0; i < count; ++i)
+      if (ts[i].n >= kParallelMin) lamb_tensor<true>(ts[i], a, scratch, nt, t, partial);
+    double mine[1][2];
+    float *r = scratch + t * small_max;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < count; ++i)
+      if (ts[i].n < kParallelMin) lamb_tensor<false>(ts[i], a, r, 1, 0, mine);
+  }
 }
 
 double sumsq_f32(const float *x, int64_t n) {
   double total;
   parallel_sums<1>(n, &total, [&](int64_t lo, int64_t hi, double *acc) {
-    acc[0] += sumsq_block(x + lo, hi - lo);
+    acc[0] += sum_squares(x + lo, hi - lo);
   });
   return total;
 }
@@ -413,7 +501,7 @@ void gather_abs_f32(const float *x, int64_t n, Gather *g) {
 extern const KernelTable kTable;
 const KernelTable kTable = {
     MSOPT_ISA_NAME,   adam_inplace_f32, adam_inplace_f16, adam_delta_f32, adam_delta_f16,
-    lamb_moments_f32, lamb_apply_f32,   dgc_accumulate_f32, gather_abs_f32, sumsq_f32,
+    lamb_f32,         dgc_accumulate_f32, gather_abs_f32, sumsq_f32,
     f16_to_f32,       f32_to_f16,
 };
 

@@ -41,6 +41,22 @@ inline T lamb_direction(T p, T m, T v, T inv_bc1, T inv_sqrt_bc2, T eps, T wd) {
   return (m * inv_bc1) / (std::sqrt(v) * inv_sqrt_bc2 + eps) + wd * p;
 }
 
+// Lamb's trust ratio from the squared norms of p and r (PaddlePaddle's rule):
+// ||p|| / ||r|| when both are positive, else 1.  Callers use it only with
+// weight decay (or always_adapt).
+inline double lamb_trust_ratio(double p_sq, double r_sq) {
+  const double pn = std::sqrt(p_sq), rn = std::sqrt(r_sq);
+  return pn > 0.0 && rn > 0.0 ? pn / rn : 1.0;
+}
+
+// Per-tensor norm clipping (ClipGradByNorm) of a gradient that is multiplied
+// by `scale`: g_sq = sum(g^2) of the unscaled gradient; returns the scale that
+// brings the norm down to `clip` when it is above it.
+inline float norm_clip_scale(double g_sq, float scale, float clip) {
+  const double norm = std::sqrt(g_sq) * static_cast<double>(scale);
+  return norm > clip ? scale * static_cast<float>(clip / norm) : scale;
+}
+
 // DGC momentum correction (Lin et al. 2018; ALGORITHMS.md §3): the local
 // gradient goes into the momentum u and the accumulated residual v.
 //   plain:    u = momentum * u + g;        v = v + u
