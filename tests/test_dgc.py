@@ -302,3 +302,21 @@ def test_at_least_one_entry_is_sent():
         opt(tuple(Tensor(g) for g in grads))
         ref.step([grads], 0.1)
     assert_close_to_mindspore([p.asnumpy() for p in params], ref.params)
+
+
+def test_as_many_parameters_as_resnet50():
+    """161 parameters (ResNet-50's count): the step's graph needs more than MindSpore's default
+    max_call_depth of 1000; the optimizer raises it and the step matches the reference."""
+    shapes = [(8,)] * 150 + [(16384,)] * 11
+    rng = np.random.default_rng(7)
+    params = [Parameter(Tensor(rng.standard_normal(s).astype(np.float32)), name=f"w{i}")
+              for i, s in enumerate(shapes)]
+    opt = ms_optim.DGCMomentum(params, learning_rate=0.1, momentum=0.9, rampup_begin_step=1,
+                               sparsity=[0.999])
+    assert ms.get_context("max_call_depth") >= 1000 + 16 * len(shapes)
+    ref = reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 1, 1, [0.999])
+    for _ in range(3):  # one dense warm-up step, then compressed
+        grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        opt(tuple(Tensor(g) for g in grads))
+        ref.step([grads], 0.1)
+    assert_close_to_mindspore([p.asnumpy() for p in params], ref.params)
