@@ -23,11 +23,19 @@ import ms_optim
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def resnet50_shapes():
-    """(name, shape) of resnet50's trainable parameters, torchvision's layout."""
-    shapes = [("conv1.weight", (64, 3, 7, 7)), ("bn1.weight", (64,)), ("bn1.bias", (64,))]
-    inplanes = 64
+def resnet50_shapes(width=1.0):
+    """(name, shape) of resnet50's trainable parameters, torchvision's layout.
+
+    width scales every channel count (rounded, at least 1); 1.0 is resnet50.
+    """
+    def ch(c):
+        return max(1, round(c * width))
+
+    shapes = [("conv1.weight", (ch(64), 3, 7, 7)), ("bn1.weight", (ch(64),)),
+              ("bn1.bias", (ch(64),))]
+    inplanes = ch(64)
     for layer, (planes, blocks) in enumerate(zip((64, 128, 256, 512), (3, 4, 6, 3)), start=1):
+        planes = ch(planes)
         for b in range(blocks):
             pre = f"layer{layer}.{b}"
             for c, (cin, cout, k) in enumerate([(inplanes, planes, 1), (planes, planes, 3),
@@ -39,7 +47,7 @@ def resnet50_shapes():
                            (f"{pre}.downsample.1.weight", (planes * 4,)),
                            (f"{pre}.downsample.1.bias", (planes * 4,))]
             inplanes = planes * 4
-    return shapes + [("fc.weight", (1000, 2048)), ("fc.bias", (1000,))]
+    return shapes + [("fc.weight", (1000, inplanes)), ("fc.bias", (1000,))]
 
 
 def stats_for(named_shapes):
