@@ -82,12 +82,14 @@ class Lamb(BetaPowers, nn.Optimizer):
     parameter at construction); a group's ``weight_decay`` overrides it.
     Gradients are divided by ``loss_scale``, then clipped by ``grad_clip``.
 
-    ``impl="native"`` runs one fused CPU kernel per parameter (moments, update
-    direction and both squared norms in one pass, norms in double, then the
-    trust-ratio update; clipping fused in); ``impl="ops"`` builds the same
-    rule from plain MindSpore ops for GPU/Ascend; ``"auto"`` picks native on
+    ``impl="native"`` runs one fused multi-tensor CPU kernel for up to 256
+    parameters (per parameter: moments, update direction and both squared
+    norms in one pass, norms in double, then the trust-ratio update;
+    clipping fused in); ``impl="ops"`` builds the same rule from plain
+    MindSpore ops for GPU/Ascend; ``"auto"`` picks native on
     a CPU device target.  State (``moment1``, ``moment2``, ``beta1_power``,
-    ``beta2_power``, ``global_step``) lives in Parameters.
+    ``beta2_power``, ``global_step``) lives in Parameters.  A step returns
+    the trust ratios it applied, a float32 Tensor with one entry per parameter.
 
     Args:
         params (Union[list[Parameter], list[dict]]): float32 parameters or groups
