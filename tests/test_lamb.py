@@ -135,31 +135,34 @@ def test_multi_tensor_kernel_shared_lr_and_wd_equal_per_tensor_values():
         np.testing.assert_array_equal(a[0], b[0])
 
 
-def test_multi_tensor_kernel_rejects_bad_arguments():
-    x = np.ones(5, np.float32)
-    consts = _kernel_consts(1)
-    two = [x.copy() for _ in range(8)]  # p0 p1 m0 m1 v0 v1 g0 g1
-    good = lambda: two + [np.ones(2, np.float32), np.ones(1, np.float32),  # noqa: E731
-                          np.ones((), np.float32), consts, np.zeros(2, np.float32)]
-    _native.call_aot("ms_optim_lamb", good())
-    with pytest.raises(RuntimeError, match="expected 4K \\+ 5 tensors, got 12"):
-        _native.call_aot("ms_optim_lamb", good()[:-1])
-    args = good()
-    args[3] = np.ones(4, np.float32)  # m1 shorter than p1
-    with pytest.raises(RuntimeError, match="argument 3 has 4 elements, its param \\(argument 1\\) 5"):
+def _two_tensor_args():
+    """Valid arguments of a two-tensor call: p0 p1 m0 m1 v0 v1 g0 g1 lr wd gscale consts out."""
+    return ([np.ones(5, np.float32) for _ in range(8)]
+            + [np.ones(2, np.float32), np.ones(1, np.float32), np.ones((), np.float32),
+               _kernel_consts(1), np.zeros(2, np.float32)])
+
+
+BAD_MULTI_ARGS = [  # (argument index, replacement, message)
+    (3, np.ones(4, np.float32), r"argument 3 has 4 elements, its param \(argument 1\) 5"),
+    (8, np.ones(3, np.float32), "lr must have 1 or 2 elements, got 3"),
+    (9, np.ones(3, np.float32), "wd must have 1 or 2 elements, got 3"),
+    (12, np.zeros(1, np.float32), r"output must be float32\[2\]"),
+    (5, np.ones(5, np.float64), "argument 5 must be float32, got float64"),
+]
+
+
+@pytest.mark.parametrize("index,bad,message", BAD_MULTI_ARGS)
+def test_multi_tensor_kernel_rejects_bad_arguments(index, bad, message):
+    _native.call_aot("ms_optim_lamb", _two_tensor_args())
+    args = _two_tensor_args()
+    args[index] = bad
+    with pytest.raises(RuntimeError, match=message):
         _native.call_aot("ms_optim_lamb", args)
-    args = good()
-    args[8] = np.ones(3, np.float32)
-    with pytest.raises(RuntimeError, match="lr must have 1 or 2 elements, got 3"):
-        _native.call_aot("ms_optim_lamb", args)
-    args = good()
-    args[-1] = np.zeros(1, np.float32)
-    with pytest.raises(RuntimeError, match="output must be float32\\[2\\]"):
-        _native.call_aot("ms_optim_lamb", args)
-    args = good()
-    args[5] = np.ones(5, np.float64)
-    with pytest.raises(RuntimeError, match="argument 5 must be float32, got float64"):
-        _native.call_aot("ms_optim_lamb", args)
+
+
+def test_multi_tensor_kernel_rejects_a_bad_argument_count():
+    with pytest.raises(RuntimeError, match=r"expected 4K \+ 5 tensors, got 12"):
+        _native.call_aot("ms_optim_lamb", _two_tensor_args()[:-1])
 
 
 def test_sumsq_kernel():
