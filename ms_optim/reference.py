@@ -68,6 +68,18 @@ def clip_by_value(g, max_value, min_value=None):
     return np.minimum(np.maximum(g.astype(f32), f32(lo)), f32(max_value))
 
 
+def _lamb_direction(p, m, v, g, beta1, beta2, eps, beta1_power, beta2_power, weight_decay):
+    """Updates m, v in place and returns Lamb's direction r, in p's dtype:
+    (m / bc1) / (sqrt(v / bc2) + eps) + wd * p, with the kernels' reciprocals (rules.h)."""
+    t = p.dtype.type
+    b1, b2 = t(beta1), t(beta2)
+    m[...] = b1 * m + (t(1) - b1) * g
+    v[...] = b2 * v + (t(1) - b2) * g * g
+    inv_bc1 = t(1) / (t(1) - t(beta1_power))
+    inv_sqrt_bc2 = t(1) / np.sqrt(t(1) - t(beta2_power))
+    return (m * inv_bc1) / (np.sqrt(v) * inv_sqrt_bc2 + t(eps)) + t(weight_decay) * p
+
+
 def lamb_step(p, m, v, g, lr, beta1, beta2, eps, beta1_power, beta2_power, weight_decay,
               always_adapt=False, grad_scale=1.0, clip_norm=0.0, clip_lo=-np.inf,
               clip_hi=np.inf):
@@ -83,13 +95,7 @@ def lamb_step(p, m, v, g, lr, beta1, beta2, eps, beta1_power, beta2_power, weigh
         if norm > float(f32(clip_norm)):
             s = s * f32(float(f32(clip_norm)) / norm)
     g = np.minimum(np.maximum(g.astype(f32) * s, f32(clip_lo)), f32(clip_hi))
-    b1, b2 = f32(beta1), f32(beta2)
-    m[...] = b1 * m + (f32(1) - b1) * g
-    v[...] = b2 * v + (f32(1) - b2) * g * g
-    # (m / bc1) / (sqrt(v / bc2) + eps) + wd * p, with the kernels' reciprocals (rules.h)
-    inv_bc1 = f32(1) / (f32(1) - f32(beta1_power))
-    inv_sqrt_bc2 = f32(1) / np.sqrt(f32(1) - f32(beta2_power))
-    r = (m * inv_bc1) / (np.sqrt(v) * inv_sqrt_bc2 + f32(eps)) + f32(weight_decay) * p
+    r = _lamb_direction(p, m, v, g, beta1, beta2, eps, beta1_power, beta2_power, weight_decay)
     ratio = f32(1)
     if weight_decay > 0 or always_adapt:
         p_norm = np.sqrt(np.sum(np.square(p.astype(np.float64))))
@@ -272,12 +278,7 @@ def ps_lamb_step(p, m, v, g, lr, beta1, beta2, eps, beta1_power, beta2_power, we
     """PaddlePaddle's Lamb (ALGORITHMS.md §2, as lamb_step) in T, norms by ps_sumsq;
     the trust ratio is used only with weight decay."""
     t = p.dtype.type
-    b1, b2 = t(beta1), t(beta2)
-    m[...] = b1 * m + (t(1) - b1) * g
-    v[...] = b2 * v + (t(1) - b2) * g * g
-    inv_bc1 = t(1) / (t(1) - t(beta1_power))
-    inv_sqrt_bc2 = t(1) / np.sqrt(t(1) - t(beta2_power))
-    r = (m * inv_bc1) / (np.sqrt(v) * inv_sqrt_bc2 + t(eps)) + t(weight_decay) * p
+    r = _lamb_direction(p, m, v, g, beta1, beta2, eps, beta1_power, beta2_power, weight_decay)
     lr_ratio = t(lr)
     if t(weight_decay) != 0:
         pn, rn = np.sqrt(ps_sumsq(p)), np.sqrt(ps_sumsq(r))
