@@ -84,10 +84,11 @@ struct KernelTable {
   void (*adam_delta_f16)(half_bits *delta, float *m, float *v, const half_bits *g,
                          int64_t n, const AdamArgs &a);
   // One Lamb step on `count` tensors (a multi-tensor kernel: one MindSpore op
-  // for many parameters).  Per tensor, two passes: pass one updates m, v in
-  // place, writes the update direction into scratch and sums p^2 and r^2 in
-  // double; pass two applies p -= lr * ratio * r, ratio = ||p|| / ||r||
-  // (rules::lamb_trust_ratio) with weight decay or always_adapt, else 1.
+  // for many parameters).  Per tensor with a trust ratio (weight decay or
+  // always_adapt), two passes: pass one updates m, v in place, writes the
+  // update direction into scratch and sums p^2 and r^2 in double; pass two
+  // applies p -= lr * ratio * r, ratio = ||p|| / ||r||
+  // (rules::lamb_trust_ratio).  A tensor without one (ratio 1) takes one pass.
   // Tensors of kParallelMin elements or more are split over the threads one
   // at a time; smaller ones run whole, several threads at once.  scratch holds
   // lamb_scratch_floats(...) floats.  (Keeping r costs the same memory traffic

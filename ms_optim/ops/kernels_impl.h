@@ -273,8 +273,11 @@ struct SumSq {
     }
   }
   double vector_total() const {
-    return _mm512_reduce_add_pd(
-        _mm512_add_pd(_mm512_add_pd(acc[0], acc[1]), _mm512_add_pd(acc[2], acc[3])));
+    // stored and added by hand: GCC 12 warns inside _mm512_reduce_add_pd
+    alignas(64) double t[8];
+    _mm512_store_pd(t, _mm512_add_pd(_mm512_add_pd(acc[0], acc[1]),
+                                     _mm512_add_pd(acc[2], acc[3])));
+    return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
   }
 #elif defined(__AVX2__)
   __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
@@ -347,6 +350,26 @@ void lamb_pass1(const float *p, float *m, float *v, const float *g, float *r, in
   sums[1] = rs;
 }
 
+// The whole step of a tensor without a trust ratio (no weight decay and not
+// always_adapt: ratio 1) in one pass, p -= lr * r as soon as r is known: no
+// second read of p and r.
+template <bool kClip>
+void lamb_single_pass(float *p, float *m, float *v, const float *g, int64_t lo, int64_t hi,
+                      const LambArgs &a, float gs, float wd, float lr) {
+  const float b1 = a.beta1, b2 = a.beta2, c1 = 1.0f - a.beta1, c2 = 1.0f - a.beta2;
+  const float ib1 = a.inv_bc1, isb2 = a.inv_sqrt_bc2, eps = a.eps;
+  const float lo_clip = a.clip_lo, hi_clip = a.clip_hi;
+#pragma omp simd
+  for (int64_t i = lo; i < hi; ++i) {
+    const float gi = kClip ? std::min(std::max(g[i] * gs, lo_clip), hi_clip) : g[i] * gs;
+    float mi = m[i], vi = v[i];
+    rules::moments(gi, mi, vi, b1, c1, b2, c2);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= lr * rules::lamb_direction(p[i], mi, vi, ib1, isb2, eps, wd);
+  }
+}
+
 // One tensor's Lamb step, run by thread t of nt.  kTeam: all nt threads of the
 // enclosing parallel region call it for the same tensor, each on its own
 // range, meeting at barriers to combine the per-thread sums (in thread order,
@@ -376,6 +399,15 @@ void lamb_tensor(const LambTensor &x, const LambArgs &a, float *r, int64_t nt, i
     }
   }
   const bool clip = a.clip_lo > -INFINITY || a.clip_hi < INFINITY;
+  if (!(x.weight_decay > 0.0f || a.always_adapt)) {
+    if (rg.lo < rg.hi)
+      (clip ? lamb_single_pass<true> : lamb_single_pass<false>)(x.p, x.m, x.v, x.g, rg.lo, rg.hi,
+                                                                 a, gs, x.weight_decay, x.lr);
+    if (t == 0) *x.ratio = 1.0f;
+    // no barrier: nothing shared was written, and the clip sums above were read before the
+    // barrier that follows them
+    return;
+  }
   partial[t][0] = partial[t][1] = 0.0;
   if (rg.lo < rg.hi)
     (clip ? lamb_pass1<true> : lamb_pass1<false>)(x.p, x.m, x.v, x.g, r, rg.lo, rg.hi, a, gs,
@@ -383,9 +415,7 @@ void lamb_tensor(const LambTensor &x, const LambArgs &a, float *r, int64_t nt, i
   if (kTeam) {
 #pragma omp barrier
   }
-  const bool adapt = x.weight_decay > 0.0f || a.always_adapt;
-  const float ratio =
-      adapt ? static_cast<float>(rules::lamb_trust_ratio(combine(0), combine(1))) : 1.0f;
+  const float ratio = static_cast<float>(rules::lamb_trust_ratio(combine(0), combine(1)));
   const float step = x.lr * ratio;
   float *p = x.p;
 #pragma omp simd
