@@ -20,13 +20,7 @@ _ONE = Tensor(1.0, mstype.float32)
 _F32 = DataType.F32_Default
 
 _ops_step = C.MultitypeFuncGraph("ms_optim_lamb_ops")
-_sumsq = C.MultitypeFuncGraph("ms_optim_lamb_sumsq")
 _scale = C.MultitypeFuncGraph("ms_optim_lamb_scale")
-
-
-@_sumsq.register("Function", "Tensor")
-def _run_sumsq(op, grad):
-    return op(grad)
 
 
 @_scale.register("Tensor", "Tensor")
@@ -166,22 +160,19 @@ class Lamb(BetaPowers, nn.Optimizer):
             self.clip_consts = Tensor([clip_norm, lo, hi, 1.0 if always_adapt else 0.0],
                                       mstype.float32)
             self._init_native_buckets()
-            if self.global_clip:
-                self.sumsq_op = _native.aot_op(
-                    "ms_optim_sumsq", out_shape=lambda x: [1], out_dtype=lambda x: mstype.float32,
-                    inputs=("x",), outputs=("sumsq",), dtype_formats=[(_F32, _F32)], inplace=False)
 
     def _init_native_buckets(self):
         """One multi-tensor kernel per bucket of up to _BUCKET parameters.
 
         Each bucket is one MindSpore op that steps all its parameters (a kernel
         launch per parameter costs more than a small parameter's update).
-        Per bucket: the op, its (start, stop) in the parameter list, and the
-        weight-decay mask of its parameters (None when all of them decay).
+        Per bucket: the op, its (start, stop) in the parameter list, the
+        weight-decay mask of its parameters (None when all of them decay) and,
+        with a global-norm clip, the op summing the squares of its gradients.
         """
         count = len(self._parameters)
         self.buckets = tuple((lo, min(count, lo + _BUCKET)) for lo in range(0, count, _BUCKET))
-        ops_, masks = [], []
+        ops_, masks, sumsq_ops = [], [], []
         for b, (lo, hi) in enumerate(self.buckets):
             k = hi - lo
             names = tuple(f"{kind}{i}" for kind in ("param", "m", "v", "grad") for i in range(k))
@@ -194,8 +185,17 @@ class Lamb(BetaPowers, nn.Optimizer):
             ops_.append(op)
             flags = self.lamb_decay_flags[lo:hi]
             masks.append(None if all(flags) else Tensor(np.array(flags, np.float32)))
+            if self.global_clip:
+                sumsq = _native.aot_op(
+                    "ms_optim_sumsq", out_shape=lambda *shapes: [1],
+                    out_dtype=lambda *dtypes: mstype.float32,
+                    inputs=tuple(f"grad{i}" for i in range(k)), outputs=("sumsq",),
+                    dtype_formats=[(_F32,) * (k + 1)], inplace=False)
+                sumsq.add_prim_attr("ms_optim_bucket", b)
+                sumsq_ops.append(sumsq)
         self.lamb_ops = tuple(ops_)
         self.decay_masks = tuple(masks)
+        self.sumsq_ops = tuple(sumsq_ops)
 
     # ------------------------------------------------------------ Paddle API --
 
@@ -242,7 +242,10 @@ class Lamb(BetaPowers, nn.Optimizer):
                                   self.clip_consts))
             grad_scale = self.inv_scale
             if self.global_clip:
-                sq_norms = self.map_(F.partial(_sumsq, self.sumsq_op), gradients)
+                # one multi-tensor op per bucket sums the squares of all its gradients
+                sq_norms = ()
+                for b, (lo, hi) in enumerate(self.buckets):
+                    sq_norms = sq_norms + (self.sumsq_ops[b](*gradients[lo:hi]),)
                 # the squared norms are of the loss-scaled gradients
                 grad_scale = self.inv_scale * self.grad_clip.factor(sq_norms, self.inv_scale)
             return self._native_step(params, gradients, lr, weight_decay, grad_scale, consts)

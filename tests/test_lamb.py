@@ -166,11 +166,23 @@ def test_multi_tensor_kernel_rejects_a_bad_argument_count():
 
 
 def test_sumsq_kernel():
-    for n in SIZES:
-        x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    """One call sums the squares of every element of all its inputs (in double)."""
+    xs = [np.random.default_rng(n).standard_normal(n).astype(np.float32) for n in SIZES]
+    for inputs in [[x] for x in xs] + [xs]:
         out = np.zeros(1, np.float32)
-        _native.call_aot("ms_optim_sumsq", [x, out])
-        np.testing.assert_allclose(out[0], np.sum(x.astype(np.float64) ** 2), rtol=1e-6)
+        _native.call_aot("ms_optim_sumsq", inputs + [out])
+        want = sum(np.sum(x.astype(np.float64) ** 2) for x in inputs)
+        np.testing.assert_allclose(out[0], want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("arrays, message", [
+    ([np.zeros(1, np.float32)], "expected K inputs and 1 output"),
+    ([np.ones(3, np.float64), np.zeros(1, np.float32)], "argument 0 must be float32"),
+    ([np.ones(3, np.float32), np.zeros(2, np.float32)], r"output must be float32\[1\]"),
+])
+def test_sumsq_kernel_rejects_bad_arguments(arrays, message):
+    with pytest.raises(RuntimeError, match=message):
+        _native.call_aot("ms_optim_sumsq", arrays)
 
 
 # ------------------------------------------------------------ the optimizer --

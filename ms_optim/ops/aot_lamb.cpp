@@ -115,14 +115,27 @@ MSOPT_API int ms_optim_lamb(int nparam, void **params, int *ndims, int64_t **sha
   return msopt::kAotOk;
 }
 
-// Input: x (float32).  Output: float32[1] = sum(x^2), accumulated in double.
+// Inputs: x[0..K) (float32, any sizes).  Output: float32[1] = the sum of
+// x_i^2 over every element of every input, accumulated in double (one op for
+// the global norm of all gradients, not one per gradient).
 MSOPT_API int ms_optim_sumsq(int nparam, void **params, int *ndims, int64_t **shapes,
                              const char **dtypes, void *, void *) {
-  if (nparam != 2) return fail(msopt::kAotBadArity, "ms_optim_sumsq: expected 2 tensors, got %d", nparam);
+  if (nparam < 2)
+    return fail(msopt::kAotBadArity, "ms_optim_sumsq: expected K inputs and 1 output, got %d tensors",
+                nparam);
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
-  if (!a.is(0, "float32") || !a.is(1, "float32") || a.numel(1) != 1)
-    return fail(msopt::kAotBadDtype, "ms_optim_sumsq: needs float32 input and a float32[1] output");
-  const msopt::ParallelSection section(a.numel(0));
-  *a.ptr<float>(1) = static_cast<float>(msopt::kernels().sumsq_f32(a.ptr<float>(0), a.numel(0)));
+  const int K = nparam - 1;
+  for (int i = 0; i <= K; ++i)
+    if (!a.is(i, "float32"))
+      return fail(msopt::kAotBadDtype, "ms_optim_sumsq: argument %d must be float32, got %s", i,
+                  dtypes[i]);
+  if (a.numel(K) != 1)
+    return fail(msopt::kAotBadShape, "ms_optim_sumsq: the output must be float32[1]");
+  int64_t total = 0;
+  for (int i = 0; i < K; ++i) total += a.numel(i);
+  const msopt::ParallelSection section(total);
+  double sum = 0.0;
+  for (int i = 0; i < K; ++i) sum += msopt::kernels().sumsq_f32(a.ptr<float>(i), a.numel(i));
+  *a.ptr<float>(K) = static_cast<float>(sum);
   return msopt::kAotOk;
 }
