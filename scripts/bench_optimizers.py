@@ -29,6 +29,11 @@ How to run::
     python scripts/bench_optimizers.py --layouts equal4 --only Lamb nn.Adam
     OMP_NUM_THREADS=2 python scripts/bench_optimizers.py --json results/bench.json
 
+With nn.Adam and both Lamb paths selected, each size also prints the
+"memory floor": the speed-up over ``impl="ops"`` that a Lamb kernel would
+reach moving its minimum of 40 bytes per parameter at nn.Adam's bytes per
+second (nn.Adam moves 28), to read the 10x bar against.
+
 The bars in ``RATIOS`` (PASS/FAIL) are printed for every layout and size and
 are meant for a 2-core machine; on other core counts they are indicative.
 The thread count (OMP_NUM_THREADS, else os.cpu_count()) and the SIMD path of
@@ -81,6 +86,24 @@ RATIOS = [
     ("ms_optim.Lamb", "ms_optim.Lamb[ops]", 0.1),  # native at least 10x faster
     ("ms_optim.DGCMomentum", "nn.Momentum", 2.5),
 ]
+
+# Memory traffic per parameter of one step from DRAM, float32 (reads + writes):
+# Adam reads p, m, v, g and writes p, m, v; a Lamb step with a trust ratio
+# cannot change an element before the whole tensor's norms are known, so it
+# reads p, m, v, g and writes m, v (and keeps or recomputes the direction)
+# in one pass, then reads p and the direction and writes p in a second.
+ADAM_BYTES, LAMB_BYTES = 28, 40
+
+
+def lamb_speedup_ceiling(medians):
+    """What a Lamb kernel as efficient per byte as nn.Adam would gain over the ops path in
+    this run: ops / nn.Adam time, times ADAM_BYTES / LAMB_BYTES.  An estimate for tensors
+    streamed from DRAM; where tensors stay in cache between the passes, or nn.Adam pays a
+    kernel launch per tensor, a Lamb kernel can do better."""
+    if "ms_optim.Lamb[ops]" in medians and "nn.Adam" in medians:
+        return medians["ms_optim.Lamb[ops]"] / medians["nn.Adam"] * ADAM_BYTES / LAMB_BYTES
+    return None
+
 
 # Top-k of |x| alone (DGC's selection): n, k, and bars on native / other time.
 TOPK_N, TOPK_K = 25_000_000, 25_000
@@ -293,6 +316,12 @@ def run_size(entries, layout, sizes, described, args, report):
         print(f"  ratio {num} / {den} = {fmt_ratio(ratio)}   (bar <= {bar})")
         report["ratios"].append({"layout": layout, "size": n, "numerator": num,
                                  "denominator": den, "ratio": ratio, "bar": bar})
+    ceiling = lamb_speedup_ceiling(medians)
+    if ceiling is not None:
+        print(f"  memory floor: a Lamb kernel moving {LAMB_BYTES} B/param (nn.Adam: {ADAM_BYTES}) "
+              f"at nn.Adam's bytes per second would be {ceiling:.1f}x faster than "
+              f"ms_optim.Lamb[ops]")
+        report["lamb_speedup_ceiling"].append({"layout": layout, "size": n, "ceiling": ceiling})
     return errors
 
 
@@ -343,7 +372,7 @@ def main(argv=None):
                  "threads_from": "OMP_NUM_THREADS" if from_env else "os.cpu_count()",
                  "cpu_count": os.cpu_count(), "isa": isa, "steps": args.steps,
                  "warmup": args.warmup, "layouts": args.layouts, "seed": args.seed},
-        "results": [], "ratios": [], "bars": [],
+        "results": [], "ratios": [], "bars": [], "lamb_speedup_ceiling": [],
     }
     errors = 0
     for layout in args.layouts:
