@@ -318,6 +318,13 @@ inline double sum_squares(const float *x, int64_t len) {
   return s.total();
 }
 
+// Lamb's gradient element: scaled by gs, then clamped to [lo, hi] when value
+// clipping is on.
+template <bool kClip>
+inline float lamb_grad(float g, float gs, float lo, float hi) {
+  return kClip ? std::min(std::max(g * gs, lo), hi) : g * gs;
+}
+
 // Pass one runs in blocks of kLambBlock elements: the vectorized update writes
 // m, v and the direction r, then the squares of the block's p and r are summed
 // while both are still in L1.
@@ -336,7 +343,7 @@ void lamb_pass1(const float *p, float *m, float *v, const float *g, float *r, in
     float *mb = m + blo, *vb = v + blo, *rb = r + blo;
 #pragma omp simd
     for (int64_t j = 0; j < len; ++j) {
-      const float gi = kClip ? std::min(std::max(gb[j] * gs, lo_clip), hi_clip) : gb[j] * gs;
+      const float gi = lamb_grad<kClip>(gb[j], gs, lo_clip, hi_clip);
       float mi = mb[j], vi = vb[j];
       rules::moments(gi, mi, vi, b1, c1, b2, c2);
       mb[j] = mi;
@@ -361,7 +368,7 @@ void lamb_single_pass(float *p, float *m, float *v, const float *g, int64_t lo, 
   const float lo_clip = a.clip_lo, hi_clip = a.clip_hi;
 #pragma omp simd
   for (int64_t i = lo; i < hi; ++i) {
-    const float gi = kClip ? std::min(std::max(g[i] * gs, lo_clip), hi_clip) : g[i] * gs;
+    const float gi = lamb_grad<kClip>(g[i], gs, lo_clip, hi_clip);
     float mi = m[i], vi = v[i];
     rules::moments(gi, mi, vi, b1, c1, b2, c2);
     m[i] = mi;
