@@ -6,11 +6,19 @@
   worker r sits at ``r * L + offset_j`` (L = the buffer length).
 - ``DenseExchange``: the gradients that go dense are flattened into one
   float32 buffer, all-reduced (sum) once, divided by the number of workers and
-  split back.
+  split back.  DGC's sparse stages can use it too: each worker scatters its
+  selections into zeros and the sum is the same scatter-add as the gathered
+  path's (``choose_sparse_exchange`` picks the cheaper of the two per stage).
 - ``ReplicaSync``: before anything else is exchanged, every worker's model
-  signature is all-gathered and compared (a mismatched worker fails with a
-  clear error instead of hanging in, or corrupting, a collective), and on the
-  first step the parameters are broadcast from rank 0.
+  signature and step are all-gathered and compared (a mismatched worker fails
+  with a clear error instead of hanging in, or corrupting, a collective).  On
+  the first step a digest of every worker's parameters is compared too, and
+  rank 0's parameters are broadcast only when the digests differ.
+
+What a collective puts on the wire (``allreduce_wire_bytes``,
+``allgather_wire_bytes``) is MindSpore 2.10's CPU collectives as measured with
+interface counters between network namespaces: a host sends ``WIRE_FACTOR``
+times what a bandwidth-optimal ring needs, for AllReduce and AllGather alike.
 
 With one worker (no ``mindspore.communication.init()``, or a world of 1)
 nothing is communicated: the buffers are still built, so their sizes are the
@@ -26,6 +34,33 @@ from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from . import _native
+
+
+# Measured (tx_bytes of each host's interface, 2 and 4 hosts): an AllReduce of B
+# bytes sent 2.0 B per host with 2 hosts and 3.0 B with 4, an AllGather of b
+# bytes per worker 2 (N - 1) b: twice a ring's 2 (N - 1) / N B and (N - 1) b.
+WIRE_FACTOR = 2.0
+SPARSE_ENTRY_BYTES = 8  # int32 index + float32 value
+
+
+def allreduce_wire_bytes(nbytes, nranks):
+    """Payload bytes one host sends for an AllReduce of `nbytes` among `nranks` hosts."""
+    return 0.0 if nranks < 2 else WIRE_FACTOR * 2.0 * (nranks - 1) / nranks * nbytes
+
+
+def allgather_wire_bytes(nbytes, nranks):
+    """Payload bytes one host sends for an AllGather of `nbytes` per worker among `nranks`."""
+    return 0.0 if nranks < 2 else WIRE_FACTOR * (nranks - 1) * nbytes
+
+
+def choose_sparse_exchange(selected, elements, nranks):
+    """'allgather' of the `selected` entries (index + value) or 'allreduce' of the
+    `elements` float32 of the sparsified gradient: whichever sends fewer bytes
+    for `nranks` workers (with the model above: gather while selected * nranks
+    < elements).  Both give the same sum; ties go to the AllReduce."""
+    gather = allgather_wire_bytes(SPARSE_ENTRY_BYTES * selected, nranks)
+    reduce = allreduce_wire_bytes(4 * elements, nranks)
+    return "allgather" if nranks < 2 or gather < reduce else "allreduce"
 
 
 def world_size():
@@ -105,7 +140,7 @@ class DenseExchange(nn.Cell):
         self.send_elements = sum(sizes)
         if nranks > 1 and sizes:
             self.all_reduce = ops.AllReduce()
-            self.inv_nranks = Tensor(1.0 / nranks, mstype.float32)
+            self.nranks_t = Tensor(float(nranks), mstype.float32)
 
     def construct(self, grads):
         if self.nranks == 1 or not self.shapes:
@@ -113,7 +148,8 @@ class DenseExchange(nn.Cell):
         flat = ()
         for g in grads:
             flat = flat + (F.cast(g, mstype.float32).reshape(-1),)
-        total = self.all_reduce(ops.concat(flat)) * self.inv_nranks
+        # a division, as the reference and the gathered path's apply kernel do
+        total = self.all_reduce(ops.concat(flat)) / self.nranks_t
         out = ()
         for j in range(len(self.shapes)):
             lo, hi = self.bounds[j]
@@ -121,14 +157,20 @@ class DenseExchange(nn.Cell):
         return out
 
 
-class ReplicaSync(nn.Cell):
-    """Checks that every worker built the same model; broadcasts rank 0's parameters."""
+_DIGEST_BUCKET = 256  # parameters per digest op (one AOT op input each)
+_DIGEST_DTYPES = {mstype.float32: DataType.F32_Default, mstype.float16: DataType.F16_Default,
+                  mstype.float64: DataType.F64_Default, mstype.bfloat16: DataType.BF16_Default}
 
-    def __init__(self, nranks, signature):
+
+class ReplicaSync(nn.Cell):
+    """Checks that every worker built the same model at the same step; makes the
+    parameters identical on the first step."""
+
+    def __init__(self, nranks, signature, params):
         super().__init__()
         self.nranks = nranks
         self.signature = Tensor(np.array(signature, np.int32))
-        self.width = Tensor(np.array([len(signature)], np.int32))
+        self.width = Tensor(np.array([len(signature) + 1], np.int32))
         if nranks > 1:
             self.all_gather = ops.AllGather()
             self.broadcast = ops.Broadcast(0)
@@ -137,15 +179,43 @@ class ReplicaSync(nn.Cell):
                 "ms_optim_check_replicas", out_shape=lambda *shapes: [1],
                 out_dtype=lambda *dtypes: mstype.int32, inputs=("signatures", "width"),
                 outputs=("ok",), dtype_formats=[(i32, i32, i32)], inplace=False)
+            self.digest_groups = self._digest_groups(params)
 
-    def check(self):
-        """int32[1] once every worker's signature matched (fails otherwise)."""
-        return self.check_op(self.all_gather(self.signature), self.width)
+    @staticmethod
+    def _digest_groups(params):
+        """(parameter indices, digest op) per bucket of parameters of one dtype."""
+        by_dtype = {}
+        for i, p in enumerate(params):
+            by_dtype.setdefault(p.dtype, []).append(i)
+        groups = []
+        for dtype, ids in by_dtype.items():
+            fmt = _DIGEST_DTYPES[dtype]
+            for lo in range(0, len(ids), _DIGEST_BUCKET):
+                bucket = tuple(ids[lo:lo + _DIGEST_BUCKET])
+                op = _native.aot_op(
+                    "ms_optim_digest", out_shape=lambda *shapes: [2],
+                    out_dtype=lambda *dtypes: mstype.int32,
+                    inputs=tuple(f"p{j}" for j in range(len(bucket))), outputs=("digest",),
+                    dtype_formats=[(fmt,) * len(bucket) + (DataType.I32_Default,)], inplace=False)
+                groups.append((bucket, op))
+        return tuple(groups)
 
-    def broadcast_params(self, params, after):
-        """Overwrites every parameter with rank 0's, after `after` has run."""
-        synced = self.broadcast(F.depend(params, after))
+    def check(self, step):
+        """int32[1] once every worker's signature and step matched (fails otherwise)."""
+        mine = ops.concat((self.signature, F.cast(step, mstype.int32).reshape(1)))
+        return self.check_op(self.all_gather(mine), self.width)
+
+    def sync_params(self, params, after):
+        """After `after`: compares a digest of every worker's parameters and, only
+        if they differ, overwrites every parameter with rank 0's."""
+        digests = ()
+        for ids, op in self.digest_groups:
+            digests = digests + (op(*[params[i] for i in ids]),)
+        gathered = self.all_gather(F.depend(ops.concat(digests), after))
+        rows = gathered.reshape(self.nranks, -1)
         done = after
-        for j in range(len(params)):
-            done = F.depend(done, F.assign(params[j], synced[j]))
-        return done
+        if not ops.equal(rows, rows[0:1]).all():
+            synced = self.broadcast(F.depend(params, gathered))
+            for j in range(len(params)):
+                done = F.depend(done, F.assign(params[j], synced[j]))
+        return F.depend(done, gathered)

@@ -1,5 +1,6 @@
 """DGCMomentum: Deep Gradient Compression (Lin et al., ICLR 2018) for MindSpore."""
 import numbers
+import warnings
 
 from mindspore import Parameter, ParameterTuple, Tensor, context, log as logger, nn, ops
 from mindspore import dtype as mstype
@@ -11,8 +12,10 @@ from . import _checks, _native, comm
 from .clip import ClipGradByNorm, check_grad_clip
 from .regularizer import L1Decay, L2Decay
 
-_F32, _I32 = DataType.F32_Default, DataType.I32_Default
+_F32, _F16, _I32 = DataType.F32_Default, DataType.F16_Default, DataType.I32_Default
 MIN_COMPRESSED_NUMEL = 16384
+# dtypes of the parameters DGC compresses (residuals u, v and exchanged values are float32)
+COMPRESSED_DTYPES = (mstype.float32, mstype.float16)
 
 
 # MindSpore's graph compiler counts nested calls while it evaluates the step's
@@ -29,6 +32,42 @@ def _raise_call_depth(num_params):
         logger.info(f"DGCMomentum: raising max_call_depth to {needed} for {num_params} "
                     f"parameters.")
         context.set_context(max_call_depth=needed)
+
+
+def _check_bfloat16(cls, parameters, target):
+    """bfloat16 parameters cannot be updated on CPU (MindSpore 2.10 lacks the kernels)."""
+    if target != "CPU":
+        return
+    for p in parameters:
+        if p.dtype == mstype.bfloat16:
+            raise TypeError(
+                f"For '{cls}', parameter '{p.name}' is bfloat16, which MindSpore 2.10 cannot "
+                f"update on CPU: its CPU kernels for Assign, Sub, Reshape and MatMul have no "
+                f"bfloat16 (of the ops a step needs, only Cast, Add, Mul and Concat take it). "
+                f"Use float16 or float32 on CPU.")
+
+
+def _warn_uncompressed(cls, parameters, is_compressed):
+    """One warning per parameter large enough to compress that is sent dense anyway."""
+    for p, compressed in zip(parameters, is_compressed):
+        if compressed or p.size < MIN_COMPRESSED_NUMEL:
+            continue
+        why = ("bfloat16 is never compressed (MindSpore 2.10 has no CPU kernels to build "
+               "and check that path with)" if p.dtype == mstype.bfloat16 else
+               "only float32 and float16 parameters are compressed")
+        warnings.warn(f"{cls}: parameter '{p.name}' ({str(p.dtype).lower()}, {p.size} elements) "
+                      f"is exchanged dense on every step: {why}.", UserWarning, stacklevel=3)
+
+
+def _residual(param, prefix, widened):
+    """Zeros named `prefix.<param name>`: float32 for a widened (compressed
+    float16) parameter, else of the parameter's dtype."""
+    if widened:
+        return Parameter(initializer("zeros", param.shape, mstype.float32),
+                         name=f"{prefix}.{param.name}")
+    out = param.clone(init="zeros")
+    out.name = f"{prefix}.{param.name}"
+    return out
 
 
 def _check_sparsity(cls, sparsity):
@@ -65,10 +104,10 @@ class DGCMomentum(nn.Optimizer):
     2. parameters that are not compressed, and every parameter before
        ``rampup_begin_step``: dense mean over workers, then momentum
        (``u = momentum * u + G``; ``p -= lr * u``, Nesterov ``p -= lr * (G + momentum * u)``).
-    3. compressed parameters (float32 with at least 16384 elements) from
-       ``rampup_begin_step`` on: momentum correction (``u = m*u + g; v = v + u``;
-       Nesterov ``u = m*(u + g); v = v + u + g``), selection of the exact k
-       entries of largest ``|v|`` (ties to the lower index) with
+    3. compressed parameters (float32 or float16 with at least 16384
+       elements) from ``rampup_begin_step`` on: momentum correction
+       (``u = m*u + g; v = v + u``; Nesterov ``u = m*(u + g); v = v + u + g``),
+       selection of the exact k entries of largest ``|v|`` (ties to the lower index) with
        ``k = max(1, int(numel * (1 - sparsity[i])))``,
        ``i = min(int((step - rampup_begin_step) * len(sparsity) / rampup_step), len(sparsity) - 1)``,
        momentum factor masking (``u[idx] = v[idx] = 0``), exchange of every
@@ -76,6 +115,23 @@ class DGCMomentum(nn.Optimizer):
 
     The residuals ``u`` (``dgc_u.*``, every parameter) and ``v`` (``dgc_v.*``,
     compressed ones) are Parameters, so checkpoints carry them.
+
+    Half precision (AMP O2/O3 networks): a compressed float16 parameter has
+    float32 residuals ``u`` and ``v``; its gradient (and, for regularization,
+    its value) is cast to float32 before the loss scale, so clipping,
+    momentum, selection and the update run in float32, and every new value
+    of the parameter, dense steps before ``rampup_begin_step`` included, is
+    computed in float32 and rounded once to float16 (nearest even).  The
+    exchanged values stay float32 (a 4-byte value and a 4-byte int32 index
+    per entry): ``v`` accumulates many steps of gradient, which needs
+    float32's range and precision.  Smaller float16 parameters stay float16
+    throughout.  bfloat16 parameters are not compressed, because MindSpore
+    2.10 cannot run a bfloat16 network or update on CPU (its CPU MatMul,
+    Assign, Sub and Reshape kernels have no bfloat16), so that path could be
+    neither built nor checked: on CPU they are rejected, elsewhere sent dense.
+    A parameter of 16384 or more elements that is not compressed (float64,
+    bfloat16) gets one ``UserWarning`` naming it.
+
     ``compressed_params`` lists the compressed parameters and
     ``exchange_stats(step)`` the elements and bytes a worker sends.
 
@@ -101,6 +157,12 @@ class DGCMomentum(nn.Optimizer):
         weight_decay (Union[float, int, Cell]): MindSpore's L2. Default 0.0.
         loss_scale (float): Default 1.0.
         impl (str): "auto", "native" or "ops".
+        exchange (str): how the selections cross the workers: "allgather" of
+            the (index, value) entries, "allreduce" of the sparsified
+            gradient, or "auto" (default): per warm-up stage, whichever sends
+            fewer bytes for the world size (the gather grows with the number
+            of workers: with N workers it pays while N * k is below the
+            parameters' size). Both give the same bits.
 
     Example:
         >>> import ms_optim
@@ -118,7 +180,7 @@ class DGCMomentum(nn.Optimizer):
     def __init__(self, params, learning_rate, momentum, rampup_begin_step, rampup_step=1,
                  sparsity=(0.999,), use_nesterov=False, local_grad_clip_norm=None,
                  num_trainers=None, regularization=None, grad_clip=None, weight_decay=0.0,
-                 loss_scale=1.0, impl="auto"):
+                 loss_scale=1.0, impl="auto", exchange="auto"):
         cls = self._NAME
         params = _checks.check_params(cls, params)
         _checks.check_learning_rate(cls, learning_rate)
@@ -149,11 +211,15 @@ class DGCMomentum(nn.Optimizer):
             raise ValueError(f"For '{cls}', set either 'weight_decay' or 'regularization', not both.")
         loss_scale = _checks.check_loss_scale(cls, loss_scale)
         _checks.check_choice(cls, "impl", impl, ("auto", "native", "ops"))
+        _checks.check_choice(cls, "exchange", exchange, ("auto", "allgather", "allreduce"))
         # the loss scale is divided out here, before clipping (the base class would fold it
         # into the weight decay)
         super().__init__(learning_rate, params, weight_decay, 1.0)
+        target = context.get_context("device_target")
+        _check_bfloat16(cls, self._parameters, target)
         _checks.check_param_dtypes(cls, self._parameters,
-                                   (mstype.float32, mstype.float16, mstype.float64))
+                                   (mstype.float32, mstype.float16, mstype.float64)
+                                   + (() if target == "CPU" else (mstype.bfloat16,)))
         self.loss_scale = loss_scale
 
         comm.require_stand_alone(cls)
@@ -162,7 +228,7 @@ class DGCMomentum(nn.Optimizer):
             raise ValueError(f"For '{cls}', 'num_trainers' is {num_trainers} but the world group has "
                              f"{self.nranks} worker(s).")
         if impl == "auto":
-            impl = "native" if context.get_context("device_target") == "CPU" else "ops"
+            impl = "native" if target == "CPU" else "ops"
         self.impl = impl
         _raise_call_depth(len(self._parameters))
         self.use_nesterov = use_nesterov
@@ -173,14 +239,19 @@ class DGCMomentum(nn.Optimizer):
         self.l1 = regularization.coeff if isinstance(regularization, L1Decay) else 0.0
         self.l2 = regularization.coeff if isinstance(regularization, L2Decay) else 0.0
 
-        self.is_compressed = tuple(p.dtype == mstype.float32 and p.size >= MIN_COMPRESSED_NUMEL
+        self.is_compressed = tuple(p.dtype in COMPRESSED_DTYPES and p.size >= MIN_COMPRESSED_NUMEL
                                    for p in self._parameters)
+        # compressed parameters narrower than float32: gradient, residuals and update in float32
+        self.widened = tuple(c and p.dtype != mstype.float32
+                             for c, p in zip(self.is_compressed, self._parameters))
+        _warn_uncompressed(cls, self._parameters, self.is_compressed)
         self.dense_ids = tuple(i for i, c in enumerate(self.is_compressed) if not c)
         self.comp_ids = tuple(i for i, c in enumerate(self.is_compressed) if c)
         # k per sparsity stage, per compressed parameter (at least one entry is sent)
         self.stage_k = tuple(tuple(max(1, int(self._parameters[i].size * (1 - s)))
                                    for i in self.comp_ids) for s in sparsity)
-        self.u = self._parameters.clone(prefix="dgc_u", init="zeros")
+        self.u = ParameterTuple(_residual(p, "dgc_u", w)
+                                for p, w in zip(self._parameters, self.widened))
         self.v = ParameterTuple(
             Parameter(initializer("zeros", self._parameters[i].shape, mstype.float32),
                       name=f"dgc_v.{self._parameters[i].name}") for i in self.comp_ids)
@@ -202,16 +273,21 @@ class DGCMomentum(nn.Optimizer):
         self.sparse_exchange = comm.SparseExchange(self.nranks)
         self.dense_exchange = comm.DenseExchange(self.nranks, [shapes[i] for i in self.dense_ids])
         self.warmup_exchange = comm.DenseExchange(self.nranks, [shapes[i] for i in self.comp_ids])
+        self.exchange = exchange
+        self.stage_exchange = tuple(self._plan_exchange(s, self.nranks)
+                                    for s in range(len(self.sparsity)))
         self.replicas = comm.ReplicaSync(self.nranks, comm.model_signature(
             shapes, [p.dtype for p in self._parameters],
-            (self.stage_k, rampup_begin_step, rampup_step, self.is_compressed)))
+            (self.stage_k, rampup_begin_step, rampup_step, self.is_compressed,
+             self.stage_exchange)), self._parameters)
         if impl == "native":
             self.select_ops = tuple(tuple(self._select_op(k) for k in ks) for ks in self.stage_k)
             self.apply_op = _native.aot_op(
                 "ms_optim_dgc_apply", out_shape=lambda *shapes: [1],
                 out_dtype=lambda *dtypes: mstype.float32,
                 inputs=("param", "idx", "val", "lr", "layout"), outputs=("done",),
-                dtype_formats=[(_F32, _I32, _F32, _F32, _I32, _F32)], inplace=True)
+                dtype_formats=[(_F32, _I32, _F32, _F32, _I32, _F32),
+                               (_F16, _I32, _F32, _F32, _I32, _F32)], inplace=True)
 
     @staticmethod
     def _select_op(k):
@@ -229,7 +305,7 @@ class DGCMomentum(nn.Optimizer):
 
     @property
     def compressed_params(self):
-        """Names of the parameters DGC compresses (float32, >= 16384 elements)."""
+        """Names of the parameters DGC compresses (float32 or float16, >= 16384 elements)."""
         return [self._parameters[i].name for i in self.comp_ids]
 
     def stage(self, step):
@@ -239,29 +315,59 @@ class DGCMomentum(nn.Optimizer):
         i = int((step - self.rampup_begin_step) * len(self.sparsity) / self.rampup_step)
         return min(i, len(self.sparsity) - 1)
 
-    def exchange_stats(self, step=None):
+    def _plan_exchange(self, stage, workers):
+        """How stage `stage`'s selections cross `workers` workers: 'allgather' of
+        the (index, value) entries or 'allreduce' of the sparsified gradient."""
+        if self.exchange != "auto":
+            return self.exchange
+        return comm.choose_sparse_exchange(sum(self.stage_k[stage]),
+                                           self.warmup_exchange.send_elements, workers)
+
+    def exchange_stats(self, step=None, workers=None):
         """What one worker sends at `step` (default: the next step) against dense fp32 gradients.
 
-        Compressed parameters send k int32 indices and k float32 values; the
-        others (and all of them before ``rampup_begin_step``) send dense fp32.
+        ``exchange`` is how the compressed parameters' gradients cross the
+        workers at that step: "dense" before ``rampup_begin_step``, then per
+        warm-up stage "allgather" (k int32 indices and k float32 values per
+        parameter) or "allreduce" (the sparsified gradient, 4 bytes per
+        element), the cheaper one for the number of workers (see
+        ``comm.choose_sparse_exchange``).  ``bytes`` is what the worker puts
+        into the collectives' buffers; ``wire_bytes`` is the payload one host
+        sends for them with MindSpore's CPU collectives (``comm.WIRE_FACTOR``;
+        headers of the network protocols not included).  `workers` (default:
+        the world size) asks what would be sent among that many workers.
         """
         if step is None:
             step = int(self.global_step.asnumpy().reshape(-1)[0])
+        workers = self.nranks if workers is None else _checks.check_int(
+            self._NAME, "workers", workers)
+        if workers < 1:
+            raise ValueError(f"For '{self._NAME}', the 'workers' must be >= 1, but got {workers}.")
         stage = self.stage(step)
         dense_elems = sum(p.size for p in self._parameters)
-        # the fused buffers of comm.py: float32 dense, int32 + float32 per selected entry
-        dense_sent = self.dense_exchange.send_elements
-        selected = 0
-        if stage is None:
-            dense_sent += self.warmup_exchange.send_elements
-        else:
-            selected = sum(self.stage_k[stage])
-        sent_bytes = 4 * dense_sent + 8 * selected
+        small = self.dense_exchange.send_elements
+        comp = self.warmup_exchange.send_elements
+        exchange = "dense" if stage is None else (
+            self.stage_exchange[stage] if workers == self.nranks else
+            self._plan_exchange(stage, workers))
+        selected = 0 if exchange == "dense" else sum(self.stage_k[stage])
+        # the fused buffers of comm.py: small tensors and (before compression, or with the
+        # all-reduce exchange) the compressed ones in float32; selections as index + value
+        sparse_bytes = comm.SPARSE_ENTRY_BYTES * selected if exchange == "allgather" else 4 * comp
+        sent_bytes = 4 * small + sparse_bytes
+        control = 4 * int(self.replicas.width.asnumpy()[0])  # the signature check's gather
+        wire = (comm.allreduce_wire_bytes(4 * small, workers)
+                + comm.allgather_wire_bytes(control, workers)
+                + (comm.allgather_wire_bytes(sparse_bytes, workers) if exchange == "allgather"
+                   else comm.allreduce_wire_bytes(sparse_bytes, workers)))
         return {"step": step, "stage": stage,
                 "sparsity": None if stage is None else self.sparsity[stage],
-                "elements": dense_sent + selected, "bytes": sent_bytes,
-                "dense_part_bytes": 4 * dense_sent, "sparse_part_bytes": 8 * selected,
+                "workers": workers, "exchange": exchange,
+                "elements": small + (selected if exchange == "allgather" else comp),
+                "selected": selected, "bytes": sent_bytes, "wire_bytes": int(round(wire)),
+                "dense_part_bytes": 4 * small, "sparse_part_bytes": sparse_bytes,
                 "dense_elements": dense_elems, "dense_bytes": 4 * dense_elems,
+                "dense_wire_bytes": int(round(comm.allreduce_wire_bytes(4 * dense_elems, workers))),
                 "compression": 4 * dense_elems / sent_bytes}
 
     # ---------------------------------------------------------------- step --
@@ -270,10 +376,13 @@ class DGCMomentum(nn.Optimizer):
         return lr[i] if self.is_group_lr else lr
 
     def _local_grads(self, gradients, weight_decay):
-        """Loss scale, local clipping and regularization of this worker's gradients."""
+        """Loss scale, local clipping and regularization of this worker's gradients
+        (in float32 for a widened parameter: its gradient and value are cast first)."""
         out = ()
         for i in range(self.param_length):
             p, g = self._parameters[i], gradients[i]
+            if self.widened[i]:
+                p, g = F.cast(p, mstype.float32), F.cast(g, mstype.float32)
             if self.loss_scale != 1.0:
                 g = g * F.cast(self.inv_scale, F.dtype(g))
             if self.clip_norm is not None:
@@ -301,13 +410,18 @@ class DGCMomentum(nn.Optimizer):
         for j in range(len(ids)):
             i = ids[j]
             p, u, g = self._parameters[i], self.u[ids[j]], dense[j]
-            lr_i = F.cast(self._lr(lr, i), F.dtype(p))
-            m = F.cast(self.momentum, F.dtype(p))
+            # in u's dtype: the parameter's, or float32 for a widened one (g is float32 too)
+            lr_i = F.cast(self._lr(lr, i), F.dtype(u))
+            m = F.cast(self.momentum, F.dtype(u))
             next_u = m * u + g
             # (not P.ApplyMomentum: its CPU kernel ignores use_nesterov in MindSpore 2.10)
             update = g + m * next_u if self.use_nesterov else next_u
             done = F.depend(done, F.assign(u, next_u))
-            done = F.depend(done, F.assign(p, p - lr_i * update))
+            if self.widened[i]:  # float32 math, one rounding to the parameter's dtype
+                done = F.depend(done, F.assign(
+                    p, F.cast(F.cast(p, mstype.float32) - lr_i * update, F.dtype(p))))
+            else:
+                done = F.depend(done, F.assign(p, p - lr_i * update))
         return done
 
     def _select(self, stage, j, grad):
@@ -348,8 +462,19 @@ class DGCMomentum(nn.Optimizer):
             idx = idx + (idx_all[r * block + lo:r * block + lo + k],)
             val = val + (val_all[r * block + lo:r * block + lo + k],)
         step = lr_i * (ops.concat(val) / self.nranks_t)
+        if self.widened[i]:  # float32 math, one rounding to the parameter's dtype
+            flat = ops.tensor_scatter_add(F.cast(p, mstype.float32).reshape(-1),
+                                          ops.concat(idx).reshape(-1, 1), -step)
+            return F.assign(p, F.cast(flat.reshape(p.shape), F.dtype(p)))
         flat = ops.tensor_scatter_add(p.reshape(-1), ops.concat(idx).reshape(-1, 1), -step)
         return F.assign(p, flat.reshape(p.shape))
+
+    def _apply_summed(self, j, lr, G):
+        """p -= lr * G for compressed parameter j, G the dense mean of every worker's
+        sparsified gradient (zero where no worker selected): the same bits as `_apply`."""
+        p = self._parameters[self.comp_ids[j]]
+        step = self._lr(lr, self.comp_ids[j]) * G.reshape(p.shape)
+        return F.assign(p, F.cast(F.cast(p, mstype.float32) - step, F.dtype(p)))
 
     def _sparse_step(self, stage, lr, grads):
         idxs, vals = (), ()
@@ -357,8 +482,17 @@ class DGCMomentum(nn.Optimizer):
             idx, val = self._select(stage, j, grads[self.comp_ids[j]])
             idxs = idxs + (idx,)
             vals = vals + (val,)
-        idx_all, val_all = self.sparse_exchange(idxs, vals)
         done = True
+        if self.stage_exchange[stage] == "allreduce":
+            sparse = ()
+            for j in range(len(self.comp_ids)):
+                size = (self._parameters[self.comp_ids[j]].size,)
+                sparse = sparse + (ops.scatter_nd(idxs[j].reshape(-1, 1), vals[j], size),)
+            summed = self.warmup_exchange(sparse)
+            for j in range(len(self.comp_ids)):
+                done = F.depend(done, self._apply_summed(j, lr, summed[j]))
+            return done
+        idx_all, val_all = self.sparse_exchange(idxs, vals)
         for j in range(len(self.comp_ids)):
             done = F.depend(done, self._apply(stage, j, lr, idx_all, val_all))
         return done
@@ -373,9 +507,9 @@ class DGCMomentum(nn.Optimizer):
         grads = self._local_grads(gradients, weight_decay)
         if self.nranks > 1:
             # nothing is exchanged before every worker is known to hold the same model
-            synced = self.replicas.check()
+            synced = self.replicas.check(step)
             if step == 0:
-                synced = self.replicas.broadcast_params(self._parameters, synced)
+                synced = self.replicas.sync_params(self._parameters, synced)
             grads = F.depend(grads, synced)
         done = self._dense_step(self.dense_ids, self.dense_exchange, lr, grads)
         if self.comp_ids:

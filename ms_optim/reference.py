@@ -147,9 +147,13 @@ def dgc_aggregate(numel, selections):
 class DGCReference:
     """Data-parallel DGCMomentum (ALGORITHMS.md §3) over `nranks` workers in numpy.
 
-    params: list of float32 arrays (shared by the workers); per parameter `wd`
-    (L2 through MindSpore's weight_decay, or the L2Decay coefficient) and `l1`.
+    params: list of arrays (shared by the workers); per parameter `wd` (L2
+    through MindSpore's weight_decay, or the L2Decay coefficient) and `l1`.
     step() takes each worker's gradient list and updates the parameters in place.
+    Float32 and float16 parameters of at least `min_numel` elements are
+    compressed; a compressed float16 one has float32 residuals u, v, its
+    gradient and value enter the local step in float32, and each new value is
+    computed in float32 and rounded once to float16.
     """
 
     def __init__(self, params, momentum, rampup_begin_step, rampup_step=1, sparsity=(0.999,),
@@ -162,9 +166,13 @@ class DGCReference:
         self.l1 = l1
         self.wd = wd if wd is not None else [0.0] * len(params)
         self.nranks, self.inv_scale = nranks, f32(1.0 / loss_scale)
-        self.compressed = [p.dtype == np.float32 and p.size >= min_numel for p in params]
-        self.u = [[np.zeros_like(p) for p in params] for _ in range(nranks)]
-        self.v = [[np.zeros_like(p) for p in params] for _ in range(nranks)]
+        self.compressed = [p.dtype in (np.float32, np.float16) and p.size >= min_numel
+                           for p in params]
+        # residuals: float32 for compressed parameters, else of the parameter's dtype
+        self.u = [[np.zeros(p.shape, f32 if c else p.dtype) for p, c in zip(params, self.compressed)]
+                  for _ in range(nranks)]
+        self.v = [[np.zeros(p.shape, f32 if c else p.dtype) for p, c in zip(params, self.compressed)]
+                  for _ in range(nranks)]
         self.t = 0
 
     def _local(self, g, p, wd):
@@ -180,7 +188,9 @@ class DGCReference:
     def step(self, worker_grads, lr):
         lr = f32(lr)
         for j, p in enumerate(self.params):
-            local = [self._local(worker_grads[w][j], p, self.wd[j]) for w in range(self.nranks)]
+            # a compressed parameter enters the local step in float32
+            value = p.astype(f32) if self.compressed[j] else p
+            local = [self._local(worker_grads[w][j], value, self.wd[j]) for w in range(self.nranks)]
             if not self.compressed[j] or self.t < self.begin:
                 G = local[0].copy()
                 for g in local[1:]:
@@ -190,12 +200,15 @@ class DGCReference:
                     u = self.u[w][j]
                     u[...] = self.momentum * u + G
                 step = G + self.momentum * self.u[0][j] if self.nesterov else self.u[0][j]
-                p -= lr * step
             else:
                 k = dgc_k(p.size, self.t, self.begin, self.rampup_step, self.sparsity)
                 sel = [dgc_select(self.u[w][j], self.v[w][j], local[w], self.momentum, k,
                                   self.nesterov) for w in range(self.nranks)]
-                p -= lr * dgc_aggregate(p.size, sel).reshape(p.shape)
+                step = dgc_aggregate(p.size, sel).reshape(p.shape)
+            if self.compressed[j]:  # float32 math, one rounding to the parameter's dtype
+                p[...] = (value - lr * step).astype(p.dtype)
+            else:
+                p -= lr * step
         self.t += 1
 
 

@@ -1,4 +1,6 @@
 """DGCMomentum: top-k and residual kernels, and the optimizer, against the numpy reference."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -113,6 +115,53 @@ def test_apply_kernel_sums_workers_in_rank_order():
     np.testing.assert_array_equal(p, want)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("n", [1, 7, 16383, 16385])
+@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_apply_kernel_param_dtypes(isa, n, ranks, dtype, fresh_isa):
+    """float16 params: p = f16(f32(p) - lr * sum(values) / R) on the touched elements, the others
+    unchanged; float32 params keep the float32 rule.  Another parameter's entries come first in
+    each worker's block, so the layout's offset is used."""
+    _native.select_isa(isa)
+    rng = np.random.default_rng(n * 10 + ranks)
+    k, k_other, lr = max(1, n // 3), 5, np.float32(0.1)
+    # steps as large as the values: their low bits decide the rounding of the result
+    p = (rng.standard_normal(n) * 0.05).astype(dtype)
+    if n > 100:
+        p[:3] = np.array([0.0, -0.0, 6e-8], dtype)  # zeros and a float16 subnormal
+    before = p.copy()
+    sels, idx_all, val_all = [], [], []
+    for _ in range(ranks):  # overlapping selections when ranks == 2
+        idx = np.sort(rng.choice(n, k, replace=False)).astype(np.int32)
+        val = (rng.standard_normal(k) * 0.5).astype(np.float32)
+        sels.append((idx, val))
+        idx_all += [rng.integers(0, n, k_other).astype(np.int32), idx]
+        val_all += [rng.standard_normal(k_other).astype(np.float32), val]
+    want = (before.astype(np.float32) - lr * reference.dgc_aggregate(n, sels)).astype(dtype)
+    _native.call_aot("ms_optim_dgc_apply", [p, np.concatenate(idx_all), np.concatenate(val_all),
+                                            np.array(lr), np.array([ranks, k_other, k], np.int32),
+                                            np.zeros(1, np.float32)])
+    assert p.dtype == dtype
+    np.testing.assert_array_equal(p.view(np.uint8), want.view(np.uint8))
+    assert (want != before).any()  # the step changed something at this precision
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_apply_kernel_float16_is_not_rounded_twice(ranks):
+    """0.5 - s with s just below 1.5 float16 ulps of the result: rounded once it is 0.4998
+    (bits 14335); rounding s to float16 first, or subtracting in float16, gives 0.4995."""
+    s = np.float32(1.5 * 2 ** -12 - 2 ** -24)
+    p = np.array([0.5, 0.25], np.float16)
+    # lr 0.125 and values 8 s: lr * (sum / ranks) is s exactly
+    idx = np.zeros(ranks, np.int32)
+    val = np.full(ranks, 8 * s, np.float32)
+    _native.call_aot("ms_optim_dgc_apply", [p, idx, val, np.array(0.125, np.float32),
+                                            np.array([ranks, 0, 1], np.int32),
+                                            np.zeros(1, np.float32)])
+    assert p.view(np.uint16).tolist() == [14335, np.float16(0.25).view(np.uint16)]
+
+
 def test_replica_check_kernel():
     out = np.zeros(1, np.int32)
     same = np.array([3, 100, 7] * 2, np.int32)
@@ -137,6 +186,10 @@ def test_kernels_reject_bad_input():
         _native.call_aot("ms_optim_dgc_apply", [x, np.array([1, 2], np.int32), np.ones(2, np.float32),
                                                 np.array(0.1, np.float32),
                                                 np.array([1, 1, 2], np.int32), np.zeros(1, np.float32)])
+    with pytest.raises(RuntimeError, match="float32 or float16, got float64"):
+        _native.call_aot("ms_optim_dgc_apply", [np.zeros(10), np.array([1], np.int32),
+                                                np.ones(1, np.float32), np.array(0.1, np.float32),
+                                                np.array([1, 0, 1], np.int32), np.zeros(1, np.float32)])
 
 
 # ------------------------------------------------------------ the optimizer --
@@ -211,19 +264,19 @@ def test_exchange_stats_and_stages():
 
 
 class WideNet(nn.Cell):
-    def __init__(self):
+    def __init__(self, dtype=ms.float32):
         super().__init__()
-        self.fc1 = nn.Dense(64, 300)  # 19200 weights: compressed
-        self.fc2 = nn.Dense(300, 3)
+        self.fc1 = nn.Dense(64, 300, dtype=dtype)  # 19200 weights: compressed
+        self.fc2 = nn.Dense(300, 3, dtype=dtype)
         self.relu = nn.ReLU()
 
     def construct(self, x):
         return self.fc2(self.relu(self.fc1(x)))
 
 
-def _wide_dgc():
+def _wide_dgc(dtype=ms.float32):
     ms.set_seed(1)
-    net = WideNet()
+    net = WideNet(dtype)
     opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.05, momentum=0.9,
                                rampup_begin_step=2, rampup_step=4, sparsity=[0.9, 0.99])
     assert opt.compressed_params == ["fc1.weight"]
@@ -320,3 +373,122 @@ def test_as_many_parameters_as_resnet50():
         opt(tuple(Tensor(g) for g in grads))
         ref.step([grads], 0.1)
     assert_close_to_mindspore([p.asnumpy() for p in params], ref.params)
+
+
+# ---------------------------------------------------------------- float16 --
+
+F16_SHAPES = [(130, 129), (20000,), (7, 3), (11,)]
+F16_DTYPES = [np.float16, np.float16, np.float32, np.float16]  # compressed: the first two
+F16_CONFIGS = {**CONFIGS, "l1_nesterov": dict(regularization=L1Decay(1e-3), use_nesterov=True)}
+
+
+def _f16_params(rng):
+    return [Parameter(Tensor(rng.standard_normal(s).astype(d)), name=n) for s, d, n in
+            zip(F16_SHAPES, F16_DTYPES, ("fc.weight", "emb.table", "fc2.weight", "fc2.bias"))]
+
+
+def _f16_run(impl, config, steps):
+    """Trains float16 parameters and the reference side by side for `steps` steps."""
+    cfg = F16_CONFIGS[config]
+    rng = np.random.default_rng(0)
+    params = _f16_params(rng)
+    opt = ms_optim.DGCMomentum(params, learning_rate=0.05, momentum=0.9, rampup_begin_step=5,
+                               rampup_step=30, sparsity=WARMUP, impl=impl, **cfg)
+    ref = _reference_for(params, cfg)
+    scale = cfg.get("loss_scale", 1.0)
+    for _ in range(steps):
+        grads = [(rng.standard_normal(s) * scale).astype(d) for s, d in zip(F16_SHAPES, F16_DTYPES)]
+        opt(tuple(Tensor(g) for g in grads))
+        ref.step([grads], 0.05)
+    return params, opt, ref
+
+
+@pytest.mark.parametrize("impl,config", [("native", c) for c in (
+    "plain", "l2_loss_scale", "weight_decay_nesterov", "l1_nesterov")]
+    + [("ops", "plain"), ("ops", "l1_nesterov")])
+def test_float16_optimizer_matches_reference(impl, config):
+    """float16 parameters of >= 16384 elements are compressed with float32 residuals and match
+    the reference bit for bit through the dense steps 0-4, every warm-up stage and 0.999
+    (ops.topk met no ties at the k-th magnitude with these data)."""
+    params, opt, ref = _f16_run(impl, config, 64)
+    assert opt.compressed_params == ["fc.weight", "emb.table"]
+    assert [u.dtype for u in opt.u] == [ms.float32, ms.float32, ms.float32, ms.float16]
+    assert [v.dtype for v in opt.v] == [ms.float32, ms.float32]
+    comp = list(opt.comp_ids)
+    got = [params[i].asnumpy() for i in comp] + [opt.u[i].asnumpy() for i in comp] \
+        + [v.asnumpy() for v in opt.v]
+    want = [ref.params[i] for i in comp] + [ref.u[0][i] for i in comp] \
+        + [ref.v[0][i] for i in comp]
+    for a, e in zip(got, want):
+        assert a.dtype == e.dtype
+        np.testing.assert_array_equal(a, e)
+    # the float32 parameter among them is unaffected by its float16 neighbours
+    assert_close_to_mindspore([params[2].asnumpy()], [ref.params[2]])
+
+
+@pytest.mark.parametrize("config", ["nesterov_clip", "grad_clip_l1"])
+def test_float16_local_clipping_in_float32(config):
+    """Clipping a float16 parameter's gradient happens in float32: over the dense steps (no
+    selection, so no near-ties to flip) u matches to float32 rounding (the norms are summed in
+    other orders) and p to within two float16 roundings."""
+    params, opt, ref = _f16_run("native", config, 5)
+    comp = list(opt.comp_ids)
+    assert_close_to_mindspore([opt.u[i].asnumpy() for i in comp], [ref.u[0][i] for i in comp])
+    for i in comp:
+        np.testing.assert_allclose(params[i].asnumpy().astype(np.float32),
+                                   ref.params[i].astype(np.float32), rtol=2 ** -9, atol=2 ** -24)
+
+
+def test_float16_network_checkpoint_carries_float32_residuals(tmp_path):
+    """A float16 network through dense steps and both stages; the checkpoint holds float32
+    u and v for the compressed weight and resumes bit for bit."""
+    path = str(tmp_path / "dgc16.ckpt")
+
+    def build():
+        net, opt = _wide_dgc(ms.float16)
+        return net, opt, train_cell(net, opt)
+
+    assert_checkpoint_resumes(build, 12, *batch(n=32, n_in=64, dtype=np.float16), path,
+                              lambda net, opt: values(net.trainable_params()) + values(opt.u)
+                              + values(opt.v))
+    saved = ms.load_checkpoint(path)
+    assert saved["fc1.weight"].dtype == ms.float16
+    assert saved["dgc_u.fc1.weight"].dtype == ms.float32
+    assert saved["dgc_v.fc1.weight"].dtype == ms.float32
+    assert saved["dgc_u.fc1.bias"].dtype == ms.float16  # not compressed: its own dtype
+
+
+def _uncompressed_warnings(params, **kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        opt = ms_optim.DGCMomentum(params, **{**BASE, **kwargs})
+    return opt, [str(w.message) for w in caught if "exchanged dense" in str(w.message)]
+
+
+def test_large_uncompressed_parameter_warns_once():
+    rng = np.random.default_rng(0)
+    params = [Parameter(Tensor(rng.standard_normal(20000)), name="big64"),  # float64
+              Parameter(Tensor(rng.standard_normal(16384).astype(np.float16)), name="big16"),
+              Parameter(Tensor(rng.standard_normal(16383)), name="small64"),
+              Parameter(Tensor(rng.standard_normal(16384).astype(np.float32)), name="big32"),
+              Parameter(Tensor(rng.standard_normal((128, 128))), name="square64")]
+    opt, warned = _uncompressed_warnings(params)
+    assert opt.compressed_params == ["big16", "big32"]
+    assert len(warned) == 2
+    assert "'big64' (float64, 20000 elements)" in warned[0] and "float32 and float16" in warned[0]
+    assert "'square64' (float64, 16384 elements)" in warned[1]
+
+
+def test_bfloat16_parameters(monkeypatch):
+    """MindSpore 2.10 has no bfloat16 Assign (nor MatMul, Sub, Reshape) on CPU: a bfloat16
+    parameter is rejected there; on another target it is sent dense, with one warning."""
+    big = Parameter(Tensor(np.ones(20000, np.float32), ms.bfloat16), name="big_bf16")
+    small = Parameter(Tensor(np.ones(8, np.float32), ms.bfloat16), name="small_bf16")
+    with pytest.raises(TypeError, match="'big_bf16' is bfloat16"):
+        ms_optim.DGCMomentum([big, small], **BASE)
+    real = ms_optim.dgc.context.get_context
+    monkeypatch.setattr(ms_optim.dgc.context, "get_context",
+                        lambda key: "GPU" if key == "device_target" else real(key))
+    opt, warned = _uncompressed_warnings([big, small], impl="ops")
+    assert opt.compressed_params == [] and opt.impl == "ops"
+    assert len(warned) == 1 and "'big_bf16'" in warned[0] and "bfloat16" in warned[0]

@@ -52,7 +52,7 @@ def test_replicas_identical_after_training(exchange_run):
     a, b = exchange_run
     assert not np.array_equal(a["init0"], b["init0"])  # the workers started apart
     for key in a.files:
-        if key.startswith(("param", "ops_param", "model")):
+        if key.startswith(("param", "ops_param", "ar_param", "model")):
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     # the ms.Model run moved the parameters, identically
     assert not np.array_equal(a["model0"], a["straight0"])
@@ -74,8 +74,13 @@ def test_aggregate_matches_reference_of_the_exchange(exchange_run):
             assert_close_to_mindspore([run[f"{tag}u{i}"] for i in range(4)], ref.u[rank])
             assert_close_to_mindspore([run[f"{tag}v0"], run[f"{tag}v1"]], ref.v[rank][:2])
     assert not np.array_equal(a["v0"], b["v0"])
+    # the dense all-reduce of the sparsified gradient gives the gathered path's bits
+    for key in [k for k in a.files if k.startswith(("param", "u", "v"))]:
+        for run in (a, b):
+            np.testing.assert_array_equal(run[f"ar_{key}"], run[key], err_msg=key)
     # compressed step: 16 + 20 selected (index + value) and 32 dense floats per worker
     assert int(a["exchange_bytes"]) == 8 * (16 + 20) + 4 * (21 + 11)
+    assert int(a["ar_exchange_bytes"]) == 4 * (130 * 129 + 20000) + 4 * (21 + 11)
 
 
 def test_checkpoint_per_rank_resumes_exactly(exchange_run):
@@ -101,3 +106,13 @@ def test_mismatched_models_fail_cleanly(tmp_path):
     for result in _results(tmp_path):
         assert result.startswith("error: ") and "ms_optim_check_replicas" in result
     assert logs.count("DGCMomentum workers were built with different models") == 2
+
+
+def test_workers_at_different_steps_fail_cleanly(tmp_path):
+    rc, logs = _msrun("step_mismatch", tmp_path)
+    assert rc == 0, logs[-4000:]
+    for result in _results(tmp_path):
+        assert result.startswith("error: ") and "ms_optim_check_replicas" in result
+    # the signatures by rank end with each worker's step
+    assert "rank 0: " in logs and " 0\n" in logs.split("rank 0: ")[1][:80]
+    assert " 5\n" in logs.split("rank 1: ")[1][:80]

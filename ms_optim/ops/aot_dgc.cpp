@@ -71,22 +71,84 @@ MSOPT_API int ms_optim_dgc_select(int nparam, void **params, int *ndims, int64_t
   return msopt::kAotOk;
 }
 
-// Inputs: param float32[n]; idx int32[R*L] and val float32[R*L], every
-// worker's fused selection buffer (L entries each: all compressed parameters'
-// selections side by side), gathered in rank order; lr (float32 scalar);
-// layout int32[3] = (R, offset, k): this parameter's k entries start at
-// r*L + offset in worker r's block.  Output: done float32[1].
+namespace {
+
+// The parameter element types of ms_optim_dgc_apply.  sub(i, d) is p[i] -= d:
+// float32 in place; float16 widened to float32, updated, and rounded once back
+// (to nearest even) with the kernel table's conversions.
+struct F32Param {
+  float *p;
+  void sub(int32_t i, float d) const { p[i] -= d; }
+};
+
+struct F16Param {
+  msopt::half_bits *p;
+  const msopt::KernelTable &k;
+  void sub(int32_t i, float d) const {
+    float x;
+    k.f16_to_f32(p + i, &x, 1);
+    x -= d;
+    k.f32_to_f16(&x, p + i, 1);
+  }
+};
+
+// p[i] -= lr * (s / r) for every index i of the r workers' entries (k per
+// worker, at w * block + offset), s the sum of i's values in rank order.
+template <class Param>
+int dgc_apply_entries(const Param &p, const int32_t *idx, const float *val, int64_t r,
+                      int64_t block, int64_t offset, int64_t k, float lr, const char *fn) {
+  const float ranks = static_cast<float>(r);
+  if (r == 1) {  // one worker: its indices are distinct
+    for (int64_t j = 0; j < k; ++j) p.sub(idx[offset + j], lr * (val[offset + j] / ranks));
+    return msopt::kAotOk;
+  }
+  // merge the workers' runs by index; equal indices keep rank order
+  try {
+    using Entry = std::pair<int32_t, float>;
+    auto by_index = [](const Entry &x, const Entry &y) { return x.first < y.first; };
+    std::vector<Entry> merged, next, run(static_cast<size_t>(k));
+    merged.reserve(static_cast<size_t>(r * k));
+    next.reserve(static_cast<size_t>(r * k));
+    for (int64_t w = 0; w < r; ++w) {
+      for (int64_t j = 0; j < k; ++j)
+        run[j] = {idx[w * block + offset + j], val[w * block + offset + j]};
+      std::stable_sort(run.begin(), run.end(), by_index);  // already sorted when from select
+      next.clear();
+      std::merge(merged.begin(), merged.end(), run.begin(), run.end(), std::back_inserter(next),
+                 by_index);
+      merged.swap(next);
+    }
+    for (size_t j = 0; j < merged.size();) {
+      const int32_t i = merged[j].first;
+      float s = 0.0f;
+      for (; j < merged.size() && merged[j].first == i; ++j) s += merged[j].second;
+      p.sub(i, lr * (s / ranks));
+    }
+  } catch (const std::bad_alloc &) {
+    return fail(msopt::kAotNoMemory, "%s: out of memory", fn);
+  }
+  return msopt::kAotOk;
+}
+
+}  // namespace
+
+// Inputs: param float32[n] or float16[n]; idx int32[R*L] and val float32[R*L],
+// every worker's fused selection buffer (L entries each: all compressed
+// parameters' selections side by side), gathered in rank order; lr (float32
+// scalar); layout int32[3] = (R, offset, k): this parameter's k entries start
+// at r*L + offset in worker r's block.  Output: done float32[1].
 // param -= lr * G with G = scatter_add(0, idx, val) / R: per index the values
-// are summed in rank order, then divided by R.
+// are summed in rank order, then divided by R.  A float16 param is updated in
+// float32 and rounded once to float16 (nearest even) per touched element.
 MSOPT_API int ms_optim_dgc_apply(int nparam, void **params, int *ndims, int64_t **shapes,
                                  const char **dtypes, void *, void *) {
   static const char *fn = "ms_optim_dgc_apply";
   if (nparam != 6) return fail(msopt::kAotBadArity, "%s: expected 6 tensors, got %d", fn, nparam);
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
-  if (!a.is(0, "float32") || !a.is(1, "int32") || !a.is(2, "float32") || !a.is(3, "float32") ||
-      !a.is(4, "int32"))
-    return fail(msopt::kAotBadDtype, "%s: expected float32 param, int32 idx, float32 val/lr, "
-                "int32 layout", fn);
+  if (!a.is(0, "float32") && !a.is(0, "float16"))
+    return fail(msopt::kAotBadDtype, "%s: param must be float32 or float16, got %s", fn, dtypes[0]);
+  if (!a.is(1, "int32") || !a.is(2, "float32") || !a.is(3, "float32") || !a.is(4, "int32"))
+    return fail(msopt::kAotBadDtype, "%s: expected int32 idx, float32 val/lr, int32 layout", fn);
   const int64_t n = a.numel(0), total = a.numel(1);
   if (a.numel(2) != total || a.numel(3) != 1 || a.numel(4) != 3)
     return fail(msopt::kAotBadShape, "%s: idx/val sizes differ, or lr/layout malformed", fn);
@@ -104,38 +166,12 @@ MSOPT_API int ms_optim_dgc_apply(int nparam, void **params, int *ndims, int64_t 
       if (i < 0 || i >= n)
         return fail(msopt::kAotBadShape, "%s: index %d outside [0, %lld)", fn, i, (long long)n);
     }
-  float *p = a.ptr<float>(0);
   const float lr = a.ptr<float>(3)[0];
-  const float ranks = static_cast<float>(r);
-  if (r == 1) {  // one worker: its indices are distinct
-    for (int64_t j = 0; j < k; ++j) p[idx[offset + j]] -= lr * (val[offset + j] / ranks);
-  } else {
-    // merge the workers' runs by index; equal indices keep rank order
-    try {
-      using Entry = std::pair<int32_t, float>;
-      auto by_index = [](const Entry &x, const Entry &y) { return x.first < y.first; };
-      std::vector<Entry> merged, next, run(static_cast<size_t>(k));
-      merged.reserve(static_cast<size_t>(r * k));
-      next.reserve(static_cast<size_t>(r * k));
-      for (int64_t w = 0; w < r; ++w) {
-        for (int64_t j = 0; j < k; ++j)
-          run[j] = {idx[w * block + offset + j], val[w * block + offset + j]};
-        std::stable_sort(run.begin(), run.end(), by_index);  // already sorted when from select
-        next.clear();
-        std::merge(merged.begin(), merged.end(), run.begin(), run.end(), std::back_inserter(next),
-                   by_index);
-        merged.swap(next);
-      }
-      for (size_t j = 0; j < merged.size();) {
-        const int32_t i = merged[j].first;
-        float s = 0.0f;
-        for (; j < merged.size() && merged[j].first == i; ++j) s += merged[j].second;
-        p[i] -= lr * (s / ranks);
-      }
-    } catch (const std::bad_alloc &) {
-      return fail(msopt::kAotNoMemory, "%s: out of memory", fn);
-    }
-  }
+  const int rc = a.is(0, "float32")
+      ? dgc_apply_entries(F32Param{a.ptr<float>(0)}, idx, val, r, block, offset, k, lr, fn)
+      : dgc_apply_entries(F16Param{a.ptr<msopt::half_bits>(0), msopt::kernels()}, idx, val, r,
+                          block, offset, k, lr, fn);
+  if (rc != msopt::kAotOk) return rc;
   *a.ptr<float>(5) = 0.0f;
   return msopt::kAotOk;
 }
@@ -160,7 +196,7 @@ MSOPT_API int ms_optim_check_replicas(int nparam, void **params, int *ndims, int
   for (int64_t i = width; i < total; ++i) same &= sig[i] == sig[i % width];
   if (!same) {
     std::fprintf(stderr, "ms_optim: DGCMomentum workers were built with different models; "
-                 "signatures (parameters, elements, hash of shapes and settings) by rank:\n");
+                 "signatures (parameters, elements, hash of shapes and settings, step) by rank:\n");
     for (int64_t w = 0; w < total / width; ++w) {
       std::fprintf(stderr, "  rank %lld:", (long long)w);
       for (int64_t j = 0; j < width; ++j) std::fprintf(stderr, " %d", sig[w * width + j]);
@@ -169,5 +205,74 @@ MSOPT_API int ms_optim_check_replicas(int nparam, void **params, int *ndims, int
     return fail(msopt::kAotBadShape, "%s: workers disagree on the model", fn);
   }
   *a.ptr<int32_t>(2) = 1;
+  return msopt::kAotOk;
+}
+
+namespace {
+
+// Bytes per element of the dtype strings MindSpore passes, 0 if unknown.
+int64_t element_bytes(const char *dtype) {
+  static const struct { const char *name; int64_t bytes; } kSizes[] = {
+      {"float64", 8}, {"int64", 8}, {"uint64", 8}, {"float32", 4}, {"int32", 4}, {"uint32", 4},
+      {"float16", 2}, {"bfloat16", 2}, {"int16", 2}, {"uint16", 2}, {"int8", 1}, {"uint8", 1},
+      {"bool", 1}};
+  for (const auto &s : kSizes)
+    if (std::strcmp(dtype, s.name) == 0) return s.bytes;
+  return 0;
+}
+
+// splitmix64's finalizer: a bijection of 64-bit words that spreads every input bit.
+inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Order-free digest of `bytes` bytes: the sum of mix64(word ^ mix64(position + salt)),
+// so threads may add their parts in any order and get the same bits.
+uint64_t digest_bytes(const unsigned char *data, int64_t bytes, uint64_t salt) {
+  const int64_t words = bytes / 8;
+  uint64_t sum = 0;
+#pragma omp parallel for reduction(+ : sum) schedule(static) if (words >= msopt::kParallelMin)
+  for (int64_t i = 0; i < words; ++i) {
+    uint64_t w;
+    std::memcpy(&w, data + 8 * i, 8);
+    sum += mix64(w ^ mix64(static_cast<uint64_t>(i) + salt));
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, data + 8 * words, static_cast<size_t>(bytes - 8 * words));
+  return sum + mix64(tail ^ mix64(static_cast<uint64_t>(words) + salt)) + static_cast<uint64_t>(bytes);
+}
+
+}  // namespace
+
+// Inputs: K tensors of one dtype.  Output: int32[2], a 64-bit digest of their
+// bytes and sizes (in input order).  Workers compare digests of their
+// parameters to skip broadcasting a model they already share.
+MSOPT_API int ms_optim_digest(int nparam, void **params, int *ndims, int64_t **shapes,
+                              const char **dtypes, void *, void *) {
+  static const char *fn = "ms_optim_digest";
+  if (nparam < 2) return fail(msopt::kAotBadArity, "%s: expected K >= 1 inputs and 1 output", fn);
+  const AotArgs a{nparam, params, ndims, shapes, dtypes};
+  const int out = nparam - 1;
+  if (!a.is(out, "int32") || a.numel(out) != 2)
+    return fail(msopt::kAotBadShape, "%s: the output must be int32[2]", fn);
+  int64_t total = 0;
+  for (int i = 0; i < out; ++i) {
+    if (element_bytes(a.dtypes[i]) == 0)
+      return fail(msopt::kAotBadDtype, "%s: input %d has unsupported dtype %s", fn, i, a.dtypes[i]);
+    total += a.numel(i) * element_bytes(a.dtypes[i]);
+  }
+  const msopt::ParallelSection section(total / 8);
+  uint64_t h = 0;
+  for (int i = 0; i < out; ++i) {
+    const uint64_t salt = mix64(0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(i + 1));
+    h = mix64(h ^ digest_bytes(a.ptr<unsigned char>(i), a.numel(i) * element_bytes(a.dtypes[i]), salt));
+  }
+  int32_t *o = a.ptr<int32_t>(out);
+  o[0] = static_cast<int32_t>(static_cast<uint32_t>(h));
+  o[1] = static_cast<int32_t>(static_cast<uint32_t>(h >> 32));
   return msopt::kAotOk;
 }

@@ -81,16 +81,20 @@ def train_net(rank, nranks, start, stop, seed, ckpt_load=None, ckpt_save=None):
 
 def mode_exchange(rank, nranks, out):
     arrays = {}
-    for impl, tag in (("native", ""), ("ops", "ops_")):
+    # the native kernels and the plain-ops path with the gathered selections, and the
+    # native selection with a dense all-reduce of the sparsified gradient
+    for impl, exchange, tag in (("native", "allgather", ""), ("ops", "allgather", "ops_"),
+                                ("native", "allreduce", "ar_")):
         params = make_params(seed=rank)  # different on every worker until the broadcast
         arrays.update({f"init{i}": p.asnumpy().copy() for i, p in enumerate(params)})
-        opt = ms_optim.DGCMomentum(params, num_trainers=nranks, impl=impl, **CONFIG)
+        opt = ms_optim.DGCMomentum(params, num_trainers=nranks, impl=impl, exchange=exchange,
+                                   **CONFIG)
         for t in range(STEPS):
             opt(tuple(Tensor(g) for g in known_grads(rank, t)))
         arrays.update({f"{tag}param{i}": p.asnumpy() for i, p in enumerate(params)})
         arrays.update({f"{tag}u{i}": u.asnumpy() for i, u in enumerate(opt.u)})
         arrays.update({f"{tag}v{i}": v.asnumpy() for i, v in enumerate(opt.v)})
-    arrays["exchange_bytes"] = np.array(opt.exchange_stats(STEPS - 1)["bytes"])
+        arrays[f"{tag}exchange_bytes"] = np.array(opt.exchange_stats(STEPS - 1)["bytes"])
 
     # the user's path: ms.Model on the worker's shard of a dataset
     from mindspore import dataset as ds
@@ -160,9 +164,24 @@ def mode_mismatch(rank, nranks, out):
         return f"error: {exc}"
 
 
+def mode_step_mismatch(rank, nranks, out):
+    """Both workers build the same model, but rank 1 resumes at another step (its
+    warm-up stage, and so its buffer sizes, could differ): the first step must fail."""
+    params = make_params(0)
+    opt = ms_optim.DGCMomentum(params, **CONFIG)
+    if rank == 1:
+        opt.global_step.set_data(Tensor([5], ms.int32))
+    try:
+        opt(tuple(Tensor(g) for g in known_grads(rank, 0)))
+        return "stepped"
+    except RuntimeError as exc:
+        return f"error: {exc}"
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", required=True, choices=["exchange", "data_parallel", "mismatch"])
+    parser.add_argument("--mode", required=True,
+                        choices=["exchange", "data_parallel", "mismatch", "step_mismatch"])
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     ms.set_context(mode=ms.GRAPH_MODE)

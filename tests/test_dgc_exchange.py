@@ -1,0 +1,120 @@
+"""DGC's exchange: the per-stage choice between gathering the selections and
+all-reducing the sparsified gradient, its byte model, and the parameter digest
+that spares the first step's broadcast."""
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import Parameter, Tensor
+
+import ms_optim
+from ms_optim import _native, comm
+
+SHAPES = [(130, 129), (20000,), (7, 3)]
+WARMUP = [0.75, 0.9375, 0.984375, 0.996, 0.999]
+
+
+def _params(seed=0):
+    rng = np.random.default_rng(seed)
+    return [Parameter(Tensor(rng.standard_normal(s).astype(np.float32)), name=f"w{i}")
+            for i, s in enumerate(SHAPES)]
+
+
+def _train(exchange, impl, steps=10):
+    params = _params()
+    opt = ms_optim.DGCMomentum(params, 0.05, 0.9, rampup_begin_step=2, rampup_step=6,
+                               sparsity=[0.75, 0.99, 0.999], exchange=exchange, impl=impl)
+    rng = np.random.default_rng(1)
+    for _ in range(steps):
+        opt(tuple(Tensor(rng.standard_normal(s).astype(np.float32)) for s in SHAPES))
+    return [p.asnumpy() for p in params] + [u.asnumpy() for u in opt.u] + \
+        [v.asnumpy() for v in opt.v]
+
+
+@pytest.mark.parametrize("impl", ["native", "ops"])
+def test_allreduce_of_sparsified_gradient_gives_the_gathered_bits(impl):
+    gathered, summed = _train("allgather", impl), _train("allreduce", impl)
+    for a, b in zip(gathered, summed):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(gathered[0], _params()[0].asnumpy())  # it trained
+
+
+def test_wire_byte_model():
+    # MindSpore 2.10's CPU collectives, measured: twice a ring's bytes
+    assert comm.allreduce_wire_bytes(1000, 1) == 0
+    assert comm.allreduce_wire_bytes(1000, 2) == 2000
+    assert comm.allreduce_wire_bytes(1000, 4) == 3000
+    assert comm.allgather_wire_bytes(1000, 2) == 2000
+    assert comm.allgather_wire_bytes(1000, 4) == 6000
+    # gather while selected * workers < elements
+    assert comm.choose_sparse_exchange(249, 1000, 4) == "allgather"
+    assert comm.choose_sparse_exchange(250, 1000, 4) == "allreduce"
+    assert comm.choose_sparse_exchange(999, 1000, 1) == "allgather"
+
+
+def test_exchange_chosen_per_stage_for_the_world_size():
+    opt = ms_optim.DGCMomentum(_params(), 0.1, 0.9, rampup_begin_step=10, rampup_step=100,
+                               sparsity=WARMUP)
+    comp = 130 * 129 + 20000
+    small = 21
+    assert opt.exchange_stats(9)["exchange"] == "dense"
+    # Paddle's warning: 32 workers gathering 25% each would send 8x the dense gradient
+    first = opt.exchange_stats(10, workers=32)
+    assert first["exchange"] == "allreduce" and first["bytes"] == 4 * (comp + small)
+    assert opt.exchange_stats(10, workers=2)["exchange"] == "allgather"
+    by_workers = {n: [opt.exchange_stats(10 + 20 * s, workers=n)["exchange"] for s in range(5)]
+                  for n in (2, 8, 32, 512)}
+    assert by_workers[2] == ["allgather"] * 5
+    assert by_workers[8] == ["allreduce", "allgather", "allgather", "allgather", "allgather"]
+    assert by_workers[32] == ["allreduce", "allreduce", "allgather", "allgather", "allgather"]
+    assert by_workers[512] == ["allreduce"] * 4 + ["allgather"]
+    last = opt.exchange_stats(500, workers=4)
+    k = [int(130 * 129 * 0.001), int(20000 * 0.001)]
+    assert last["selected"] == sum(k)
+    control = 4 * 4  # three signature values and the step, gathered every step
+    assert last["wire_bytes"] == round(1.5 * 2 * 4 * small + 2 * 3 * control + 2 * 3 * 8 * sum(k))
+    assert last["dense_wire_bytes"] == round(1.5 * 2 * 4 * (comp + small))
+    one = opt.exchange_stats(500)
+    assert one["workers"] == 1 and one["wire_bytes"] == 0
+
+
+def test_forced_exchange_and_bad_arguments():
+    opt = ms_optim.DGCMomentum(_params(), 0.1, 0.9, rampup_begin_step=0, exchange="allreduce")
+    assert opt.exchange_stats(0, workers=2)["exchange"] == "allreduce"
+    with pytest.raises(ValueError, match="'exchange'"):
+        ms_optim.DGCMomentum(_params(), 0.1, 0.9, rampup_begin_step=0, exchange="gather")
+    with pytest.raises(ValueError, match="'workers'"):
+        opt.exchange_stats(0, workers=0)
+    with pytest.raises(TypeError, match="'workers'"):
+        opt.exchange_stats(0, workers=2.5)
+
+
+def _digest(*arrays):
+    out = np.zeros(2, np.int32)
+    _native.call_aot("ms_optim_digest", [np.ascontiguousarray(a) for a in arrays] + [out])
+    return tuple(out)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("n", [1, 7, 16383, 16385, 1_000_003])
+def test_digest_sees_every_bit(dtype, n):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n).astype(dtype)
+    y = rng.standard_normal(5).astype(dtype)
+    base = _digest(x, y)
+    assert _digest(x.copy(), y.copy()) == base
+    for pos in {0, n // 2, n - 1}:
+        flipped = x.copy()
+        flipped.view(np.uint8)[pos * x.itemsize + x.itemsize - 1] ^= 1
+        assert _digest(flipped, y) != base, pos
+    assert _digest(y, x) != base  # order of the tensors counts
+    assert _digest(x[:-1], y) != base  # and their sizes
+
+
+def test_digest_rejects_bad_input():
+    with pytest.raises(RuntimeError, match="int32\\[2\\]"):
+        _native.call_aot("ms_optim_digest", [np.ones(3, np.float32), np.zeros(3, np.int32)])
+    with pytest.raises(RuntimeError, match="unsupported dtype"):
+        _native.call_aot("ms_optim_digest", [np.ones(3, np.complex64), np.zeros(2, np.int32)])
+    with pytest.raises(RuntimeError, match="expected K"):
+        _native.call_aot("ms_optim_digest", [np.zeros(2, np.int32)])
