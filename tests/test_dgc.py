@@ -94,13 +94,24 @@ def test_select_kernel_matches_reference(isa, n, nesterov, fresh_isa):
         np.testing.assert_array_equal(v, rv)
 
 
-def test_apply_kernel_sums_workers_in_rank_order():
-    """Fused buffers of 3 workers, 2 parameters each; the second parameter's entries applied."""
-    n, k, ranks, k_other = 5000, 300, 3, 40
-    rng = np.random.default_rng(1)
+@pytest.mark.parametrize("ranks, n, k, ascending", [
+    (3, 5000, 300, True),           # one cursor per worker, one thread
+    (2, 1_000_003, 40_000, True),   # split over the threads by index range
+    (5, 200_003, 30_000, True),
+    (16, 70_001, 3_000, True),      # the most workers merged with cursors
+    (17, 70_001, 3_000, True),      # more: the general merge
+    (3, 200_003, 30_000, False),    # runs not ascending: the general merge
+])
+def test_apply_kernel_sums_workers_in_rank_order(ranks, n, k, ascending):
+    """Fused buffers of `ranks` workers, 2 parameters each; the second parameter's entries
+    applied.  Selections overlap across workers (drawn from the first quarter of the indices)."""
+    k_other = 40
+    rng = np.random.default_rng(ranks)
     sels, idx_all, val_all = [], [], []
-    for _ in range(ranks):  # overlapping selections across workers
+    for _ in range(ranks):
         idx = np.sort(rng.choice(n // 4, k, replace=False)).astype(np.int32)
+        if not ascending:
+            idx = rng.permutation(idx)
         val = rng.standard_normal(k).astype(np.float32)
         sels.append((idx, val))
         other = rng.integers(0, 10, k_other).astype(np.int32)  # another parameter's entries

@@ -1,5 +1,7 @@
 // MindSpore AOT adapters for DGC (ALGORITHMS.md §3) and plain top-k selection.
 // k is the length of the index output (static per compiled graph).
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
@@ -92,14 +94,67 @@ struct F16Param {
   }
 };
 
+// Workers up to which the runs are merged with one cursor per worker.
+constexpr int64_t kCursorMergeMax = 16;
+
+// True when every worker's k indices (at w * block + offset) strictly ascend,
+// as ms_optim_dgc_select writes them.
+bool runs_ascend(const int32_t *idx, int64_t r, int64_t block, int64_t offset, int64_t k) {
+  for (int64_t w = 0; w < r; ++w) {
+    const int32_t *run = idx + w * block + offset;
+    for (int64_t j = 1; j < k; ++j)
+      if (run[j] <= run[j - 1]) return false;
+  }
+  return true;
+}
+
+// The same update as the general merge below, for ascending runs: each thread
+// takes the indices in its share of [0, n), finds where they start in every run
+// (binary search) and merges with one cursor per worker.  No allocation beyond
+// the cursors, no sort.
+template <class Param>
+void merge_ascending_runs(const Param &p, const int32_t *idx, const float *val, int64_t r,
+                          int64_t block, int64_t offset, int64_t k, float lr, int64_t n) {
+  const float ranks = static_cast<float>(r);
+  const int threads = r * k >= msopt::kParallelMin ? msopt::kernel_threads() : 1;
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int32_t lo = static_cast<int32_t>(n * t / nt), hi = static_cast<int32_t>(n * (t + 1) / nt);
+    int64_t cur[kCursorMergeMax], end[kCursorMergeMax];
+    for (int64_t w = 0; w < r; ++w) {
+      const int32_t *run = idx + w * block + offset;
+      cur[w] = std::lower_bound(run, run + k, lo) - run;
+      end[w] = std::lower_bound(run, run + k, hi) - run;
+    }
+    for (;;) {
+      int32_t i = hi;
+      for (int64_t w = 0; w < r; ++w)
+        if (cur[w] < end[w]) i = std::min(i, idx[w * block + offset + cur[w]]);
+      if (i == hi) break;
+      float s = 0.0f;
+      for (int64_t w = 0; w < r; ++w)  // rank order
+        if (cur[w] < end[w] && idx[w * block + offset + cur[w]] == i)
+          s += val[w * block + offset + cur[w]++];
+      p.sub(i, lr * (s / ranks));
+    }
+  }
+}
+
 // p[i] -= lr * (s / r) for every index i of the r workers' entries (k per
 // worker, at w * block + offset), s the sum of i's values in rank order.
 template <class Param>
 int dgc_apply_entries(const Param &p, const int32_t *idx, const float *val, int64_t r,
-                      int64_t block, int64_t offset, int64_t k, float lr, const char *fn) {
+                      int64_t block, int64_t offset, int64_t k, float lr, int64_t n,
+                      const char *fn) {
   const float ranks = static_cast<float>(r);
   if (r == 1) {  // one worker: its indices are distinct
     for (int64_t j = 0; j < k; ++j) p.sub(idx[offset + j], lr * (val[offset + j] / ranks));
+    return msopt::kAotOk;
+  }
+  if (r <= kCursorMergeMax && runs_ascend(idx, r, block, offset, k)) {
+    const msopt::ParallelSection section(r * k);
+    merge_ascending_runs(p, idx, val, r, block, offset, k, lr, n);
     return msopt::kAotOk;
   }
   // merge the workers' runs by index; equal indices keep rank order
@@ -168,9 +223,9 @@ MSOPT_API int ms_optim_dgc_apply(int nparam, void **params, int *ndims, int64_t 
     }
   const float lr = a.ptr<float>(3)[0];
   const int rc = a.is(0, "float32")
-      ? dgc_apply_entries(F32Param{a.ptr<float>(0)}, idx, val, r, block, offset, k, lr, fn)
+      ? dgc_apply_entries(F32Param{a.ptr<float>(0)}, idx, val, r, block, offset, k, lr, n, fn)
       : dgc_apply_entries(F16Param{a.ptr<msopt::half_bits>(0), msopt::kernels()}, idx, val, r,
-                          block, offset, k, lr, fn);
+                          block, offset, k, lr, n, fn);
   if (rc != msopt::kAotOk) return rc;
   *a.ptr<float>(5) = 0.0f;
   return msopt::kAotOk;
