@@ -94,7 +94,7 @@ class DGCMomentum(nn.Optimizer):
     Each worker sends only the largest ``1 - sparsity`` fraction of its
     accumulated gradient (top 0.1% at the default 0.999); the rest stays in
     local residuals and is sent once it has grown.  Following the paper and
-    ALGORITHMS.md §3, per parameter and step (``step`` counts from 0):
+    docs/ALGORITHMS.md §3, per parameter and step (``step`` counts from 0):
 
     1. local gradient: divided by ``loss_scale``, clipped per tensor to
        ``c / sqrt(nranks)`` (``local_grad_clip_norm`` or

@@ -83,7 +83,7 @@ def _lamb_direction(p, m, v, g, beta1, beta2, eps, beta1_power, beta2_power, wei
 def lamb_step(p, m, v, g, lr, beta1, beta2, eps, beta1_power, beta2_power, weight_decay,
               always_adapt=False, grad_scale=1.0, clip_norm=0.0, clip_lo=-np.inf,
               clip_hi=np.inf):
-    """One Lamb step (PaddlePaddle's rule, ALGORITHMS.md §2) on float32 p, m, v in place.
+    """One Lamb step (PaddlePaddle's rule, docs/ALGORITHMS.md §2) on float32 p, m, v in place.
 
     The gradient is first multiplied by `grad_scale` (1/loss_scale, times a global
     clip factor), then, if clip_norm > 0, scaled down to that norm, then clamped
@@ -145,7 +145,7 @@ def dgc_aggregate(numel, selections):
 
 
 class DGCReference:
-    """Data-parallel DGCMomentum (ALGORITHMS.md §3) over `nranks` workers in numpy.
+    """Data-parallel DGCMomentum (docs/ALGORITHMS.md §3) over `nranks` workers in numpy.
 
     params: list of arrays (shared by the workers); per parameter `wd` (L2
     through MindSpore's weight_decay, or the L2Decay coefficient) and `l1`.
@@ -288,7 +288,7 @@ def ps_sumsq(x):
 
 
 def ps_lamb_step(p, m, v, g, lr, beta1, beta2, eps, beta1_power, beta2_power, weight_decay=0.0):
-    """PaddlePaddle's Lamb (ALGORITHMS.md §2, as lamb_step) in T, norms by ps_sumsq;
+    """PaddlePaddle's Lamb (docs/ALGORITHMS.md §2, as lamb_step) in T, norms by ps_sumsq;
     the trust ratio is used only with weight decay."""
     t = p.dtype.type
     r = _lamb_direction(p, m, v, g, beta1, beta2, eps, beta1_power, beta2_power, weight_decay)

@@ -30,7 +30,7 @@ struct AdamArgs {
 };
 
 // Hyper-parameters of one Lamb step shared by the tensors of one call
-// (PaddlePaddle's rule, ALGORITHMS.md §2).
+// (PaddlePaddle's rule, docs/ALGORITHMS.md §2).
 struct LambArgs {
   float beta1;
   float beta2;

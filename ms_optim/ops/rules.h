@@ -57,7 +57,7 @@ inline float norm_clip_scale(double g_sq, float scale, float clip) {
   return norm > clip ? scale * static_cast<float>(clip / norm) : scale;
 }
 
-// DGC momentum correction (Lin et al. 2018; ALGORITHMS.md §3): the local
+// DGC momentum correction (Lin et al. 2018; docs/ALGORITHMS.md §3): the local
 // gradient goes into the momentum u and the accumulated residual v.
 //   plain:    u = momentum * u + g;        v = v + u
 //   Nesterov: u = momentum * (u + g);      v = v + u + g
