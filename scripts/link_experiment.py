@@ -382,12 +382,7 @@ def plot(records, path, title):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=2,
-                        help="number of hosts (>= 2; more than 2 are joined by a bridge)")
-    parser.add_argument("--rate", default="1gbit",
-                        help="link rate per direction, tc units (1gbit, 100mbit, 10gbit)")
-    parser.add_argument("--delay", default="0ms",
-                        help="one-way delay added by netem on every egress (0ms: none)")
+    netlab.add_lab_arguments(parser)
     parser.add_argument("--runs", default="dense,dgc,dgc-paddle,dgc-999",
                         help="comma-separated recipes of scripts/link_worker.py: "
                              f"{', '.join(sorted(link_worker.RECIPES))}")

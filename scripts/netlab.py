@@ -374,14 +374,19 @@ def measure_throughput(lab, mbytes, sender=-1, receiver=0):
     return int(nbytes) * 8 / float(seconds)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_lab_arguments(parser):
+    """The options of a lab (--hosts, --rate, --delay), shared by the scripts that build one."""
     parser.add_argument("--hosts", type=int, default=2,
                         help="number of hosts (>= 2; more than 2 are joined by a bridge)")
     parser.add_argument("--rate", default="1gbit",
                         help="link rate per direction, tc units (1gbit, 100mbit, 10gbit)")
     parser.add_argument("--delay", default="0ms",
                         help="one-way delay added by netem on every egress (0ms: none)")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_lab_arguments(parser)
     parser.add_argument("--mbytes", type=int, default=200,
                         help="MiB streamed over one TCP connection from the last host to host 0")
     args = parser.parse_args()
