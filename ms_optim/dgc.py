@@ -471,7 +471,9 @@ class DGCMomentum(nn.Optimizer):
 
     def _apply_summed(self, j, lr, G):
         """p -= lr * G for compressed parameter j, G the dense mean of every worker's
-        sparsified gradient (zero where no worker selected): the same bits as `_apply`."""
+        sparsified gradient (zero where no worker selected): the reference's rule, and
+        the native apply kernel's bits (the ops path's scatter-add of each worker's
+        share rounds differently where selections overlap)."""
         p = self._parameters[self.comp_ids[j]]
         step = self._lr(lr, self.comp_ids[j]) * G.reshape(p.shape)
         return F.assign(p, F.cast(F.cast(p, mstype.float32) - step, F.dtype(p)))
