@@ -310,6 +310,7 @@ def test_native_and_ops_agree_in_training():
         results.append((values(net.trainable_params()), float(loss.asnumpy())))
     for a, b in zip(results[0][0], results[1][0]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert results[0][1] == pytest.approx(results[1][1], rel=1e-4)  # the last step's losses
 
 
 def test_trains_with_model_in_graph_mode():
