@@ -12,6 +12,7 @@ Nothing is loaded at import: a missing or broken library raises
 import ctypes
 import os
 import threading
+import zlib
 
 _LIB_NAME = "libms_optim.so"
 _lock = threading.Lock()
@@ -131,8 +132,10 @@ def aot_op(entry, out_shape, out_dtype, inputs, outputs, dtype_formats, inplace)
     from mindspore.ops import CustomRegOp
 
     # MindSpore keeps one registration per name: ops of one entry with
-    # different input counts (multi-tensor kernels) need names of their own.
-    reg = CustomRegOp(f"{entry}_{len(inputs)}")
+    # different input counts (multi-tensor kernels) or dtypes (the digest of
+    # float32 and of float16 parameters) need names of their own.
+    formats = zlib.crc32(repr(dtype_formats).encode())
+    reg = CustomRegOp(f"{entry}_{len(inputs)}_{formats:08x}")
     for i, name in enumerate(inputs):
         reg = reg.input(i, name)
     for i, name in enumerate(outputs):

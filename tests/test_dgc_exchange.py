@@ -118,3 +118,29 @@ def test_digest_rejects_bad_input():
         _native.call_aot("ms_optim_digest", [np.ones(3, np.complex64), np.zeros(2, np.int32)])
     with pytest.raises(RuntimeError, match="expected K"):
         _native.call_aot("ms_optim_digest", [np.zeros(2, np.int32)])
+
+
+def test_digest_ops_of_two_dtypes_in_one_graph():
+    """Parameters of two dtypes with the same count per bucket: each digest op keeps its
+    own dtype (one registration per entry, input count and dtypes), so its result is
+    the digest of the parameters' own bytes."""
+    rng = np.random.default_rng(3)
+    p32 = [Parameter(Tensor(rng.standard_normal(s).astype(np.float32)), name=f"a{i}")
+           for i, s in enumerate([(5, 7), (16385,)])]
+    p16 = [Parameter(Tensor(rng.standard_normal(s).astype(np.float16)), name=f"b{i}")
+           for i, s in enumerate([(3,), (16383,)])]
+    params = [p32[0], p16[0], p32[1], p16[1]]
+    groups = comm.ReplicaSync._digest_groups(params)
+    assert [ids for ids, _ in groups] == [(0, 2), (1, 3)]
+
+    class Digests(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.ops = tuple(op for _, op in groups)
+
+        def construct(self, a, b, c, d):
+            return self.ops[0](a, c), self.ops[1](b, d)
+
+    got = Digests()(*params)
+    assert tuple(got[0].asnumpy()) == _digest(p32[0].asnumpy(), p32[1].asnumpy())
+    assert tuple(got[1].asnumpy()) == _digest(p16[0].asnumpy(), p16[1].asnumpy())
