@@ -117,6 +117,34 @@ def kernel_isa():
     return lib().msopt_ps_isa().decode()
 
 
+def config_text(config):
+    """The library's ``"key=value,..."`` text of a config given as text or as a dict.
+
+    A dict maps key names (str) to bool (written true/false), int, float or str
+    values; None or {} is the empty config.  Anything else raises TypeError
+    naming the argument.
+    """
+    if config is None:
+        return ""
+    if isinstance(config, str):
+        return config
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a str or a dict, got {type(config).__name__}")
+    items = []
+    for key, value in config.items():
+        if not isinstance(key, str):
+            raise TypeError(f"config keys must be str, got {type(key).__name__} ({key!r})")
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, (int, float, np.integer, np.floating)):
+            value = repr(value.item() if isinstance(value, np.generic) else value)
+        elif not isinstance(value, str):
+            raise TypeError(f"config[{key!r}] must be a bool, int, float or str, "
+                            f"got {type(value).__name__}")
+        items.append(f"{key}={value}")
+    return ",".join(items)
+
+
 def _array(a, dtype, what):
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{what} must be a numpy array, got {type(a).__name__}")
@@ -128,7 +156,8 @@ def _array(a, dtype, what):
 class Optimizer:
     """One handle of the C library: a parameter copy and its optimizer state.
 
-    optimizer: one of OPTIMIZERS; config: ``"key=value,..."`` (ms_optim.h);
+    optimizer: one of OPTIMIZERS; config: ``"key=value,..."`` (ms_optim.h) or a
+    dict such as ``{"lr": 0.001, "nesterov": True}`` (see :func:`config_text`);
     param: numpy array of int32/uint32/int64/uint64/float32/float64, copied;
     row_width: 0 for a flat parameter, or the width of the rows that
     :meth:`update_rows` addresses (a 2-D param's second dimension by default).
@@ -145,6 +174,10 @@ class Optimizer:
                                 f"(one of {', '.join(str(d) for d in DTYPES)})")
             if row_width is None:
                 row_width = param.shape[-1] if param.ndim == 2 else 0
+            if not isinstance(optimizer, str):
+                raise TypeError(f"optimizer must be a str (one of {', '.join(OPTIMIZERS)}), "
+                                f"got {type(optimizer).__name__}")
+            config = config_text(config)
             out = _P()
             check(lib().msopt_create(optimizer.encode(), config.encode(), DTYPES[param.dtype],
                                      param.ctypes.data, param.size, row_width,

@@ -3,19 +3,42 @@
 Not part of the test suite (PaddlePaddle is not a dependency). Run it in an
 environment that has paddlepaddle and numpy, from the repository root:
 
-    python3 -m venv /tmp/pd && /tmp/pd/bin/pip install paddlepaddle numpy
+    python3 -m venv /tmp/pd && /tmp/pd/bin/pip install paddlepaddle==3.3.1 numpy
     /tmp/pd/bin/python scripts/check_reference_against_paddle.py
+
+Without PaddlePaddle it says how to get it and exits 2.
 
 It trains the same parameters for a few steps with paddle.optimizer.Lamb and
 with ms_optim/reference.py (loaded by path, so MindSpore is not needed) and
 prints the largest relative difference per case; it exits 1 above 1e-5.
 """
+import argparse
 import importlib.util
 import os
 import sys
 
 import numpy as np
-import paddle
+
+INSTALL_HINT = """\
+{script}: PaddlePaddle is not installed in this Python ({python}).
+It is not a dependency of ms_optim; install it in a separate venv and run this script there:
+
+    python3 -m venv /tmp/pd && /tmp/pd/bin/pip install paddlepaddle==3.3.1 numpy
+    /tmp/pd/bin/python scripts/check_reference_against_paddle.py"""
+
+
+def import_paddle():
+    """The paddle module, or exit 2 with how to install it."""
+    try:
+        import paddle
+    except ModuleNotFoundError as exc:
+        if exc.name != "paddle":
+            raise
+        print(INSTALL_HINT.format(script=os.path.basename(__file__), python=sys.executable),
+              file=sys.stderr)
+        sys.exit(2)
+    return paddle
+
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location(
@@ -27,7 +50,7 @@ SHAPES = {"w": (37, 11), "b": (11,), "zero": (5, 3)}
 STEPS = 6
 
 
-def run_case(name, clip, wd=0.01, always_adapt=False, exclude_b=True):
+def run_case(paddle, name, clip, wd=0.01, always_adapt=False, exclude_b=True):
     rng = np.random.default_rng(0)
     init = {k: (np.zeros(s, np.float32) if k == "zero" else rng.standard_normal(s).astype(np.float32))
             for k, s in SHAPES.items()}
@@ -73,13 +96,16 @@ def run_case(name, clip, wd=0.01, always_adapt=False, exclude_b=True):
     return worst
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+    paddle = import_paddle()
     paddle.set_device("cpu")
     cases = [("plain", "none"), ("clip by global norm", "global"), ("clip by norm", "norm"),
              ("clip by value", "value")]
-    worst = max(run_case(n, c) for n, c in cases)
-    worst = max(worst, run_case("no decay", "none", wd=0.0, exclude_b=False))
-    worst = max(worst, run_case("no decay, always_adapt", "none", wd=0.0, always_adapt=True))
+    worst = max(run_case(paddle, n, c) for n, c in cases)
+    worst = max(worst, run_case(paddle, "no decay", "none", wd=0.0, exclude_b=False))
+    worst = max(worst, run_case(paddle, "no decay, always_adapt", "none", wd=0.0,
+                                always_adapt=True))
     print(f"paddle {paddle.__version__}: worst {worst:.2e} ({'OK' if worst <= 1e-5 else 'MISMATCH'})")
     return 0 if worst <= 1e-5 else 1
 

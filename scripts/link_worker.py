@@ -92,7 +92,7 @@ def synthetic_data(seed, n_train=1347, n_test=450, features=64, classes=10):
 def load(data, seed):
     """(x_train, y_train, x_test, y_test) of `data`."""
     if data == "digits":
-        import train  # scripts/train.py: the digits split and standardization
+        import train  # scripts/train.py: the digits split and standardization (scikit-learn)
         return train.load_data(seed)
     return synthetic_data(seed)
 
@@ -117,16 +117,6 @@ def mlp(widths):
         if i < len(widths) - 2:
             layers.append(nn.ReLU())
     return nn.SequentialCell(layers)
-
-
-def test_accuracy(net, x, y):
-    """Accuracy of `net` on (x, y), in inference mode.  (scripts/train.py's evaluate
-    does the same, but importing train.py needs scikit-learn and matplotlib.)"""
-    import mindspore as ms
-    net.set_train(False)
-    logits = net(ms.Tensor(x)).asnumpy()
-    net.set_train(True)
-    return float((logits.argmax(axis=1) == y).mean())
 
 
 def digest(net):
@@ -235,6 +225,8 @@ def setup(args):
 def train(args):
     """The timed training loop; writes DIR/result.rank<r>.json."""
     import mindspore as ms
+
+    from train import evaluate as test_accuracy  # scripts/train.py
 
     rank, nranks, (x_train, y_train, x_test, y_test), net, opt, cell = setup(args)
     start = args.resume or 0

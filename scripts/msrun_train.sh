@@ -3,6 +3,25 @@
 #   bash scripts/msrun_train.sh [OUT]      (default OUT: results/msrun)
 # Needs the package installed (see README); uses the python (and msrun) on PATH.
 set -euo pipefail
+usage() {
+  cat <<'EOF_USAGE'
+usage: bash scripts/msrun_train.sh [-h|--help] [OUT]
+
+Trains the digits MLP on $WORKERS workers (default 2) under msrun, once with
+dense data-parallel Momentum and once with DGCMomentum, then compares them.
+  OUT        output folder (default: results/msrun); must not start with '-'
+  -h, --help show this help and exit
+Environment: WORKERS (number of workers, default 2).
+EOF_USAGE
+}
+case "${1:-}" in
+  -h|--help) usage; exit 0 ;;
+  -*) echo "msrun_train.sh: unknown option '$1' (OUT must not start with '-')" >&2
+      usage >&2; exit 2 ;;
+esac
+if [ $# -gt 1 ]; then
+  echo "msrun_train.sh: expected at most one argument (OUT), got $#" >&2; usage >&2; exit 2
+fi
 cd "$(dirname "$0")/.."
 OUT=${1:-results/msrun}
 WORKERS=${WORKERS:-2}

@@ -26,6 +26,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from cli_types import nonnegative_int, positive_float, positive_int  # noqa: E402
 
 WARMUP = [0.75, 0.9375, 0.984375, 0.996, 0.999]
 
@@ -74,7 +75,8 @@ def train(args):
         history["test_acc"].append(acc)
         if rank == 0:
             print(f"[{args.opt} x{nranks}] epoch {epoch:3d}/{args.epochs}  loss "
-                  f"{np.mean(losses):.4f}  test acc {acc:.4f}  {time.perf_counter() - start:6.1f}s",
+                  f"{np.mean(losses):.4f}  test acc {acc:.4f}  "
+                  f"elapsed {time.perf_counter() - start:6.1f}s",
                   flush=True)
     digest = hashlib.sha256(b"".join(p.asnumpy().tobytes() for p in net.trainable_params()))
     os.makedirs(args.out, exist_ok=True)
@@ -131,20 +133,46 @@ def report(out):
     return 0 if ok else 1
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--opt", choices=["dgc", "momentum"])
-    parser.add_argument("--report", metavar="OUT", help="compare the two runs saved in OUT")
-    parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--batch", type=int, default=32, help="per worker")
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="results/msrun")
-    args = parser.parse_args()
+def build_parser():
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Under msrun (one process per worker): --opt dgc|momentum [--epochs --batch --lr "
+               "--seed --out]; afterwards, without msrun: --report OUT.")
+    parser.add_argument("--opt", choices=["dgc", "momentum"],
+                        help="train with DGCMomentum (dgc) or dense data-parallel Momentum "
+                             "(momentum); run under msrun")
+    parser.add_argument("--report", metavar="OUT",
+                        help="no training: compare the two runs saved in OUT (a table and "
+                             "OUT/msrun_loss.png); exits 1 if DGC is more than 1 point behind "
+                             "or the replicas differ")
+    parser.add_argument("--epochs", type=positive_int, default=20,
+                        help="training epochs, >= 1 (default 20)")
+    parser.add_argument("--batch", type=positive_int, default=32,
+                        help="batch size per worker, >= 1 (default 32)")
+    parser.add_argument("--lr", type=positive_float, default=0.05,
+                        help="learning rate of both optimizers, > 0 (default 0.05)")
+    parser.add_argument("--seed", type=nonnegative_int, default=0,
+                        help="seed of the data split, weights and batch order, >= 0 (default 0)")
+    parser.add_argument("--out", default="results/msrun", metavar="DIR",
+                        help="folder for <opt>.json and the per-rank checksums "
+                             "(default results/msrun)")
+    return parser
+
+
+def parse_args(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.report and args.opt:
+        parser.error("--opt and --report do not go together: train first, then report")
+    if not args.report and not args.opt:
+        parser.error("--opt or --report is required")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     if args.report:
         return report(args.report)
-    if not args.opt:
-        parser.error("--opt or --report is required")
     train(args)
     return 0
 

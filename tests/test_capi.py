@@ -805,3 +805,31 @@ def test_go_example(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     assert re.search(r"dense update, row update, state round trip \(\d+ bytes\), "
                      r"8 goroutines on one handle: ok", run.stdout), run.stdout
+
+
+def test_config_as_dict():
+    """A dict config is the library's "k=v,..." text (bools as true/false); bad types are
+    TypeErrors naming the argument."""
+    assert capi.config_text({"lr": 0.5, "momentum": 0.25, "nesterov": True}) == \
+        "lr=0.5,momentum=0.25,nesterov=true"
+    assert capi.config_text({"nesterov": False, "lr_policy": "const"}) == \
+        "nesterov=false,lr_policy=const"
+    assert capi.config_text(None) == capi.config_text({}) == ""
+    p = np.ones(4, np.float32)
+    by_dict = capi.Optimizer("momentum", {"lr": 0.5, "momentum": 0.25, "nesterov": True}, p)
+    by_text = capi.Optimizer("momentum", "lr=0.5,momentum=0.25,nesterov=true", p)
+    for _ in range(2):
+        for o in (by_dict, by_text):
+            o.update(np.full(4, 2.0, np.float32))
+    np.testing.assert_array_equal(by_dict.weights(), by_text.weights())
+    assert not np.array_equal(by_dict.weights(), p)
+    with pytest.raises(TypeError, match="config"):
+        capi.Optimizer("sgd", {"lr": [0.1]}, p)
+    with pytest.raises(TypeError, match="config"):
+        capi.Optimizer("sgd", 0.1, p)
+    with pytest.raises(TypeError, match="config keys"):
+        capi.Optimizer("sgd", {1: 0.1}, p)
+    with pytest.raises(TypeError, match="optimizer"):
+        capi.Optimizer(b"sgd", "lr=0.1", p)
+    with pytest.raises(capi.CapiError, match="nesterov"):  # the library still checks keys
+        capi.Optimizer("sgd", {"lr": 0.1, "nesterov": True}, p)
