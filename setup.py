@@ -31,6 +31,13 @@ ISA_FLAGS = {
 }
 
 
+def _describe_flags(cxx):
+    """The compiler and flags, recorded in the library (ms_optim.native_info()["build_flags"])."""
+    text = " ".join(cxx + COMMON_FLAGS) + "".join(
+        f"; {name}: {' '.join(flags)}" for name, flags in ISA_FLAGS.items() if flags)
+    return text.replace("\\", "/").replace('"', "'")
+
+
 class BuildNative(build_ext):
     """Compiles the C++ kernels with per-file ISA flags into libms_optim.so."""
 
@@ -47,6 +54,8 @@ class BuildNative(build_ext):
         for src in ext.sources:
             obj = os.path.join(tmp, os.path.basename(src) + ".o")
             flags = COMMON_FLAGS + ISA_FLAGS.get(os.path.basename(src), [])
+            if os.path.basename(src) == "dispatch.cpp":
+                flags = flags + [f'-DMSOPT_BUILD_FLAGS="{_describe_flags(cxx)}"']
             self._run(cxx + flags + ["-c", os.path.abspath(src), "-o", obj])
             objects.append(obj)
         self._run(cxx + ["-shared", "-fopenmp", "-o", out] + objects)

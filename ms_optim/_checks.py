@@ -6,6 +6,8 @@ bad value.  Booleans are never accepted where numbers are expected.
 from collections.abc import Iterable
 import numbers
 
+import numpy as np
+
 from mindspore import Parameter, Tensor
 from mindspore.nn import Cell
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
@@ -59,6 +61,27 @@ def check_non_negative(cls, name, value):
     return value
 
 
+def check_unit_interval_right_open(cls, name, value):
+    """0 <= value < 1."""
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"For '{cls}', the '{name}' must be in range [0.0, 1.0), but got {value}.")
+    return value
+
+
+def check_float32_positive(cls, name, value):
+    """value > 0 also after rounding to float32, the type the kernels compute in.
+
+    An eps of 1e-46 is 0 in float32: the update would divide 0 by 0 (NaN weights).
+    """
+    check_positive(cls, name, value)
+    as_f32 = float(np.float32(value)) if value <= float(np.finfo(np.float32).max) else float("inf")
+    if not 0.0 < as_f32 < float("inf"):
+        raise ValueError(f"For '{cls}', the '{name}' must be greater than 0 and finite in float32 "
+                         f"(the type the update computes in), but got {value!r}, which is "
+                         f"{as_f32} in float32.")
+    return value
+
+
 def check_choice(cls, name, value, choices):
     if value not in choices:
         raise ValueError(f"For '{cls}', the '{name}' must be one of {list(choices)}, "
@@ -67,7 +90,12 @@ def check_choice(cls, name, value, choices):
 
 
 def check_params(cls, params):
-    """A non-empty list of Parameters, or of group dicts."""
+    """A non-empty list of Parameters, or of group dicts, each parameter given once.
+
+    Group dicts are copied with their 'params' made lists (so a generator is read once).
+    A parameter given twice (the same object, or two Parameters of one name) raises
+    ValueError naming it: the optimizer's state is named after the parameters.
+    """
     if isinstance(params, (Parameter, dict)) or not isinstance(params, Iterable):
         raise TypeError(f"For '{cls}', the 'params' must be a list of Parameter or a list of dict, "
                         f"but got {type(params).__name__}.")
@@ -80,6 +108,22 @@ def check_params(cls, params):
         bad = next((p for p in params if not isinstance(p, (Parameter, dict))), params[0])
         raise TypeError(f"For '{cls}', every element of 'params' must be a Parameter, or every "
                         f"element a dict, but got an element of type {type(bad).__name__}.")
+    if kinds == {dict}:
+        params = [dict(g, params=list(g["params"])) if isinstance(g.get("params"), Iterable)
+                  and not isinstance(g["params"], Parameter) else g for g in params]
+        flat = [p for g in params if isinstance(g.get("params"), list) for p in g["params"]]
+    else:
+        flat = params
+    seen_ids, seen_names = set(), set()
+    for p in flat:
+        if not isinstance(p, Parameter):
+            continue  # MindSpore's own check names it
+        if id(p) in seen_ids or p.name in seen_names:
+            how = "twice" if id(p) in seen_ids else "twice (two Parameters of that name)"
+            raise ValueError(f"For '{cls}', parameter '{p.name}' is given {how} in 'params'; "
+                             f"each parameter must appear once (in one group only).")
+        seen_ids.add(id(p))
+        seen_names.add(p.name)
     return params
 
 

@@ -109,6 +109,30 @@ def select_isa(name):
         raise ValueError(lib().msopt_last_error().decode())
 
 
+_INFO_SIGNATURES = {
+    "msopt_supported_isas": (ctypes.c_char_p, []),
+    "msopt_kernel_threads": (ctypes.c_int, []),
+    "msopt_build_flags": (ctypes.c_char_p, []),
+}
+
+
+def native_info():
+    """What the native kernels run with, as a dict.
+
+    ``isa``: the instruction set in use ('avx512', 'avx2' or 'scalar'; set
+    ``MS_OPTIM_ISA`` to force one); ``supported_isas``: those this CPU runs;
+    ``kernel_threads``: OpenMP threads per kernel (``OMP_NUM_THREADS``);
+    ``library``: the loaded file; ``build_flags``: the compiler and flags it was
+    built with (common flags, then each instruction set's own).
+    """
+    handle = lib_with(_INFO_SIGNATURES, "native_info's symbols")
+    return {"isa": isa(),
+            "supported_isas": handle.msopt_supported_isas().decode().split(", "),
+            "kernel_threads": int(handle.msopt_kernel_threads()),
+            "library": library_path(),
+            "build_flags": handle.msopt_build_flags().decode()}
+
+
 def last_error():
     return lib().msopt_last_error().decode()
 

@@ -7,6 +7,7 @@ from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
 from . import _checks, _native
+from ._api import OptimizerAPI
 from ._state import BetaPowers
 
 _ZERO = Tensor(0.0, mstype.float32)
@@ -31,7 +32,7 @@ def _run_delta(op, consts, lr, param, m, v, grad):
     return F.depend(True, F.assign_add(param, delta))
 
 
-class AdamOffload(BetaPowers, nn.Optimizer):
+class AdamOffload(OptimizerAPI, BetaPowers, nn.Optimizer):
     r"""Adam with its moments kept and updated in host memory by a native CPU kernel.
 
     The API and the update rule of MindSpore's (deprecated) ``nn.AdamOffload``:
@@ -83,9 +84,17 @@ class AdamOffload(BetaPowers, nn.Optimizer):
         TypeError: `weight_decay` is neither a float, an int nor a Cell.
         TypeError: `use_locking` or `use_nesterov` is not a bool.
         TypeError: a parameter is neither float32 nor float16.
-        ValueError: `loss_scale` or `eps` is not greater than 0.
+        ValueError: `loss_scale` or `eps` is not greater than 0 (`eps` in float32:
+            1e-46 is 0 there).
+        ValueError: a parameter is given twice (same object or same name).
         ValueError: `beta1` or `beta2` is not in range (0.0, 1.0).
         ValueError: `weight_decay` is less than 0.
+
+    Learning rate: ``get_lr()`` is MindSpore's ``nn.Optimizer.get_lr`` (used
+    inside ``construct``); from Python, ``current_lr()`` returns the next
+    step's rate as a float (one per group when groups set their own 'lr') and
+    ``set_lr(value)`` sets a fixed rate for all groups (RuntimeError while a
+    schedule drives it), as on every ms_optim optimizer (see ``ms_optim._api``).
 
     Example:
         >>> import mindspore as ms
@@ -106,7 +115,7 @@ class AdamOffload(BetaPowers, nn.Optimizer):
         _checks.check_learning_rate(cls, learning_rate)
         beta1 = _checks.check_open_unit(cls, "beta1", _checks.check_float(cls, "beta1", beta1))
         beta2 = _checks.check_open_unit(cls, "beta2", _checks.check_float(cls, "beta2", beta2))
-        eps = _checks.check_positive(cls, "eps", _checks.check_float(cls, "eps", eps))
+        eps = _checks.check_float32_positive(cls, "eps", _checks.check_float(cls, "eps", eps))
         _checks.check_bool(cls, "use_locking", use_locking)
         _checks.check_bool(cls, "use_nesterov", use_nesterov)
         _checks.check_weight_decay(cls, weight_decay)
@@ -117,6 +126,9 @@ class AdamOffload(BetaPowers, nn.Optimizer):
 
         if impl == "auto":
             impl = "inplace" if context.get_context("device_target") == "CPU" else "delta"
+        self._record_args(params, learning_rate=learning_rate, beta1=beta1, beta2=beta2, eps=eps,
+                          use_nesterov=use_nesterov, weight_decay=weight_decay,
+                          loss_scale=loss_scale, impl=impl)
         self.impl = impl
         self.use_nesterov = use_nesterov
         self._init_beta_powers(beta1, beta2)

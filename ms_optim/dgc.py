@@ -2,6 +2,7 @@
 import numbers
 import warnings
 
+import mindspore
 from mindspore import Parameter, ParameterTuple, Tensor, context, log as logger, nn, ops
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
@@ -9,6 +10,7 @@ from mindspore.ops import DataType
 from mindspore.ops import functional as F
 
 from . import _checks, _native, comm
+from ._api import OptimizerAPI
 from .clip import ClipGradByNorm, check_grad_clip
 from .regularizer import L1Decay, L2Decay
 
@@ -23,15 +25,28 @@ COMPRESSED_DTYPES = (mstype.float32, mstype.float16)
 # between 1,500 and 2,000), against a default limit of 1,000.
 _CALL_DEPTH_PER_PARAM = 16
 _CALL_DEPTH_BASE = 1000
+# The highest recursion limit this package set: mindspore.set_recursion_limit has no
+# getter and get_context("max_call_depth") does not see it.
+_call_depth_set = 0
 
 
 def _raise_call_depth(num_params):
-    """Raises MindSpore's max_call_depth to what the step's graph needs, never lowers it."""
+    """Raises MindSpore's recursion limit to what the step's graph needs, never lowers it.
+
+    Uses ``mindspore.set_recursion_limit`` (``set_context(max_call_depth=...)`` is
+    deprecated and logs a warning).  "Never lower" knows the larger of
+    ``get_context("max_call_depth")`` and the highest limit this package set; a limit the
+    user set with ``set_recursion_limit`` cannot be read back, so a higher one set that way
+    before building a DGCMomentum may be lowered to what the step needs.
+    """
+    global _call_depth_set
     needed = _CALL_DEPTH_BASE + _CALL_DEPTH_PER_PARAM * num_params
-    if context.get_context("max_call_depth") < needed:
-        logger.info(f"DGCMomentum: raising max_call_depth to {needed} for {num_params} "
-                    f"parameters.")
-        context.set_context(max_call_depth=needed)
+    current = max(context.get_context("max_call_depth"), _call_depth_set)
+    if current < needed:
+        logger.info(f"DGCMomentum: raising the recursion limit (max_call_depth) to {needed} "
+                    f"for {num_params} parameters.")
+        mindspore.set_recursion_limit(needed)
+        _call_depth_set = needed
 
 
 def _check_bfloat16(cls, parameters, target):
@@ -88,7 +103,7 @@ def _check_sparsity(cls, sparsity):
     return tuple(float(s) for s in sparsity)
 
 
-class DGCMomentum(nn.Optimizer):
+class DGCMomentum(OptimizerAPI, nn.Optimizer):
     r"""Momentum SGD with Deep Gradient Compression (PaddlePaddle's ``DGCMomentumOptimizer``).
 
     Each worker sends only the largest ``1 - sparsity`` fraction of its
@@ -145,7 +160,7 @@ class DGCMomentum(nn.Optimizer):
     Args:
         params (Union[list[Parameter], list[dict]]): parameters or groups.
         learning_rate (Union[float, int, Tensor, Iterable, LearningRateSchedule]).
-        momentum (float): >= 0.
+        momentum (float): in [0, 1) (1 or more makes ``u`` grow without bound: ValueError).
         rampup_begin_step (int): >= 0, the step compression starts.
         rampup_step (int): >= 1, steps of the sparsity warm-up. Default 1.
         sparsity (list[float]): warm-up sparsities in [0, 1), non-decreasing. Default [0.999].
@@ -163,6 +178,15 @@ class DGCMomentum(nn.Optimizer):
             fewer bytes for the world size (the gather grows with the number
             of workers: with N workers it pays while N * k is below the
             parameters' size). Both give the same bits.
+
+    Learning rate: ``get_lr()`` is MindSpore's ``nn.Optimizer.get_lr`` (used
+    inside ``construct``); from Python, ``current_lr()`` returns the next
+    step's rate as a float (one per group when groups set their own 'lr') and
+    ``set_lr(value)`` sets a fixed rate for all groups (RuntimeError while a
+    schedule drives it), as on every ms_optim optimizer (see ``ms_optim._api``).
+    Building one raises MindSpore's recursion limit (``mindspore.set_recursion_limit``)
+    to what the step's graph needs (about 1000 + 16 per parameter), never lowering a
+    limit set by ``set_context(max_call_depth=...)`` or by an earlier DGCMomentum.
 
     Example:
         >>> import ms_optim
@@ -184,7 +208,7 @@ class DGCMomentum(nn.Optimizer):
         cls = self._NAME
         params = _checks.check_params(cls, params)
         _checks.check_learning_rate(cls, learning_rate)
-        momentum = _checks.check_non_negative(
+        momentum = _checks.check_unit_interval_right_open(
             cls, "momentum", _checks.check_float(cls, "momentum", momentum, allow_int=True))
         _checks.check_non_negative(cls, "rampup_begin_step",
                                    _checks.check_int(cls, "rampup_begin_step", rampup_begin_step))
@@ -230,6 +254,12 @@ class DGCMomentum(nn.Optimizer):
         if impl == "auto":
             impl = "native" if target == "CPU" else "ops"
         self.impl = impl
+        self._record_args(params, learning_rate=learning_rate, momentum=momentum,
+                          rampup_begin_step=rampup_begin_step, rampup_step=rampup_step,
+                          sparsity=sparsity, use_nesterov=use_nesterov,
+                          local_grad_clip_norm=local_grad_clip_norm, regularization=regularization,
+                          grad_clip=grad_clip, weight_decay=weight_decay, loss_scale=loss_scale,
+                          impl=impl, exchange=exchange, nranks=self.nranks)
         _raise_call_depth(len(self._parameters))
         self.use_nesterov = use_nesterov
         self.rampup_begin_step, self.rampup_step, self.sparsity = (rampup_begin_step, rampup_step,

@@ -1,6 +1,4 @@
 """Lamb with PaddlePaddle's semantics: a fused native CPU kernel and a portable ops path."""
-import numbers
-
 import numpy as np
 from mindspore import Tensor, context, nn, ops
 from mindspore import dtype as mstype
@@ -9,6 +7,7 @@ from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
 from . import _checks, _native
+from ._api import OptimizerAPI
 from ._state import BetaPowers
 from .clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, check_grad_clip
 
@@ -51,7 +50,21 @@ def _run_ops(head, lr, weight_decay, decay_flag, param, m, v, grad):
     return F.depend(ratio, F.assign(param, param - (lr * ratio) * r))
 
 
-class Lamb(BetaPowers, nn.Optimizer):
+# MindSpore's nn.Lamb names -> this Lamb's (PaddlePaddle's)
+_MINDSPORE_NAMES = {"weight_decay": "lamb_weight_decay", "eps": "epsilon"}
+
+
+def _reject_mindspore_names(cls, kwargs):
+    """TypeError for unexpected keyword arguments, naming Lamb's own name for MindSpore's."""
+    for key in kwargs:
+        if key in _MINDSPORE_NAMES:
+            raise TypeError(f"For '{cls}', got an unexpected keyword argument '{key}': Lamb "
+                            f"follows PaddlePaddle's names, use '{_MINDSPORE_NAMES[key]}' "
+                            f"instead (MindSpore's nn.Lamb calls it '{key}').")
+        raise TypeError(f"For '{cls}', got an unexpected keyword argument '{key}'.")
+
+
+class Lamb(OptimizerAPI, BetaPowers, nn.Optimizer):
     r"""LAMB (You et al., 2019) with PaddlePaddle's ``paddle.optimizer.Lamb`` semantics.
 
     .. math::
@@ -99,6 +112,17 @@ class Lamb(BetaPowers, nn.Optimizer):
         loss_scale (float): gradients are divided by it. Default 1.0.
         impl (str): "auto", "native" or "ops".
 
+    The argument names are PaddlePaddle's: MindSpore's ``weight_decay=`` and
+    ``eps=`` raise a TypeError naming ``lamb_weight_decay`` and ``epsilon``
+    (inside a parameter group, ``"weight_decay"`` is the group's key, as usual).
+    ``epsilon`` must stay above 0 in float32 (1e-46 is 0 there: ValueError).
+
+    Learning rate: ``get_lr()`` is MindSpore's ``nn.Optimizer.get_lr`` (used
+    inside ``construct``); from Python, ``current_lr()`` returns the next
+    step's rate as a float (one per group when groups set their own 'lr') and
+    ``set_lr(value)`` sets a fixed rate for all groups (RuntimeError while a
+    schedule drives it), as on every ms_optim optimizer (see ``ms_optim._api``).
+
     Example:
         >>> from mindspore import nn
         >>> import ms_optim
@@ -116,15 +140,16 @@ class Lamb(BetaPowers, nn.Optimizer):
 
     def __init__(self, params, learning_rate=0.001, lamb_weight_decay=0.01, beta1=0.9,
                  beta2=0.999, epsilon=1e-6, grad_clip=None, exclude_from_weight_decay_fn=None,
-                 always_adapt=False, loss_scale=1.0, impl="auto"):
+                 always_adapt=False, loss_scale=1.0, impl="auto", **kwargs):
         cls = self._NAME
+        _reject_mindspore_names(cls, kwargs)
         params = _checks.check_params(cls, params)
         _checks.check_learning_rate(cls, learning_rate)
         lamb_weight_decay = _checks.check_weight_decay(cls, lamb_weight_decay, "lamb_weight_decay")
         beta1 = _checks.check_open_unit(cls, "beta1", _checks.check_float(cls, "beta1", beta1, True))
         beta2 = _checks.check_open_unit(cls, "beta2", _checks.check_float(cls, "beta2", beta2, True))
-        epsilon = _checks.check_positive(cls, "epsilon",
-                                         _checks.check_float(cls, "epsilon", epsilon, True))
+        epsilon = _checks.check_float32_positive(cls, "epsilon",
+                                                 _checks.check_float(cls, "epsilon", epsilon, True))
         check_grad_clip(cls, grad_clip)
         if exclude_from_weight_decay_fn is not None and not callable(exclude_from_weight_decay_fn):
             raise TypeError(f"For '{cls}', the 'exclude_from_weight_decay_fn' must be callable or "
@@ -140,6 +165,11 @@ class Lamb(BetaPowers, nn.Optimizer):
 
         if impl == "auto":
             impl = "native" if context.get_context("device_target") == "CPU" else "ops"
+        self._record_args(params, learning_rate=learning_rate,
+                          lamb_weight_decay=lamb_weight_decay, beta1=beta1, beta2=beta2,
+                          epsilon=epsilon, grad_clip=grad_clip,
+                          exclude_from_weight_decay_fn=exclude_from_weight_decay_fn,
+                          always_adapt=always_adapt, loss_scale=loss_scale, impl=impl)
         self.impl = impl
         self.grad_clip = grad_clip
         self.always_adapt = always_adapt
@@ -197,43 +227,12 @@ class Lamb(BetaPowers, nn.Optimizer):
         self.decay_masks = tuple(masks)
         self.sumsq_ops = tuple(sumsq_ops)
 
-    # ------------------------------------------------------------ Paddle API --
-
-    def get_lr(self):
-        """The current learning rate as a float (PaddlePaddle's ``get_lr``).
-
-        With a schedule, its value at the current step.  Inside ``construct``
-        the MindSpore base class's ``get_lr`` is used instead.
-        """
-        if self.is_group_lr:
-            raise RuntimeError("For 'Lamb', get_lr() has no single answer: parameter groups set "
-                               "their own 'lr'; use get_lr_parameter(param).")
-        if self.dynamic_lr:
-            return float(self.learning_rate(self.global_step).asnumpy().reshape(()))
-        return float(self.learning_rate.asnumpy())
-
-    def set_lr(self, value):
-        """Sets a constant learning rate (PaddlePaddle's ``set_lr``)."""
-        if self.dynamic_lr:
-            raise RuntimeError("For 'Lamb', set_lr() cannot be used while a learning rate "
-                               "schedule (Tensor, Iterable or LearningRateSchedule) drives the "
-                               "rate, since the two would conflict.")
-        if self.is_group_lr:
-            raise RuntimeError("For 'Lamb', set_lr() cannot change the learning rates that "
-                               "parameter groups set themselves.")
-        if not isinstance(value, numbers.Real) or isinstance(value, bool):
-            raise TypeError(f"For 'Lamb', set_lr() takes a float, but got "
-                            f"{type(value).__name__}: {value!r}.")
-        if value < 0:
-            raise ValueError(f"For 'Lamb', set_lr() takes a learning rate >= 0, but got {value}.")
-        self.learning_rate.set_data(Tensor(float(value), mstype.float32))
-
     # ----------------------------------------------------------------- step --
 
     def construct(self, gradients):
         params = self._parameters
         gradients = self.flatten_gradients(gradients)
-        lr = nn.Optimizer.get_lr(self)
+        lr = self.get_lr()
         weight_decay = self.get_weight_decay()
         self.assignadd(self.global_step, self.global_step_increase_tensor)
         beta1_power, beta2_power = self._advance_beta_powers()

@@ -377,7 +377,8 @@ def test_as_many_parameters_as_resnet50():
               for i, s in enumerate(shapes)]
     opt = ms_optim.DGCMomentum(params, learning_rate=0.1, momentum=0.9, rampup_begin_step=1,
                                sparsity=[0.999])
-    assert ms.get_context("max_call_depth") >= 1000 + 16 * len(shapes)
+    # raised with mindspore.set_recursion_limit, which get_context does not see
+    assert ms_optim.dgc._call_depth_set >= 1000 + 16 * len(shapes)
     ref = reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 1, 1, [0.999])
     for _ in range(3):  # one dense warm-up step, then compressed
         grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]

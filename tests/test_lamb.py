@@ -337,9 +337,9 @@ def test_checkpoint_resume_matches_uninterrupted(tmp_path):
 def test_get_lr_and_set_lr():
     params = _make_params()
     opt = ms_optim.Lamb(params, learning_rate=0.01)
-    assert opt.get_lr() == pytest.approx(0.01)
+    assert opt.current_lr() == pytest.approx(0.01)
     opt.set_lr(0.5)
-    assert opt.get_lr() == pytest.approx(0.5)
+    assert opt.current_lr() == pytest.approx(0.5)
     # the new rate drives the next step: lr 0 leaves parameters unchanged
     opt.set_lr(0)
     before = values(params)
@@ -351,7 +351,7 @@ def test_get_lr_and_set_lr():
     with pytest.raises(ValueError, match="set_lr"):
         opt.set_lr(-1.0)
     scheduled = ms_optim.Lamb(_make_params(), learning_rate=HalvingLR())
-    assert scheduled.get_lr() == pytest.approx(0.02)
+    assert scheduled.current_lr() == pytest.approx(0.02)
     with pytest.raises(RuntimeError, match="schedule"):
         scheduled.set_lr(0.1)
 

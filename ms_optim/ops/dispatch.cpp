@@ -25,6 +25,25 @@ bool cpu_has_avx2() {
          __builtin_cpu_supports("f16c");
 }
 
+#ifndef MSOPT_BUILD_FLAGS
+#define MSOPT_BUILD_FLAGS "unknown (built without setup.py)"
+#endif
+
+constexpr const char *kIsaNames = "scalar, avx2, avx512";
+
+bool known_isa(const char *name) {
+  return std::strcmp(name, "avx512") == 0 || std::strcmp(name, "avx2") == 0 ||
+         std::strcmp(name, "scalar") == 0;
+}
+
+// The instruction sets this CPU runs, e.g. "scalar, avx2, avx512".
+const char *supported_isas() {
+  __builtin_cpu_init();
+  if (cpu_has_avx512()) return "scalar, avx2, avx512";
+  if (cpu_has_avx2()) return "scalar, avx2";
+  return "scalar";
+}
+
 // The table for `name`, or nullptr when the name is unknown or this CPU lacks it.
 const KernelTable *table_for(const char *name) {
   if (std::strcmp(name, "avx512") == 0) return cpu_has_avx512() ? &avx512::kTable : nullptr;
@@ -38,8 +57,13 @@ const KernelTable *best_table() {
   const char *want = std::getenv("MS_OPTIM_ISA");
   if (want != nullptr && *want != '\0') {
     if (const KernelTable *t = table_for(want)) return t;
-    std::fprintf(stderr, "ms_optim: MS_OPTIM_ISA=%s is not available on this CPU; "
-                 "using the best supported instruction set\n", want);
+    const KernelTable *best = cpu_has_avx512() ? &avx512::kTable
+                              : cpu_has_avx2() ? &avx2::kTable
+                                               : &scalar::kTable;
+    std::fprintf(stderr, "ms_optim: MS_OPTIM_ISA=%s is %s (valid names: %s; this CPU supports: %s); "
+                 "using %s\n", want, known_isa(want) ? "not supported by this CPU" : "unknown",
+                 kIsaNames, supported_isas(), best->isa);
+    return best;
   }
   if (cpu_has_avx512()) return &avx512::kTable;
   if (cpu_has_avx2()) return &avx2::kTable;
@@ -109,8 +133,18 @@ int msopt_select_isa(const char *name) {
   if (name == nullptr) return msopt::fail(-1, "msopt_select_isa: name is NULL");
   const msopt::KernelTable *t = msopt::table_for(name);
   if (t == nullptr)
-    return msopt::fail(-1, "msopt_select_isa: '%s' is unknown or not supported by this CPU", name);
+    return msopt::fail(-1, "msopt_select_isa: '%s' is %s (valid names: %s; this CPU supports: %s)",
+                       name, msopt::known_isa(name) ? "not supported by this CPU" : "unknown",
+                       msopt::kIsaNames, msopt::supported_isas());
   msopt::g_table.store(t, std::memory_order_release);
   return 0;
 }
 
+
+// What native_info() reports: the instruction sets this CPU runs, the kernels'
+// OpenMP thread count and the compiler flags the library was built with.
+MSOPT_API const char *msopt_supported_isas(void) { return msopt::supported_isas(); }
+
+MSOPT_API int msopt_kernel_threads(void) { return msopt::kernel_threads(); }
+
+MSOPT_API const char *msopt_build_flags(void) { return MSOPT_BUILD_FLAGS; }
