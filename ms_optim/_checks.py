@@ -41,10 +41,11 @@ def check_int(cls, name, value):
     return value
 
 
-def check_open_unit(cls, name, value):
-    """0 < value < 1."""
-    if not 0.0 < value < 1.0:
-        raise ValueError(f"For '{cls}', the '{name}' must be in range (0.0, 1.0), but got {value}.")
+def check_open_unit(cls, name, value, include_zero=False):
+    """0 < value < 1, or 0 <= value < 1 with `include_zero`."""
+    if not ((value >= 0.0 if include_zero else value > 0.0) and value < 1.0):
+        low = "[0.0" if include_zero else "(0.0"
+        raise ValueError(f"For '{cls}', the '{name}' must be in range {low}, 1.0), but got {value}.")
     return value
 
 
@@ -58,13 +59,6 @@ def check_non_negative(cls, name, value):
     if not value >= 0:
         raise ValueError(f"For '{cls}', the '{name}' must be greater than or equal to 0, "
                          f"but got {value}.")
-    return value
-
-
-def check_unit_interval_right_open(cls, name, value):
-    """0 <= value < 1."""
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"For '{cls}', the '{name}' must be in range [0.0, 1.0), but got {value}.")
     return value
 
 

@@ -208,8 +208,9 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
         cls = self._NAME
         params = _checks.check_params(cls, params)
         _checks.check_learning_rate(cls, learning_rate)
-        momentum = _checks.check_unit_interval_right_open(
-            cls, "momentum", _checks.check_float(cls, "momentum", momentum, allow_int=True))
+        momentum = _checks.check_open_unit(
+            cls, "momentum", _checks.check_float(cls, "momentum", momentum, allow_int=True),
+            include_zero=True)
         _checks.check_non_negative(cls, "rampup_begin_step",
                                    _checks.check_int(cls, "rampup_begin_step", rampup_begin_step))
         if _checks.check_int(cls, "rampup_step", rampup_step) < 1:

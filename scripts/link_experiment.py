@@ -386,10 +386,7 @@ def parse_args(argv=None):
     parser.add_argument("--runs", default="dense,dgc,dgc-paddle,dgc-999",
                         help="comma-separated recipes of scripts/link_worker.py: "
                              f"{', '.join(sorted(link_worker.RECIPES))}")
-    parser.add_argument("--model", default="big", choices=sorted(link_worker.MODELS),
-                        help="big: MLP 64-4096-4096-10 (17.1M parameters); small: 64-256-128-10")
-    parser.add_argument("--data", default="digits", choices=["digits", "synthetic"],
-                        help="digits (scikit-learn) or numpy-made synthetic clusters")
+    link_worker.add_model_arguments(parser)
     parser.add_argument("--steps", default="150",
                         help="steps per run: STEPS for all, RUN=STEPS,... or both "
                              "(e.g. 100,dense=60)")

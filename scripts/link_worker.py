@@ -310,15 +310,20 @@ def _positive_float(text):
     return value
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", required=True, choices=sorted(RECIPES),
-                        help="optimizer recipe (RECIPES in this file)")
+def add_model_arguments(parser):
+    """--model and --data, shared with scripts/link_experiment.py (which passes them on)."""
     parser.add_argument("--model", default="big", choices=sorted(MODELS),
                         help="big: MLP 64-4096-4096-10 (17.1M parameters); small: 64-256-128-10")
     parser.add_argument("--data", default="digits", choices=["digits", "synthetic"],
                         help="digits: scikit-learn's digits (scripts/train.py's split); "
                              "synthetic: numpy-made clusters of the same sizes (no scikit-learn)")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", required=True, choices=sorted(RECIPES),
+                        help="optimizer recipe (RECIPES in this file)")
+    add_model_arguments(parser)
     parser.add_argument("--steps", type=_positive, default=200, help="train until this step")
     parser.add_argument("--batch", type=_positive, default=32, help="batch size per worker")
     parser.add_argument("--lr-schedule", default="cosine", choices=["cosine", "constant"],

@@ -52,22 +52,23 @@ const KernelTable *table_for(const char *name) {
   return nullptr;
 }
 
-const KernelTable *best_table() {
-  __builtin_cpu_init();
-  const char *want = std::getenv("MS_OPTIM_ISA");
-  if (want != nullptr && *want != '\0') {
-    if (const KernelTable *t = table_for(want)) return t;
-    const KernelTable *best = cpu_has_avx512() ? &avx512::kTable
-                              : cpu_has_avx2() ? &avx2::kTable
-                                               : &scalar::kTable;
-    std::fprintf(stderr, "ms_optim: MS_OPTIM_ISA=%s is %s (valid names: %s; this CPU supports: %s); "
-                 "using %s\n", want, known_isa(want) ? "not supported by this CPU" : "unknown",
-                 kIsaNames, supported_isas(), best->isa);
-    return best;
-  }
+// The widest instruction set this CPU runs.
+const KernelTable *widest_table() {
   if (cpu_has_avx512()) return &avx512::kTable;
   if (cpu_has_avx2()) return &avx2::kTable;
   return &scalar::kTable;
+}
+
+const KernelTable *best_table() {
+  __builtin_cpu_init();
+  const char *want = std::getenv("MS_OPTIM_ISA");
+  if (want == nullptr || *want == '\0') return widest_table();
+  if (const KernelTable *t = table_for(want)) return t;
+  const KernelTable *best = widest_table();
+  std::fprintf(stderr, "ms_optim: MS_OPTIM_ISA=%s is %s (valid names: %s; this CPU supports: %s); "
+               "using %s\n", want, known_isa(want) ? "not supported by this CPU" : "unknown",
+               kIsaNames, supported_isas(), best->isa);
+  return best;
 }
 
 std::atomic<const KernelTable *> g_table{nullptr};
