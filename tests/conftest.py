@@ -5,29 +5,10 @@ import pytest
 import mindspore as ms
 from mindspore import nn
 
+from nets import SmallNet
+
 ms.set_context(mode=ms.GRAPH_MODE)
 ms.set_device("CPU")
-
-
-class SmallNet(nn.Cell):
-    """Dense -> BatchNorm (parameters named gamma/beta) -> Dense, all parameters trainable.
-
-    The first Dense has no bias: BatchNorm would cancel it, leaving it a
-    gradient of pure rounding noise that Adam magnifies to full-size steps.
-    """
-
-    def __init__(self, n_in=6, hidden=10, n_out=3, dtype=ms.float32):
-        super().__init__()
-        self.fc1 = nn.Dense(n_in, hidden, has_bias=dtype != ms.float32, dtype=dtype)
-        self.bn = nn.BatchNorm1d(hidden, dtype=dtype) if dtype == ms.float32 else None
-        self.relu = nn.ReLU()
-        self.fc2 = nn.Dense(hidden, n_out, dtype=dtype)
-
-    def construct(self, x):
-        x = self.fc1(x)
-        if self.bn is not None:
-            x = self.bn(x)
-        return self.fc2(self.relu(x))
 
 
 def set_params(net, seed):

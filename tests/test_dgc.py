@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import mindspore as ms
-from mindspore import Parameter, Tensor, nn
+from mindspore import Parameter, Tensor
 
 import ms_optim
 from ms_optim import _native, reference
@@ -13,6 +13,7 @@ from ms_optim.clip import ClipGradByGlobalNorm, ClipGradByNorm
 from ms_optim.regularizer import L1Decay, L2Decay
 from conftest import (assert_checkpoint_resumes, assert_close_to_mindspore, batch, fit_and_score,
                       train_cell, values)
+from nets import WideNet
 
 ISAS = [name for name in ("scalar", "avx2", "avx512")
         if _native.lib().msopt_select_isa(name.encode()) == 0]
@@ -272,17 +273,6 @@ def test_exchange_stats_and_stages():
     assert last["bytes"] == 4 * (21 + 11) + 8 * sum(k)
     assert last["compression"] == pytest.approx(4 * dense / last["bytes"])
     assert opt.exchange_stats()["step"] == 0
-
-
-class WideNet(nn.Cell):
-    def __init__(self, dtype=ms.float32):
-        super().__init__()
-        self.fc1 = nn.Dense(64, 300, dtype=dtype)  # 19200 weights: compressed
-        self.fc2 = nn.Dense(300, 3, dtype=dtype)
-        self.relu = nn.ReLU()
-
-    def construct(self, x):
-        return self.fc2(self.relu(self.fc1(x)))
 
 
 def _wide_dgc(dtype=ms.float32):
