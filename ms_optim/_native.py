@@ -175,24 +175,39 @@ def aot_op(entry, out_shape, out_dtype, inputs, outputs, dtype_formats, inplace)
     return op
 
 
-def call_aot(entry, arrays):
-    """Run an AOT kernel directly on numpy arrays (inputs then outputs), in place.
-
-    Used by tests to check a kernel without MindSpore; raises RuntimeError with
-    the kernel's message when it returns an error code.
-    """
+def prepare_aot(entry, arrays):
+    """A callable that runs AOT kernel `entry` on numpy `arrays` (inputs then outputs,
+    C-contiguous, kept alive by the callable) with the argument arrays built once: what
+    the kernel costs alone, without MindSpore and without per-call marshalling.  Raises
+    RuntimeError with the kernel's message when it returns an error code."""
     import numpy as np
 
-    n = len(arrays)
+    arrays = list(arrays)
     for a in arrays:
         if not (isinstance(a, np.ndarray) and a.flags.c_contiguous):
-            raise TypeError("call_aot takes C-contiguous numpy arrays")
+            raise TypeError("AOT kernels take C-contiguous numpy arrays")
+    n = len(arrays)
     ptrs = (ctypes.c_void_p * n)(*[a.ctypes.data for a in arrays])
     ndims = (ctypes.c_int * n)(*[a.ndim for a in arrays])
     shape_bufs = [(ctypes.c_int64 * max(a.ndim, 1))(*a.shape) for a in arrays]
     shapes = (ctypes.POINTER(ctypes.c_int64) * n)(
         *[ctypes.cast(b, ctypes.POINTER(ctypes.c_int64)) for b in shape_bufs])
     dtypes = (ctypes.c_char_p * n)(*[str(a.dtype).encode() for a in arrays])
-    rc = getattr(lib(), entry)(n, ptrs, ndims, shapes, dtypes, None, None)
-    if rc != 0:
-        raise RuntimeError(f"{entry} failed with code {rc}: {last_error()}")
+    fn = getattr(lib(), entry)
+
+    def run():
+        rc = fn(n, ptrs, ndims, shapes, dtypes, None, None)
+        if rc != 0:
+            raise RuntimeError(f"{entry} failed with code {rc}: {last_error()}")
+
+    run.keep = (arrays, shape_bufs)
+    return run
+
+
+def call_aot(entry, arrays):
+    """Run an AOT kernel directly on numpy arrays (inputs then outputs), in place.
+
+    Used by tests to check a kernel without MindSpore; raises RuntimeError with
+    the kernel's message when it returns an error code.
+    """
+    prepare_aot(entry, arrays)()

@@ -255,6 +255,41 @@ void adam_delta_f16(half_bits *d, float *m, float *v, const half_bits *g, int64_
   });
 }
 
+// A piece [lo, hi) of one tensor of a multi-tensor Adam call.
+template <bool kDelta, bool kHalf>
+inline void adam_piece(const AdamTensor &x, int64_t lo, int64_t hi) {
+  if (kHalf)
+    adam_f16_range<kDelta>(static_cast<half_bits *>(x.out) + lo, x.m + lo, x.v + lo,
+                           static_cast<const half_bits *>(x.g) + lo, hi - lo, x.a);
+  else
+    adam_f32_range<kDelta>(static_cast<float *>(x.out) + lo, x.m + lo, x.v + lo,
+                           static_cast<const float *>(x.g) + lo, hi - lo, x.a);
+}
+
+// Every tensor's elements as one range [0, total), split once over the
+// threads: each thread walks the tensors its share overlaps.  Adam has no
+// reduction, so no thread waits for another and the bits do not depend on
+// the split.
+template <bool kDelta, bool kHalf>
+void adam_multi_impl(const AdamTensor *ts, int64_t count) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < count; ++i) total += ts[i].n;
+  parallel_ranges(total, [&](int64_t lo, int64_t hi) {
+    int64_t off = 0;
+    for (int64_t i = 0; i < count && off < hi; off += ts[i].n, ++i) {
+      const int64_t a = std::max(lo, off), b = std::min(hi, off + ts[i].n);
+      if (a < b) adam_piece<kDelta, kHalf>(ts[i], a - off, b - off);
+    }
+  });
+}
+
+void adam_multi(const AdamTensor *ts, int64_t count, bool delta, bool half) {
+  if (delta)
+    (half ? adam_multi_impl<true, true> : adam_multi_impl<true, false>)(ts, count);
+  else
+    (half ? adam_multi_impl<false, true> : adam_multi_impl<false, false>)(ts, count);
+}
+
 // --------------------------------------------------------------------- Lamb --
 
 // Double-precision sums of squares.  x*x of a float is exact in double, so a
@@ -538,7 +573,7 @@ void gather_abs_f32(const float *x, int64_t n, Gather *g) {
 extern const KernelTable kTable;
 const KernelTable kTable = {
     MSOPT_ISA_NAME,   adam_inplace_f32, adam_inplace_f16, adam_delta_f32, adam_delta_f16,
-    lamb_f32,         dgc_accumulate_f32, gather_abs_f32, sumsq_f32,
+    adam_multi,       lamb_f32,         dgc_accumulate_f32, gather_abs_f32, sumsq_f32,
     f16_to_f32,       f32_to_f16,
 };
 
