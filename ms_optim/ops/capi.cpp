@@ -33,13 +33,6 @@
 
 namespace msopt {
 
-const PsTable &ps_kernels() {
-  const KernelTable *k = &kernels();
-  if (k == &avx512::kTable) return avx512::kPsTable;
-  if (k == &avx2::kTable) return avx2::kPsTable;
-  return scalar::kPsTable;
-}
-
 namespace capi {
 namespace {
 
