@@ -50,31 +50,31 @@ float *lamb_scratch(bool shared, int64_t floats) {
 MSOPT_API int ms_optim_lamb(int nparam, void **params, int *ndims, int64_t **shapes,
                             const char **dtypes, void *, void *) {
   if (nparam < 9 || (nparam - 5) % 4 != 0)
-    return fail(msopt::kAotBadArity, "ms_optim_lamb: expected 4K + 5 tensors, got %d", nparam);
+    return fail(msopt::kErrSize, "ms_optim_lamb: expected 4K + 5 tensors, got %d", nparam);
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
   const int K = (nparam - 5) / 4;
   const int lr_i = 4 * K, wd_i = lr_i + 1, gs_i = lr_i + 2, c_i = lr_i + 3, out_i = lr_i + 4;
   for (int i = 0; i < nparam; ++i)
     if (!a.is(i, "float32"))
-      return fail(msopt::kAotBadDtype, "ms_optim_lamb: argument %d must be float32, got %s", i,
+      return fail(msopt::kErrDtype, "ms_optim_lamb: argument %d must be float32, got %s", i,
                   dtypes[i]);
   for (int i = 0; i < K; ++i)
     for (int j = 1; j < 4; ++j)
       if (a.numel(i + j * K) != a.numel(i))
-        return fail(msopt::kAotBadShape,
+        return fail(msopt::kErrSize,
                     "ms_optim_lamb: argument %d has %lld elements, its param (argument %d) %lld",
                     i + j * K, static_cast<long long>(a.numel(i + j * K)), i,
                     static_cast<long long>(a.numel(i)));
   for (int i : {lr_i, wd_i})
     if (a.numel(i) != 1 && a.numel(i) != K)
-      return fail(msopt::kAotBadShape, "ms_optim_lamb: %s must have 1 or %d elements, got %lld",
+      return fail(msopt::kErrSize, "ms_optim_lamb: %s must have 1 or %d elements, got %lld",
                   i == lr_i ? "lr" : "wd", K, static_cast<long long>(a.numel(i)));
   if (a.numel(gs_i) != 1)
-    return fail(msopt::kAotBadShape, "ms_optim_lamb: gscale must be a float32 scalar");
+    return fail(msopt::kErrSize, "ms_optim_lamb: gscale must be a float32 scalar");
   if (a.numel(c_i) != kLambConsts)
-    return fail(msopt::kAotBadShape, "ms_optim_lamb: consts must be float32[%d]", kLambConsts);
+    return fail(msopt::kErrSize, "ms_optim_lamb: consts must be float32[%d]", kLambConsts);
   if (a.numel(out_i) != K)
-    return fail(msopt::kAotBadShape, "ms_optim_lamb: the output must be float32[%d]", K);
+    return fail(msopt::kErrSize, "ms_optim_lamb: the output must be float32[%d]", K);
 
   const float *c = a.ptr<float>(c_i);
   msopt::LambArgs h;
@@ -96,7 +96,7 @@ MSOPT_API int ms_optim_lamb(int nparam, void **params, int *ndims, int64_t **sha
   try {
     tensors.resize(static_cast<size_t>(K));
   } catch (const std::bad_alloc &) {
-    return fail(msopt::kAotNoMemory, "ms_optim_lamb: cannot allocate the list of %d tensors", K);
+    return fail(msopt::kErrNoMem, "ms_optim_lamb: cannot allocate the list of %d tensors", K);
   }
   int64_t total = 0;
   for (int i = 0; i < K; ++i) {
@@ -109,10 +109,10 @@ MSOPT_API int ms_optim_lamb(int nparam, void **params, int *ndims, int64_t **sha
   const int64_t need = msopt::lamb_scratch_floats(tensors.data(), K);
   float *scratch = lamb_scratch(section.held(), need);
   if (scratch == nullptr)
-    return fail(msopt::kAotNoMemory, "ms_optim_lamb: cannot allocate %lld floats of scratch",
+    return fail(msopt::kErrNoMem, "ms_optim_lamb: cannot allocate %lld floats of scratch",
                 static_cast<long long>(need));
   msopt::kernels().lamb_f32(tensors.data(), K, h, scratch);
-  return msopt::kAotOk;
+  return msopt::kOk;
 }
 
 // Inputs: x[0..K) (float32, any sizes).  Output: float32[1] = the sum of
@@ -121,21 +121,21 @@ MSOPT_API int ms_optim_lamb(int nparam, void **params, int *ndims, int64_t **sha
 MSOPT_API int ms_optim_sumsq(int nparam, void **params, int *ndims, int64_t **shapes,
                              const char **dtypes, void *, void *) {
   if (nparam < 2)
-    return fail(msopt::kAotBadArity, "ms_optim_sumsq: expected K inputs and 1 output, got %d tensors",
+    return fail(msopt::kErrSize, "ms_optim_sumsq: expected K inputs and 1 output, got %d tensors",
                 nparam);
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
   const int K = nparam - 1;
   for (int i = 0; i <= K; ++i)
     if (!a.is(i, "float32"))
-      return fail(msopt::kAotBadDtype, "ms_optim_sumsq: argument %d must be float32, got %s", i,
+      return fail(msopt::kErrDtype, "ms_optim_sumsq: argument %d must be float32, got %s", i,
                   dtypes[i]);
   if (a.numel(K) != 1)
-    return fail(msopt::kAotBadShape, "ms_optim_sumsq: the output must be float32[1]");
+    return fail(msopt::kErrSize, "ms_optim_sumsq: the output must be float32[1]");
   int64_t total = 0;
   for (int i = 0; i < K; ++i) total += a.numel(i);
   const msopt::ParallelSection section(total);
   double sum = 0.0;
   for (int i = 0; i < K; ++i) sum += msopt::kernels().sumsq_f32(a.ptr<float>(i), a.numel(i));
   *a.ptr<float>(K) = static_cast<float>(sum);
-  return msopt::kAotOk;
+  return msopt::kOk;
 }

@@ -253,7 +253,7 @@ int dense_update(Optimizer &o, const T *g) {
   o.step = k;
   o.beta1_power = b1p;
   o.beta2_power = b2p;
-  return MSOPT_OK;
+  return kOk;
 }
 
 template <class T>
@@ -303,7 +303,7 @@ int rows_update(Optimizer &o, const int64_t *rows, int64_t nr, const T *values) 
   o.step = k;
   o.beta1_power = b1p;
   o.beta2_power = b2p;
-  return MSOPT_OK;
+  return kOk;
 }
 
 // Brings every row up to the current step (before a read, a save or a diff).
@@ -316,34 +316,34 @@ void catch_up_all(Optimizer &o) {
 
 int check_dtype_arg(const char *fn, int dtype, const Optimizer &o) {
   if (!valid_dtype(dtype))
-    return fail(MSOPT_ERR_DTYPE, "%s: dtype %d is not an msopt_dtype (0..5)", fn, dtype);
+    return fail(kErrDtype, "%s: dtype %d is not an msopt_dtype (0..5)", fn, dtype);
   if (dtype != o.dtype)
-    return fail(MSOPT_ERR_DTYPE, "%s: dtype is %s but the parameter is %s", fn,
+    return fail(kErrDtype, "%s: dtype is %s but the parameter is %s", fn,
                 kDtypeNames[dtype], kDtypeNames[o.dtype]);
-  return MSOPT_OK;
+  return kOk;
 }
 
 int check_gradient_dtype(const char *fn, int dtype, const Optimizer &o) {
   if (int rc = check_dtype_arg(fn, dtype, o)) return rc;
   if (!is_float(dtype))
-    return fail(MSOPT_ERR_DTYPE, "%s: gradient optimizers run on float32 and float64; this "
+    return fail(kErrDtype, "%s: gradient optimizers run on float32 and float64; this "
                 "parameter is %s (use msopt_apply_diff)", fn, kDtypeNames[dtype]);
-  return MSOPT_OK;
+  return kOk;
 }
 
 // An optimizer step is possible (the step counter would not overflow).
 int check_step_room(const char *fn, const Optimizer &o) {
   if (o.step == INT64_MAX)
-    return fail(MSOPT_ERR_STATE, "%s: the step counter is at its maximum %lld", fn,
+    return fail(kErrState, "%s: the step counter is at its maximum %lld", fn,
                 static_cast<long long>(o.step));
-  return MSOPT_OK;
+  return kOk;
 }
 
 int check_numel(const char *fn, const char *what, int64_t numel, const Optimizer &o) {
   if (numel != o.numel)
-    return fail(MSOPT_ERR_SIZE, "%s: %s is %lld but the parameter has %lld elements", fn, what,
+    return fail(kErrSize, "%s: %s is %lld but the parameter has %lld elements", fn, what,
                 static_cast<long long>(numel), static_cast<long long>(o.numel));
-  return MSOPT_OK;
+  return kOk;
 }
 
 }  // namespace
@@ -363,50 +363,50 @@ MSOPT_API int msopt_create(const char *optimizer, const char *config, msopt_dtyp
                            msopt_optimizer **out) {
   static const char *fn = "msopt_create";
   return capi::guarded(fn, [&]() -> int {
-    if (optimizer == nullptr) return fail(MSOPT_ERR_NULL, "%s: optimizer is NULL", fn);
-    if (config == nullptr) return fail(MSOPT_ERR_NULL, "%s: config is NULL", fn);
-    if (param == nullptr) return fail(MSOPT_ERR_NULL, "%s: param is NULL", fn);
-    if (out == nullptr) return fail(MSOPT_ERR_NULL, "%s: out is NULL", fn);
+    if (optimizer == nullptr) return fail(msopt::kErrNull, "%s: optimizer is NULL", fn);
+    if (config == nullptr) return fail(msopt::kErrNull, "%s: config is NULL", fn);
+    if (param == nullptr) return fail(msopt::kErrNull, "%s: param is NULL", fn);
+    if (out == nullptr) return fail(msopt::kErrNull, "%s: out is NULL", fn);
     const int d = static_cast<int>(dtype);
     if (!capi::valid_dtype(d))
-      return fail(MSOPT_ERR_DTYPE, "%s: dtype %d is not an msopt_dtype (0..5)", fn, d);
+      return fail(msopt::kErrDtype, "%s: dtype %d is not an msopt_dtype (0..5)", fn, d);
     if (numel <= 0)
-      return fail(MSOPT_ERR_SIZE, "%s: numel is %lld, must be > 0", fn,
+      return fail(msopt::kErrSize, "%s: numel is %lld, must be > 0", fn,
                   static_cast<long long>(numel));
     if (numel > (INT64_MAX / 8) / 4)
-      return fail(MSOPT_ERR_SIZE, "%s: numel %lld is too large", fn,
+      return fail(msopt::kErrSize, "%s: numel %lld is too large", fn,
                   static_cast<long long>(numel));
     if (row_width < 0 || (row_width > 0 && numel % row_width != 0))
-      return fail(MSOPT_ERR_SIZE, "%s: row_width %lld must be 0 or divide numel %lld", fn,
+      return fail(msopt::kErrSize, "%s: row_width %lld must be 0 or divide numel %lld", fn,
                   static_cast<long long>(row_width), static_cast<long long>(numel));
     int a = 0;
     while (a < static_cast<int>(capi::kNumAlgos) && std::strcmp(optimizer, capi::kAlgoNames[a]) != 0) ++a;
     if (a == static_cast<int>(capi::kNumAlgos))
-      return fail(MSOPT_ERR_CONFIG, "%s: unknown optimizer '%.64s' (sgd, momentum, adagrad, adam "
+      return fail(msopt::kErrConfig, "%s: unknown optimizer '%.64s' (sgd, momentum, adagrad, adam "
                   "or lamb)", fn, optimizer);
     const auto algo = static_cast<capi::Algo>(a);
     capi::Hyper h;
     if (int rc = capi::parse_config(fn, algo, d, config, &h)) return rc;
     std::shared_ptr<Optimizer> o = capi::make_optimizer(algo, d, numel, row_width, h);
     if (!o)
-      return fail(MSOPT_ERR_NOMEM, "%s: out of memory for %lld elements", fn,
+      return fail(msopt::kErrNoMem, "%s: out of memory for %lld elements", fn,
                   static_cast<long long>(numel));
     std::memcpy(o->param.get(), param, static_cast<size_t>(o->bytes()));
     *out = capi::register_handle(std::move(o));
-    return MSOPT_OK;
+    return msopt::kOk;
   });
 }
 
 MSOPT_API int msopt_restore(const void *state, int64_t state_len, msopt_optimizer **out) {
   static const char *fn = "msopt_restore";
   return capi::guarded(fn, [&]() -> int {
-    if (state == nullptr) return fail(MSOPT_ERR_NULL, "%s: state is NULL", fn);
-    if (out == nullptr) return fail(MSOPT_ERR_NULL, "%s: out is NULL", fn);
+    if (state == nullptr) return fail(msopt::kErrNull, "%s: state is NULL", fn);
+    if (out == nullptr) return fail(msopt::kErrNull, "%s: out is NULL", fn);
     std::shared_ptr<Optimizer> o;
     if (int rc = capi::deserialize(static_cast<const unsigned char *>(state), state_len, &o))
       return rc;
     *out = capi::register_handle(std::move(o));
-    return MSOPT_OK;
+    return msopt::kOk;
   });
 }
 
@@ -414,7 +414,7 @@ MSOPT_API int msopt_update(msopt_optimizer *h, msopt_dtype dtype, const void *gr
                            int64_t numel) {
   static const char *fn = "msopt_update";
   return capi::with_handle(fn, h, [&](Optimizer &o) -> int {
-    if (grad == nullptr) return fail(MSOPT_ERR_NULL, "%s: grad is NULL", fn);
+    if (grad == nullptr) return fail(msopt::kErrNull, "%s: grad is NULL", fn);
     if (int rc = capi::check_gradient_dtype(fn, static_cast<int>(dtype), o)) return rc;
     if (int rc = capi::check_numel(fn, "numel", numel, o)) return rc;
     if (int rc = capi::check_step_room(fn, o)) return rc;
@@ -429,19 +429,19 @@ MSOPT_API int msopt_update_rows(msopt_optimizer *h, msopt_dtype dtype, const int
   return capi::with_handle(fn, h, [&](Optimizer &o) -> int {
     if (int rc = capi::check_gradient_dtype(fn, static_cast<int>(dtype), o)) return rc;
     if (o.row_width == 0)
-      return fail(MSOPT_ERR_SIZE, "%s: the parameter was created with row_width 0 (flat); "
+      return fail(msopt::kErrSize, "%s: the parameter was created with row_width 0 (flat); "
                   "create it with a row width to update rows", fn);
     if (nrows < 0)
-      return fail(MSOPT_ERR_SIZE, "%s: nrows is %lld, must be >= 0", fn,
+      return fail(msopt::kErrSize, "%s: nrows is %lld, must be >= 0", fn,
                   static_cast<long long>(nrows));
     if (nrows > INT64_MAX / 8 / o.row_width)
-      return fail(MSOPT_ERR_SIZE, "%s: nrows %lld times row_width %lld is too large", fn,
+      return fail(msopt::kErrSize, "%s: nrows %lld times row_width %lld is too large", fn,
                   static_cast<long long>(nrows), static_cast<long long>(o.row_width));
-    if (nrows > 0 && rows == nullptr) return fail(MSOPT_ERR_NULL, "%s: rows is NULL", fn);
-    if (nrows > 0 && values == nullptr) return fail(MSOPT_ERR_NULL, "%s: values is NULL", fn);
+    if (nrows > 0 && rows == nullptr) return fail(msopt::kErrNull, "%s: rows is NULL", fn);
+    if (nrows > 0 && values == nullptr) return fail(msopt::kErrNull, "%s: values is NULL", fn);
     for (int64_t i = 0; i < nrows; ++i)
       if (rows[i] < 0 || rows[i] >= o.nrows)
-        return fail(MSOPT_ERR_ROW, "%s: rows[%lld] = %lld is out of range [0, %lld)", fn,
+        return fail(msopt::kErrRow, "%s: rows[%lld] = %lld is out of range [0, %lld)", fn,
                     static_cast<long long>(i), static_cast<long long>(rows[i]),
                     static_cast<long long>(o.nrows));
     if (int rc = capi::check_step_room(fn, o)) return rc;
@@ -455,7 +455,7 @@ MSOPT_API int msopt_apply_diff(msopt_optimizer *h, msopt_dtype dtype, const void
                                int64_t numel) {
   static const char *fn = "msopt_apply_diff";
   return capi::with_handle(fn, h, [&](Optimizer &o) -> int {
-    if (diff == nullptr) return fail(MSOPT_ERR_NULL, "%s: diff is NULL", fn);
+    if (diff == nullptr) return fail(msopt::kErrNull, "%s: diff is NULL", fn);
     if (int rc = capi::check_dtype_arg(fn, static_cast<int>(dtype), o)) return rc;
     if (int rc = capi::check_numel(fn, "numel", numel, o)) return rc;
     capi::catch_up_all(o);
@@ -476,26 +476,26 @@ MSOPT_API int msopt_apply_diff(msopt_optimizer *h, msopt_dtype dtype, const void
         default: t.f64.add(static_cast<double *>(pp), static_cast<const double *>(dd), n); break;
       }
     });
-    return MSOPT_OK;
+    return msopt::kOk;
   });
 }
 
 MSOPT_API int msopt_get_weights(msopt_optimizer *h, void *out, int64_t numel) {
   static const char *fn = "msopt_get_weights";
   return capi::with_handle(fn, h, [&](Optimizer &o) -> int {
-    if (out == nullptr) return fail(MSOPT_ERR_NULL, "%s: out is NULL", fn);
+    if (out == nullptr) return fail(msopt::kErrNull, "%s: out is NULL", fn);
     if (int rc = capi::check_numel(fn, "numel", numel, o)) return rc;
     capi::catch_up_all(o);
     std::memcpy(out, o.param.get(), static_cast<size_t>(o.bytes()));
-    return MSOPT_OK;
+    return msopt::kOk;
   });
 }
 
 MSOPT_API int msopt_get_state(msopt_optimizer *h, void **state, int64_t *state_len) {
   static const char *fn = "msopt_get_state";
   return capi::with_handle(fn, h, [&](Optimizer &o) -> int {
-    if (state == nullptr) return fail(MSOPT_ERR_NULL, "%s: state is NULL", fn);
-    if (state_len == nullptr) return fail(MSOPT_ERR_NULL, "%s: state_len is NULL", fn);
+    if (state == nullptr) return fail(msopt::kErrNull, "%s: state is NULL", fn);
+    if (state_len == nullptr) return fail(msopt::kErrNull, "%s: state_len is NULL", fn);
     capi::catch_up_all(o);
     return capi::serialize(o, state, state_len);
   });
@@ -508,7 +508,7 @@ MSOPT_API int msopt_info(msopt_optimizer *h, msopt_dtype *dtype, int64_t *numel,
     if (numel != nullptr) *numel = o.numel;
     if (row_width != nullptr) *row_width = o.row_width;
     if (step != nullptr) *step = o.step;
-    return MSOPT_OK;
+    return msopt::kOk;
   });
 }
 

@@ -24,10 +24,10 @@ int parse_double(const char *fn, const char *key, const std::string &text, doubl
   const char *b = text.data(), *e = text.data() + text.size();
   const auto res = std::from_chars(b, e, v);
   if (text.empty() || res.ec != std::errc() || res.ptr != e || !std::isfinite(v))
-    return fail(MSOPT_ERR_CONFIG, "%s: config %s='%s' is not a finite number", fn, key,
+    return fail(kErrConfig, "%s: config %s='%s' is not a finite number", fn, key,
                 text.c_str());
   *out = v;
-  return MSOPT_OK;
+  return kOk;
 }
 
 // One key=value entry into *h (the key already checked to apply to the optimizer).
@@ -41,15 +41,15 @@ int parse_value(const char *fn, Key key, const std::string &val, Hyper *h) {
   } else if (nesterov && (val == "false" || val == "0")) {
     h->nesterov = false;
   } else if (nesterov) {
-    return fail(MSOPT_ERR_CONFIG, "%s: config nesterov='%s' must be true, false, 1 or 0", fn,
+    return fail(kErrConfig, "%s: config nesterov='%s' must be true, false, 1 or 0", fn,
                 val.c_str());
   } else if (val == "const" || val == "linear") {  // kLrPolicy, the only other key
     h->linear = val == "linear";
   } else {
-    return fail(MSOPT_ERR_CONFIG, "%s: config lr_policy='%s' must be const or linear", fn,
+    return fail(kErrConfig, "%s: config lr_policy='%s' must be const or linear", fn,
                 val.c_str());
   }
-  return MSOPT_OK;
+  return kOk;
 }
 
 }  // namespace
@@ -67,7 +67,7 @@ int check_hyper(const char *fn, Algo a, int dtype, const Hyper &h) {
     double v = given;
     if (dtype == MSOPT_FLOAT32 && std::isfinite(v)) {
       if (!(std::fabs(v) <= static_cast<double>(FLT_MAX)))
-        return fail(MSOPT_ERR_CONFIG, "%s: %s = %.17g does not fit in float32, the parameter's type",
+        return fail(kErrConfig, "%s: %s = %.17g does not fit in float32, the parameter's type",
                     fn, name, v);
       v = static_cast<double>(static_cast<float>(v));
     }
@@ -78,17 +78,17 @@ int check_hyper(const char *fn, Algo a, int dtype, const Hyper &h) {
     if (in_range(v)) continue;
     const char lb = f.lo_open ? '(' : '[', rb = f.hi_open ? ')' : ']';
     if (in_range(given))  // only its float32 rounding is out of range
-      return fail(MSOPT_ERR_CONFIG, "%s: %s = %.17g is %.9g in float32 (the parameter's type), "
+      return fail(kErrConfig, "%s: %s = %.17g is %.9g in float32 (the parameter's type), "
                   "out of range %c%g, %g%c for %s", fn, name, given, v, lb, f.lo, f.hi, rb,
                   kAlgoNames[a]);
-    return fail(MSOPT_ERR_CONFIG, "%s: %s = %.17g is out of range %c%g, %g%c for %s", fn, name,
+    return fail(kErrConfig, "%s: %s = %.17g is out of range %c%g, %g%c for %s", fn, name,
                 given, lb, f.lo, f.hi, rb, kAlgoNames[a]);
   }
   if (!h.linear && (h.lr_decay_a != 0.0 || h.lr_decay_b != 0.0))
-    return fail(MSOPT_ERR_CONFIG, "%s: lr_decay_a/lr_decay_b need lr_policy=linear", fn);
+    return fail(kErrConfig, "%s: lr_decay_a/lr_decay_b need lr_policy=linear", fn);
   if (h.nesterov && !(kAlgoKeys[a] & bit(kNesterov)))
-    return fail(MSOPT_ERR_CONFIG, "%s: nesterov does not apply to %s", fn, kAlgoNames[a]);
-  return MSOPT_OK;
+    return fail(kErrConfig, "%s: nesterov does not apply to %s", fn, kAlgoNames[a]);
+  return kOk;
 }
 
 int parse_config(const char *fn, Algo a, int dtype, const char *config, Hyper *out) {
@@ -103,24 +103,24 @@ int parse_config(const char *fn, Algo a, int dtype, const char *config, Hyper *o
                                                                             : comma - pos);
       const size_t eq = entry.find('=');
       if (trim(entry).empty())
-        return fail(MSOPT_ERR_CONFIG, "%s: config has an empty entry at offset %zu", fn, pos);
+        return fail(kErrConfig, "%s: config has an empty entry at offset %zu", fn, pos);
       if (eq == std::string::npos)
-        return fail(MSOPT_ERR_CONFIG, "%s: config entry '%s' is not key=value", fn,
+        return fail(kErrConfig, "%s: config entry '%s' is not key=value", fn,
                     trim(entry).c_str());
       const std::string key = trim(entry.substr(0, eq)), val = trim(entry.substr(eq + 1));
       int k = 0;
       while (k < static_cast<int>(kNumKeys) && key != kKeyNames[k]) ++k;
       if (k == static_cast<int>(kNumKeys))
-        return fail(MSOPT_ERR_CONFIG,
+        return fail(kErrConfig,
                     "%s: unknown config key '%s' (keys: lr, momentum, nesterov, beta1, beta2, eps, "
                     "weight_decay, l1, l2, lr_policy, lr_decay_a, lr_decay_b)",
                     fn, key.c_str());
       const Key kk = static_cast<Key>(k);
       if (!(kAlgoKeys[a] & bit(kk)))
-        return fail(MSOPT_ERR_CONFIG, "%s: config key '%s' does not apply to %s", fn,
+        return fail(kErrConfig, "%s: config key '%s' does not apply to %s", fn,
                     key.c_str(), kAlgoNames[a]);
       if (seen & bit(kk))
-        return fail(MSOPT_ERR_CONFIG, "%s: config key '%s' is given twice", fn, key.c_str());
+        return fail(kErrConfig, "%s: config key '%s' is given twice", fn, key.c_str());
       seen |= bit(kk);
       if (int rc = parse_value(fn, kk, val, &h)) return rc;
       if (comma == std::string::npos) break;
@@ -128,10 +128,10 @@ int parse_config(const char *fn, Algo a, int dtype, const char *config, Hyper *o
     }
   }
   if (is_float(dtype) && !(seen & bit(kLr)))
-    return fail(MSOPT_ERR_CONFIG, "%s: config must set lr (e.g. \"lr=0.01\")", fn);
+    return fail(kErrConfig, "%s: config must set lr (e.g. \"lr=0.01\")", fn);
   if (int rc = check_hyper(fn, a, dtype, h)) return rc;
   *out = h;
-  return MSOPT_OK;
+  return kOk;
 }
 
 }  // namespace capi

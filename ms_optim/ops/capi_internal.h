@@ -169,11 +169,11 @@ int guarded(const char *fn, F &&body) {
   try {
     return body();
   } catch (const std::bad_alloc &) {
-    return fail(MSOPT_ERR_NOMEM, "%s: out of memory", fn);
+    return fail(kErrNoMem, "%s: out of memory", fn);
   } catch (const std::exception &e) {
-    return fail(MSOPT_ERR_INTERNAL, "%s: internal error: %s", fn, e.what());
+    return fail(kErrInternal, "%s: internal error: %s", fn, e.what());
   } catch (...) {
-    return fail(MSOPT_ERR_INTERNAL, "%s: internal error", fn);
+    return fail(kErrInternal, "%s: internal error", fn);
   }
 }
 

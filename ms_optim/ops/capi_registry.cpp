@@ -29,12 +29,12 @@ Registry &registry() {
 // The registry entry of handle `h`, or fails (null pointer, released, never
 // created); the caller holds r.mu.
 int find_live(const char *fn, Registry &r, msopt_optimizer *h, Live::iterator *out) {
-  if (h == nullptr) return fail(MSOPT_ERR_NULL, "%s: o is NULL", fn);
+  if (h == nullptr) return fail(kErrNull, "%s: o is NULL", fn);
   *out = r.live.find(reinterpret_cast<uintptr_t>(h));
   if (*out == r.live.end())
-    return fail(MSOPT_ERR_HANDLE, "%s: o (%p) is not a live optimizer handle (released or never "
+    return fail(kErrHandle, "%s: o (%p) is not a live optimizer handle (released or never "
                 "created)", fn, static_cast<void *>(h));
-  return MSOPT_OK;
+  return kOk;
 }
 
 }  // namespace
@@ -76,7 +76,7 @@ int lookup(const char *fn, msopt_optimizer *h, std::shared_ptr<Optimizer> *out) 
   Live::iterator it;
   if (int rc = find_live(fn, r, h, &it)) return rc;
   *out = it->second;
-  return MSOPT_OK;
+  return kOk;
 }
 
 int release_handle(const char *fn, msopt_optimizer *h) {
@@ -87,7 +87,7 @@ int release_handle(const char *fn, msopt_optimizer *h) {
   if (int rc = find_live(fn, r, h, &it)) return rc;
   victim = std::move(it->second);
   r.live.erase(it);
-  return MSOPT_OK;
+  return kOk;
 }
 
 }  // namespace capi

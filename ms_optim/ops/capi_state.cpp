@@ -144,16 +144,16 @@ int64_t state_size(int64_t numel, int dtype, int nslots, int64_t nreg) {
 }
 
 int state_error(const char *what) {
-  return fail(MSOPT_ERR_STATE, "msopt_restore: %s", what);
+  return fail(kErrState, "msopt_restore: %s", what);
 }
 
 }  // namespace
 
 int serialize(const Optimizer &o, void **state, int64_t *state_len) {
   const int64_t size = state_size(o.numel, o.dtype, o.nslots, o.nrows);
-  if (size < 0) return fail(MSOPT_ERR_SIZE, "msopt_get_state: the state would exceed 2^63 bytes");
+  if (size < 0) return fail(kErrSize, "msopt_get_state: the state would exceed 2^63 bytes");
   unsigned char *b = static_cast<unsigned char *>(std::malloc(static_cast<size_t>(size)));
-  if (b == nullptr) return fail(MSOPT_ERR_NOMEM, "msopt_get_state: out of memory (%lld bytes)",
+  if (b == nullptr) return fail(kErrNoMem, "msopt_get_state: out of memory (%lld bytes)",
                                 static_cast<long long>(size));
   Header h{};
   std::memcpy(h.magic, kMagic, 8);
@@ -177,7 +177,7 @@ int serialize(const Optimizer &o, void **state, int64_t *state_len) {
   put<uint32_t>(b, end, crc32(b, static_cast<size_t>(end)));
   *state = b;
   *state_len = size;
-  return MSOPT_OK;
+  return kOk;
 }
 
 int deserialize(const unsigned char *b, int64_t len, std::shared_ptr<Optimizer> *out) {
@@ -190,7 +190,8 @@ int deserialize(const unsigned char *b, int64_t len, std::shared_ptr<Optimizer> 
   }
   Header hd{};
   header_fields(hd, [b](int64_t off, auto &f) { std::memcpy(&f, b + off, sizeof f); });
-  if (std::memcmp(hd.magic, kMagic, 8) != 0) return state_error("not an ms_optim state (bad magic)");
+  if (std::memcmp(hd.magic, kMagic, 8) != 0)
+    return state_error("not an ms_optim state (bad magic)");
   if (hd.version != kVersion) {
     std::snprintf(msg, sizeof msg, "unsupported state version %u (this library reads %u)",
                   hd.version, kVersion);
@@ -238,7 +239,7 @@ int deserialize(const unsigned char *b, int64_t len, std::shared_ptr<Optimizer> 
   }
   h.nesterov = (flags & kFlagNesterov) != 0;
   h.linear = (flags & kFlagLinear) != 0;
-  if (check_hyper("msopt_restore: state", a, static_cast<int>(dtype), h) != MSOPT_OK) {
+  if (check_hyper("msopt_restore: state", a, static_cast<int>(dtype), h) != kOk) {
     std::snprintf(msg, sizeof msg, "invalid hyper-parameters (%s)", msopt_last_error());
     return state_error(msg);
   }
@@ -255,7 +256,7 @@ int deserialize(const unsigned char *b, int64_t len, std::shared_ptr<Optimizer> 
     if (s < 0 || s > step) return state_error("a row's regularization step is outside [0, step]");
   }
   std::shared_ptr<Optimizer> o = make_optimizer(a, static_cast<int>(dtype), numel, row_width, h);
-  if (!o) return fail(MSOPT_ERR_NOMEM, "msopt_restore: out of memory");
+  if (!o) return fail(kErrNoMem, "msopt_restore: out of memory");
   o->step = step;
   o->beta1_power = beta1_power;
   o->beta2_power = beta2_power;
@@ -263,7 +264,7 @@ int deserialize(const unsigned char *b, int64_t len, std::shared_ptr<Optimizer> 
     std::memcpy(buf, b + off, static_cast<size_t>(bytes));
   });
   *out = std::move(o);
-  return MSOPT_OK;
+  return kOk;
 }
 
 }  // namespace capi

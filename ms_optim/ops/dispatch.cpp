@@ -130,7 +130,7 @@ ParallelSection::~ParallelSection() {
   if (held_) g_parallel.unlock();
 }
 
-int fail(int code, const char *fmt, ...) {
+int fail(Status code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   std::vsnprintf(t_error, sizeof t_error, fmt, ap);
@@ -154,16 +154,18 @@ MSOPT_API void msopt_f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
 }
 
 // Selects the kernels of one instruction set ("scalar", "avx2", "avx512") for
-// the whole process; returns 0, or -1 when the name is unknown or unsupported.
+// the whole process; returns kOk, or -1 (kErrNull, the code this function has
+// always returned) when the name is NULL, unknown or unsupported.
 int msopt_select_isa(const char *name) {
-  if (name == nullptr) return msopt::fail(-1, "msopt_select_isa: name is NULL");
+  if (name == nullptr) return msopt::fail(msopt::kErrNull, "msopt_select_isa: name is NULL");
   const msopt::Isa *t = msopt::isa_for(name);
   if (t == nullptr)
-    return msopt::fail(-1, "msopt_select_isa: '%s' is %s (valid names: %s; this CPU supports: %s)",
-                       name, msopt::find_isa(name) ? "not supported by this CPU" : "unknown",
+    return msopt::fail(msopt::kErrNull,
+                       "msopt_select_isa: '%s' is %s (valid names: %s; this CPU supports: %s)", name,
+                       msopt::find_isa(name) ? "not supported by this CPU" : "unknown",
                        msopt::kIsaNames, msopt::supported_isas());
   msopt::g_isa.store(t, std::memory_order_release);
-  return 0;
+  return msopt::kOk;
 }
 
 
