@@ -17,7 +17,7 @@ OPS = os.path.join("ms_optim", "ops")
 SOURCES = ["dispatch.cpp", "aot_adam.cpp", "aot_lamb.cpp", "aot_dgc.cpp", "topk.cpp", "isa_scalar.cpp", "isa_avx2.cpp", "isa_avx512.cpp",
            "capi.cpp", "capi_config.cpp", "capi_state.cpp", "capi_registry.cpp"]
 HEADERS = ["kernels.h", "kernels_impl.h", "rules.h", "common.h", "topk.h", "ps_kernels.h", "ps_kernels_impl.h",
-           "capi_internal.h", "include/ms_optim.h"]
+           "loops_impl.h", "capi_internal.h", "include/ms_optim.h"]
 
 # -fno-math-errno lets sqrt vectorize; -ffp-contract=off and no -ffast-math keep
 # every operation IEEE-rounded, so each ISA matches the numpy reference bit for bit.

@@ -21,6 +21,7 @@
 
 #include "common.h"
 #include "kernels.h"
+#include "rules.h"
 
 using msopt::AotArgs;
 using msopt::fail;
@@ -81,8 +82,7 @@ MSOPT_API int ms_optim_lamb(int nparam, void **params, int *ndims, int64_t **sha
   h.beta1 = c[0];
   h.beta2 = c[1];
   h.eps = c[2];
-  h.inv_bc1 = 1.0f / (1.0f - c[3]);
-  h.inv_sqrt_bc2 = 1.0f / std::sqrt(1.0f - c[4]);
+  msopt::rules::lamb_bias_corrections(c[3], c[4], h.inv_bc1, h.inv_sqrt_bc2);
   h.grad_scale = *a.ptr<float>(gs_i);
   h.clip_norm = c[5];
   h.clip_lo = c[6];

@@ -164,9 +164,8 @@ PsHyper<T> step_hyper(const Optimizer &o, int64_t k, T *b1p, T *b2p) {
   a.nesterov = h.nesterov;
   *b1p = static_cast<T>(o.beta1_power) * a.beta1;
   *b2p = static_cast<T>(o.beta2_power) * a.beta2;
-  a.lr_t = rules::ps_adam_step_size(a.lr, *b1p, *b2p);
-  a.inv_bc1 = T(1) / (T(1) - *b1p);
-  a.inv_sqrt_bc2 = T(1) / std::sqrt(T(1) - *b2p);
+  a.lr_t = rules::adam_step_size(a.lr, *b1p, *b2p);
+  rules::lamb_bias_corrections(*b1p, *b2p, a.inv_bc1, a.inv_sqrt_bc2);
   return a;
 }
 
