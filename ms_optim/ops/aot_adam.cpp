@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "kernels.h"
+#include "rules.h"
 
 namespace msopt {
 namespace {
@@ -36,7 +37,7 @@ int read_adam_args(const AotArgs &a, int lr_i, int consts_i, const char *fn, Ada
   out->beta1 = c[0];
   out->beta2 = c[1];
   out->eps = c[2];
-  out->lr_t = lr * std::sqrt(1.0f - beta2_power) / (1.0f - beta1_power);
+  out->lr_t = rules::adam_step_size(lr, beta1_power, beta2_power);
   out->inv_scale = c[5];
   out->nesterov = c[6] != 0.0f;
   out->weight_decay = 0.0f;
