@@ -49,16 +49,21 @@ const PsOps<double> &ops<double>() {
   return ps_kernels().f64;
 }
 
-// Splits [0, n) into one range per OpenMP thread, each starting on a
-// kPsNormBlock boundary, and runs body(lo, hi) on each.
+// Threads for `work` elements: kernel_threads() (the kernels' one thread
+// count), or 1 below kParallelMin.
+int threads_for(int64_t work) { return work >= kParallelMin ? kernel_threads() : 1; }
+
+// Splits [0, n) into one range per thread, each starting on a kPsNormBlock
+// boundary, and runs body(lo, hi) on each.
 template <class Body>
 void for_blocks(int64_t n, const Body &body) {
-  if (n < kParallelMin || omp_get_max_threads() < 2) {
+  const int nthreads = threads_for(n);
+  if (nthreads < 2) {
     body(int64_t{0}, n);
     return;
   }
   const int64_t nb = (n + kPsNormBlock - 1) / kPsNormBlock;
-#pragma omp parallel
+#pragma omp parallel num_threads(nthreads)
   {
     const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t per = (nb + nt - 1) / nt * kPsNormBlock;
@@ -139,7 +144,7 @@ void catch_up_all(Optimizer &o, int64_t to) {
     return;
   }
   const int64_t w = o.width, nr = o.nrows;
-#pragma omp parallel for schedule(dynamic, 64) if (o.numel >= kParallelMin)
+#pragma omp parallel for schedule(dynamic, 64) num_threads(threads_for(o.numel))
   for (int64_t r = 0; r < nr; ++r) {
     if (rs[r] < to) {
       replay_regularization<T>(o, p + r * w, w, rs[r], to);
@@ -285,7 +290,7 @@ int rows_update(Optimizer &o, const int64_t *rows, int64_t nr, const T *values) 
   const PsOps<T> &ops_t = ops<T>();
   T *p = o.p<T>();
   int64_t *rs = o.reg_step.get();
-#pragma omp parallel for schedule(dynamic, 16) if (nu * w >= kParallelMin)
+#pragma omp parallel for schedule(dynamic, 16) num_threads(threads_for(nu * w))
   for (int64_t u = 0; u < nu; ++u) {
     T *gu = grad.data() + u * w;
     for (int64_t j = starts[u]; j < starts[u + 1]; ++j) ops_t.add(gu, values + order[j] * w, w);
