@@ -89,6 +89,18 @@ struct LambStep {
   T wd;                     // decoupled weight decay, added to the direction
 };
 
+// One element of a Lamb step: m and v updated in place with the gradient g;
+// returns the direction r at p.
+template <class T>
+inline T lamb_element(T g, T p, T &m, T &v, T b1, T c1, T b2, T c2, T ib1, T isb2, T eps,
+                      T wd) {
+  T mi = m, vi = v;
+  rules::moments(g, mi, vi, b1, c1, b2, c2);
+  m = mi;
+  v = vi;
+  return rules::lamb_direction(p, mi, vi, ib1, isb2, eps, wd);
+}
+
 // The whole step with trust ratio 1 in one pass: p -= lr * r as soon as r is known.
 template <class T, class Grad>
 inline void lamb_plain_loop(T *__restrict p, T *__restrict m, T *__restrict v,
@@ -98,12 +110,8 @@ inline void lamb_plain_loop(T *__restrict p, T *__restrict m, T *__restrict v,
   const T ib1 = a.inv_bc1, isb2 = a.inv_sqrt_bc2, wd = a.wd;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const T gi = grad(g[i]);
-    T mi = m[i], vi = v[i];
-    rules::moments(gi, mi, vi, b1, c1, b2, c2);
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = rules::lamb_apply(p[i], rules::lamb_direction(p[i], mi, vi, ib1, isb2, eps, wd), lr);
+    const T r = lamb_element(grad(g[i]), p[i], m[i], v[i], b1, c1, b2, c2, ib1, isb2, eps, wd);
+    p[i] = rules::lamb_apply(p[i], r, lr);
   }
 }
 
@@ -121,14 +129,8 @@ inline void lamb_moments_blocks(const T *p, T *m, T *v, const T *g, int64_t n,
     const T *pb = p + lo, *gb = g + lo;
     T *mb = m + lo, *vb = v + lo, *rb = rbuf(lo);
 #pragma omp simd
-    for (int64_t j = 0; j < len; ++j) {
-      const T gi = grad(gb[j]);
-      T mi = mb[j], vi = vb[j];
-      rules::moments(gi, mi, vi, b1, c1, b2, c2);
-      mb[j] = mi;
-      vb[j] = vi;
-      rb[j] = rules::lamb_direction(pb[j], mi, vi, ib1, isb2, eps, wd);
-    }
+    for (int64_t j = 0; j < len; ++j)
+      rb[j] = lamb_element(grad(gb[j]), pb[j], mb[j], vb[j], b1, c1, b2, c2, ib1, isb2, eps, wd);
     done(b, Norm::sumsq(pb, len), Norm::sumsq(rb, len));
   }
 }
