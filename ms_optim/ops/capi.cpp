@@ -384,7 +384,9 @@ MSOPT_API int msopt_create(const char *optimizer, const char *config, msopt_dtyp
       return fail(msopt::kErrSize, "%s: row_width %lld must be 0 or divide numel %lld", fn,
                   static_cast<long long>(row_width), static_cast<long long>(numel));
     int a = 0;
-    while (a < static_cast<int>(capi::kNumAlgos) && std::strcmp(optimizer, capi::kAlgoNames[a]) != 0) ++a;
+    while (a < static_cast<int>(capi::kNumAlgos) &&
+           std::strcmp(optimizer, capi::kAlgoNames[a]) != 0)
+      ++a;
     if (a == static_cast<int>(capi::kNumAlgos))
       return fail(msopt::kErrConfig, "%s: unknown optimizer '%.64s' (sgd, momentum, adagrad, adam "
                   "or lamb)", fn, optimizer);
@@ -422,7 +424,8 @@ MSOPT_API int msopt_update(msopt_optimizer *h, msopt_dtype dtype, const void *gr
     if (int rc = capi::check_gradient_dtype(fn, static_cast<int>(dtype), o)) return rc;
     if (int rc = capi::check_numel(fn, "numel", numel, o)) return rc;
     if (int rc = capi::check_step_room(fn, o)) return rc;
-    if (o.dtype == MSOPT_FLOAT32) return capi::dense_update<float>(o, static_cast<const float *>(grad));
+    if (o.dtype == MSOPT_FLOAT32)
+      return capi::dense_update<float>(o, static_cast<const float *>(grad));
     return capi::dense_update<double>(o, static_cast<const double *>(grad));
   });
 }

@@ -161,8 +161,8 @@ int msopt_select_isa(const char *name) {
   const msopt::Isa *t = msopt::isa_for(name);
   if (t == nullptr)
     return msopt::fail(msopt::kErrNull,
-                       "msopt_select_isa: '%s' is %s (valid names: %s; this CPU supports: %s)", name,
-                       msopt::find_isa(name) ? "not supported by this CPU" : "unknown",
+                       "msopt_select_isa: '%s' is %s (valid names: %s; this CPU supports: %s)",
+                       name, msopt::find_isa(name) ? "not supported by this CPU" : "unknown",
                        msopt::kIsaNames, msopt::supported_isas());
   msopt::g_isa.store(t, std::memory_order_release);
   return msopt::kOk;

@@ -188,9 +188,10 @@ constexpr int64_t kHalfBlock = 1024;
 template <bool kDelta, bool kNesterov, bool kDecay>
 inline void adam_block(float *out, float *m, float *v, const float *g, int64_t n,
                        const AdamArgs &a) {
-  const AdamStep<float> step{a.beta1, 1.0f - a.beta1, a.beta2, 1.0f - a.beta2, a.eps,
-                             -a.lr_t,  a.weight_decay};
-  adam_loop<float, kDelta, kNesterov, kDecay>(out, m, v, g, n, step, ScaledGrad<float>{a.inv_scale});
+  const AdamStep<float> step{a.beta1, 1.0f - a.beta1, a.beta2, 1.0f - a.beta2,
+                             a.eps,   -a.lr_t,        a.weight_decay};
+  adam_loop<float, kDelta, kNesterov, kDecay>(out, m, v, g, n, step,
+                                              ScaledGrad<float>{a.inv_scale});
 }
 
 template <bool kDelta>
@@ -352,8 +353,8 @@ void lamb_tensor(const LambTensor &x, const LambArgs &a, float *r, int64_t nt, i
 #pragma omp barrier
     }
   }
-  const LambStep<float> step{a.beta1,   1.0f - a.beta1,  a.beta2,        1.0f - a.beta2,
-                             a.eps,     a.inv_bc1,       a.inv_sqrt_bc2, x.weight_decay};
+  const LambStep<float> step{a.beta1, 1.0f - a.beta1, a.beta2,        1.0f - a.beta2,
+                             a.eps,   a.inv_bc1,      a.inv_sqrt_bc2, x.weight_decay};
   const int64_t lo = rg.lo, len = rg.hi - rg.lo;
   float *p = x.p + lo, *m = x.m + lo, *v = x.v + lo, *rr = r + lo;
   const float *g = x.g + lo;
