@@ -32,7 +32,6 @@
 #include "rules.h"
 
 namespace msopt {
-
 namespace capi {
 namespace {
 
