@@ -94,8 +94,11 @@ struct LambStep {
 template <class T>
 inline T lamb_element(T g, T p, T &m, T &v, T b1, T c1, T b2, T c2, T ib1, T isb2, T eps,
                       T wd) {
-  rules::moments(g, m, v, b1, c1, b2, c2);
-  return rules::lamb_direction(p, m, v, ib1, isb2, eps, wd);
+  T mi = m, vi = v;  // locals: m and v are references the compiler cannot prove distinct
+  rules::moments(g, mi, vi, b1, c1, b2, c2);
+  m = mi;
+  v = vi;
+  return rules::lamb_direction(p, mi, vi, ib1, isb2, eps, wd);
 }
 
 // The whole step with trust ratio 1 in one pass: p -= lr * r as soon as r is known.
