@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <string>
 
 #include "common.h"
 #include "kernels.h"
@@ -48,7 +49,19 @@ const Isa kIsas[] = {
     {"scalar", cpu_has_baseline, &scalar::kTable, &scalar::kPsTable},
 };
 
-constexpr const char *kIsaNames = "scalar, avx2, avx512";
+// The names of the entries that pass `keep`, narrowest first ("scalar, avx2, avx512").
+std::string isa_names(bool (*keep)(const Isa &)) {
+  std::string names;
+  for (auto i = std::rbegin(kIsas); i != std::rend(kIsas); ++i)
+    if (keep(*i)) names += (names.empty() ? "" : ", ") + std::string(i->name);
+  return names;
+}
+
+// Every instruction set the library has kernels for.
+const char *all_isas() {
+  static const std::string names = isa_names([](const Isa &) { return true; });
+  return names.c_str();
+}
 
 // The entry named `name`, or nullptr.
 const Isa *find_isa(const char *name) {
@@ -57,12 +70,11 @@ const Isa *find_isa(const char *name) {
   return nullptr;
 }
 
-// The instruction sets this CPU runs, e.g. "scalar, avx2, avx512".
+// The instruction sets this CPU runs, e.g. "scalar, avx2".
 const char *supported_isas() {
   __builtin_cpu_init();
-  if (cpu_has_avx512()) return "scalar, avx2, avx512";
-  if (cpu_has_avx2()) return "scalar, avx2";
-  return "scalar";
+  static const std::string names = isa_names([](const Isa &i) { return i.supported(); });
+  return names.c_str();
 }
 
 // The entry for `name`, or nullptr when the name is unknown or this CPU lacks it.
@@ -86,7 +98,7 @@ const Isa *best_isa() {
   const Isa *best = widest_isa();
   std::fprintf(stderr, "ms_optim: MS_OPTIM_ISA=%s is %s (valid names: %s; this CPU supports: %s); "
                "using %s\n", want, find_isa(want) ? "not supported by this CPU" : "unknown",
-               kIsaNames, supported_isas(), best->name);
+               all_isas(), supported_isas(), best->name);
   return best;
 }
 
@@ -163,7 +175,7 @@ int msopt_select_isa(const char *name) {
     return msopt::fail(msopt::kErrNull,
                        "msopt_select_isa: '%s' is %s (valid names: %s; this CPU supports: %s)",
                        name, msopt::find_isa(name) ? "not supported by this CPU" : "unknown",
-                       msopt::kIsaNames, msopt::supported_isas());
+                       msopt::all_isas(), msopt::supported_isas());
   msopt::g_isa.store(t, std::memory_order_release);
   return msopt::kOk;
 }
