@@ -16,7 +16,7 @@ from setuptools.command.build_ext import build_ext
 OPS = os.path.join("ms_optim", "ops")
 SOURCES = ["dispatch.cpp", "aot_adam.cpp", "aot_lamb.cpp", "aot_dgc.cpp", "topk.cpp", "isa_scalar.cpp", "isa_avx2.cpp", "isa_avx512.cpp",
            "capi.cpp", "capi_config.cpp", "capi_state.cpp", "capi_registry.cpp"]
-HEADERS = ["kernels.h", "kernels_impl.h", "rules.h", "common.h", "topk.h", "ps_kernels.h", "ps_kernels_impl.h",
+HEADERS = ["contract.h", "kernels.h", "kernels_impl.h", "rules.h", "common.h", "topk.h", "ps_kernels.h", "ps_kernels_impl.h",
            "loops_impl.h", "capi_internal.h", "include/ms_optim.h"]
 
 # -fno-math-errno lets sqrt vectorize; -ffp-contract=off and no -ffast-math keep

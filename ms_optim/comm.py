@@ -29,11 +29,10 @@ import zlib
 import numpy as np
 from mindspore import Tensor, nn, ops
 from mindspore import dtype as mstype
-from mindspore.ops import DataType
 from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
-from . import _native
+from . import kernels
 
 
 # Measured (tx_bytes of each host's interface, 2 and 4 hosts): an AllReduce of B
@@ -157,9 +156,6 @@ class DenseExchange(nn.Cell):
         return out
 
 
-_DIGEST_BUCKET = 256  # parameters per digest op (one AOT op input each)
-_DIGEST_DTYPES = {mstype.float32: DataType.F32_Default, mstype.float16: DataType.F16_Default,
-                  mstype.float64: DataType.F64_Default, mstype.bfloat16: DataType.BF16_Default}
 
 
 class ReplicaSync(nn.Cell):
@@ -174,11 +170,7 @@ class ReplicaSync(nn.Cell):
         if nranks > 1:
             self.all_gather = ops.AllGather()
             self.broadcast = ops.Broadcast(0)
-            i32 = DataType.I32_Default
-            self.check_op = _native.aot_op(
-                "ms_optim_check_replicas", out_shape=lambda *shapes: [1],
-                out_dtype=lambda *dtypes: mstype.int32, inputs=("signatures", "width"),
-                outputs=("ok",), dtype_formats=[(i32, i32, i32)], inplace=False)
+            self.check_op = kernels.check_replicas_op()
             self.digest_groups = self._digest_groups(params)
 
     @staticmethod
@@ -189,14 +181,9 @@ class ReplicaSync(nn.Cell):
             by_dtype.setdefault(p.dtype, []).append(i)
         groups = []
         for dtype, ids in by_dtype.items():
-            fmt = _DIGEST_DTYPES[dtype]
-            for lo in range(0, len(ids), _DIGEST_BUCKET):
-                bucket = tuple(ids[lo:lo + _DIGEST_BUCKET])
-                op = _native.aot_op(
-                    "ms_optim_digest", out_shape=lambda *shapes: [2],
-                    out_dtype=lambda *dtypes: mstype.int32,
-                    inputs=tuple(f"p{j}" for j in range(len(bucket))), outputs=("digest",),
-                    dtype_formats=[(fmt,) * len(bucket) + (DataType.I32_Default,)], inplace=False)
+            for lo in range(0, len(ids), kernels.MAX_TENSORS):
+                bucket = tuple(ids[lo:lo + kernels.MAX_TENSORS])
+                op = kernels.digest_op(len(bucket), dtype)
                 groups.append((bucket, op))
         return tuple(groups)
 

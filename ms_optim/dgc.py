@@ -6,15 +6,13 @@ import mindspore
 from mindspore import Parameter, ParameterTuple, Tensor, context, log as logger, nn, ops
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
-from mindspore.ops import DataType
 from mindspore.ops import functional as F
 
-from . import _checks, _native, comm
+from . import _checks, comm, kernels
 from ._api import OptimizerAPI
 from .clip import ClipGradByNorm, check_grad_clip
 from .regularizer import L1Decay, L2Decay
 
-_F32, _F16, _I32 = DataType.F32_Default, DataType.F16_Default, DataType.I32_Default
 MIN_COMPRESSED_NUMEL = 16384
 # dtypes of the parameters DGC compresses (residuals u, v and exchanged values are float32)
 COMPRESSED_DTYPES = (mstype.float32, mstype.float16)
@@ -312,29 +310,14 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
             (self.stage_k, rampup_begin_step, rampup_step, self.is_compressed,
              self.stage_exchange)), self._parameters)
         if impl == "native":
-            self.select_ops = tuple(tuple(self._select_op(k) for k in ks) for ks in self.stage_k)
+            self.select_ops = tuple(tuple(kernels.dgc_select_op(k) for k in ks)
+                                    for ks in self.stage_k)
             # one op per parameter dtype: an op registered for both dtypes launched 15%
             # slower (ResNet-50 layout at 1M parameters, measured)
-            apply_ops = {dtype: _native.aot_op(
-                "ms_optim_dgc_apply", out_shape=lambda *shapes: [1],
-                out_dtype=lambda *dtypes: mstype.float32,
-                inputs=("param", "idx", "val", "lr", "layout"), outputs=("done",),
-                dtype_formats=[(fmt, _I32, _F32, _F32, _I32, _F32)], inplace=True)
-                for dtype, fmt in ((mstype.float32, _F32), (mstype.float16, _F16))
-                if any(self._parameters[i].dtype == dtype for i in self.comp_ids)}
+            apply_ops = {dtype: kernels.dgc_apply_op(dtype)
+                         for dtype in (mstype.float32, mstype.float16)
+                         if any(self._parameters[i].dtype == dtype for i in self.comp_ids)}
             self.apply_ops = tuple(apply_ops[self._parameters[i].dtype] for i in self.comp_ids)
-
-    @staticmethod
-    def _select_op(k):
-        op = _native.aot_op(
-            "ms_optim_dgc_select", out_shape=lambda *shapes: ([k], [k]),
-            out_dtype=lambda *dtypes: (mstype.int32, mstype.float32),
-            inputs=("u", "v", "grad", "consts"), outputs=("idx", "val"),
-            dtype_formats=[(_F32, _F32, _F32, _F32, _I32, _F32)], inplace=True)
-        # Ops that differ only in their output-shape function compare equal, and under msrun
-        # MindSpore merged two of them (the second's k used for both): k becomes an attribute.
-        op.add_prim_attr("ms_optim_k", k)
-        return op
 
     # ----------------------------------------------------------- reporting --
 

@@ -57,10 +57,9 @@ import mindspore as ms
 from mindspore import nn
 
 from mindspore import ops
-from mindspore.ops import DataType
 
 import ms_optim
-from ms_optim import _native
+from ms_optim import _native, kernels
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from comm_volume import resnet50_shapes  # noqa: E402
@@ -228,11 +227,7 @@ def bench_size(entries, sizes, grads, n, warmup, steps, seed):
 class _NativeTopk(nn.Cell):
     def __init__(self, k):
         super().__init__()
-        self.op = _native.aot_op("ms_optim_topk_abs", out_shape=lambda x: ([k], [k]),
-                                 out_dtype=lambda x: (ms.int32, ms.float32), inputs=("x",),
-                                 outputs=("idx", "val"),
-                                 dtype_formats=[(DataType.F32_Default, DataType.I32_Default,
-                                                 DataType.F32_Default)], inplace=False)
+        self.op = kernels.topk_abs_op(k)
 
     def construct(self, x):
         return self.op(x)

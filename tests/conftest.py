@@ -5,29 +5,10 @@ import pytest
 import mindspore as ms
 from mindspore import nn
 
+from nets import SmallNet
+
 ms.set_context(mode=ms.GRAPH_MODE)
 ms.set_device("CPU")
-
-
-class SmallNet(nn.Cell):
-    """Dense -> BatchNorm (parameters named gamma/beta) -> Dense, all parameters trainable.
-
-    The first Dense has no bias: BatchNorm would cancel it, leaving it a
-    gradient of pure rounding noise that Adam magnifies to full-size steps.
-    """
-
-    def __init__(self, n_in=6, hidden=10, n_out=3, dtype=ms.float32):
-        super().__init__()
-        self.fc1 = nn.Dense(n_in, hidden, has_bias=dtype != ms.float32, dtype=dtype)
-        self.bn = nn.BatchNorm1d(hidden, dtype=dtype) if dtype == ms.float32 else None
-        self.relu = nn.ReLU()
-        self.fc2 = nn.Dense(hidden, n_out, dtype=dtype)
-
-    def construct(self, x):
-        x = self.fc1(x)
-        if self.bn is not None:
-            x = self.bn(x)
-        return self.fc2(self.relu(x))
 
 
 def set_params(net, seed):
@@ -99,13 +80,53 @@ def array_dataset(xs, ys, batch_size=32):
     return ds.GeneratorDataset(Source(), ["x", "y"], shuffle=False).batch(batch_size)
 
 
+class _StepLosses(ms.train.Callback):
+    def __init__(self):
+        super().__init__()
+        self.losses = []
+
+    def on_train_step_end(self, run_context):
+        self.losses.append(float(run_context.original_args().net_outputs.asnumpy()))
+
+
 def fit_and_score(net, opt, xs, ys, epochs):
-    """ms.Model training in GRAPH_MODE; returns the accuracy on the training data."""
+    """ms.Model training in GRAPH_MODE; returns the loss of every step (an array
+    [epoch, step]) and the accuracy on the training data after training."""
     data = array_dataset(xs, ys)
     model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
                      optimizer=opt, metrics={"acc"})
-    model.train(epochs, data, dataset_sink_mode=False)
-    return model.eval(data, dataset_sink_mode=False)["acc"]
+    recorder = _StepLosses()
+    model.train(epochs, data, callbacks=[recorder], dataset_sink_mode=False)
+    return np.array(recorder.losses).reshape(epochs, -1), model.eval(data, dataset_sink_mode=False)["acc"]
+
+
+def fit_reference(net, xs, ys, epochs, step, batch_size=32):
+    """fit_and_score's training with the optimizer replaced by `step`: for each batch, in
+    the dataset's order, MindSpore computes the gradients of the loss at the network's
+    current parameters (train mode, as ms.Model does), and step(gradients as numpy
+    arrays) returns the new values of net.trainable_params(). Returns the step losses
+    [epoch, step]."""
+    params = net.trainable_params()
+    grad = nn.ForwardValueAndGrad(
+        nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
+        weights=ms.ParameterTuple(params), get_by_list=True)
+    grad.set_train()
+    losses = []
+    for _ in range(epochs):
+        for lo in range(0, len(xs), batch_size):
+            loss, grads = grad(ms.Tensor(xs[lo:lo + batch_size]), ms.Tensor(ys[lo:lo + batch_size]))
+            losses.append(float(loss.asnumpy()))
+            for p, new in zip(params, step([g.asnumpy() for g in grads])):
+                p.set_data(ms.Tensor(new))
+    return np.array(losses).reshape(epochs, -1)
+
+
+def assert_trained(losses, acc, loss_ratio, min_acc):
+    """losses [epoch, step]: the last epoch's mean loss is below loss_ratio times the
+    first step's, and the accuracy on the training data is above min_acc."""
+    first, last = losses[0, 0], losses[-1].mean()
+    assert last < loss_ratio * first, f"loss {first} -> {last} (last epoch's mean)"
+    assert acc > min_acc
 
 
 def assert_checkpoint_resumes(build, steps, x, y, path, state):

@@ -8,8 +8,8 @@ from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
 import ms_optim
 from ms_optim import _native, reference
-from conftest import (assert_checkpoint_resumes, assert_close_to_mindspore, batch, fit_and_score,
-                      make_net, train_cell, values)
+from conftest import (assert_checkpoint_resumes, assert_close_to_mindspore, assert_trained, batch,
+                      fit_and_score, make_net, train_cell, values)
 
 
 class PolyLR(LearningRateSchedule):
@@ -43,17 +43,17 @@ def _groups(net, lr_kind):
             {"order_params": net.trainable_params()}]
 
 
-def _run_pair(make_ours, make_theirs, steps=50, sens=1.0):
-    """Trains two identical networks, one per optimizer; returns both parameter lists and optimizers."""
-    x, y = batch()
+def _run_pair(make_ours, make_theirs, steps=50, sens=1.0, seed=3, data=None):
+    """Trains two identical networks, one per optimizer, on one batch; returns, for each,
+    the parameters, the optimizer and the losses of the steps."""
+    x, y = data or batch()
     out = []
     for make in (make_ours, make_theirs):
-        net = make_net(seed=3)
+        net = make_net(seed=seed)
         opt = make(net)
         cell = train_cell(net, opt, sens=sens)
-        for _ in range(steps):
-            cell(x, y)
-        out.append((values(net.trainable_params()), opt))
+        losses = [float(cell(x, y).asnumpy()) for _ in range(steps)]
+        out.append((values(net.trainable_params()), opt, np.array(losses)))
     return out
 
 
@@ -85,7 +85,7 @@ def test_matches_mindspore_adam_offload(config):
         params, kw = build(net)
         return nn.AdamOffload(params, **kw)
 
-    (p_ours, o_ours), (p_theirs, o_theirs) = _run_pair(ours, theirs, steps=50, sens=sens)
+    (p_ours, o_ours, _), (p_theirs, o_theirs, _) = _run_pair(ours, theirs, steps=50, sens=sens)
     assert_close_to_mindspore(p_ours, p_theirs)
     assert_close_to_mindspore(values(o_ours.moment1), values(o_theirs.moment1))
     assert_close_to_mindspore(values(o_ours.moment2), values(o_theirs.moment2))
@@ -95,7 +95,7 @@ def test_matches_mindspore_adam_offload(config):
 
 @pytest.mark.parametrize("lr_kind", sorted(LR_KINDS))
 def test_learning_rate_kinds_match_mindspore(lr_kind):
-    (p_ours, _), (p_theirs, _) = _run_pair(
+    (p_ours, _, _), (p_theirs, _, _) = _run_pair(
         lambda net: ms_optim.AdamOffload(net.trainable_params(), learning_rate=LR_KINDS[lr_kind]()),
         lambda net: nn.AdamOffload(net.trainable_params(), learning_rate=LR_KINDS[lr_kind]()),
         steps=12)
@@ -161,22 +161,31 @@ def test_state_lives_in_parameters_on_the_host():
 
 
 def test_trains_with_model_in_graph_mode():
+    """ms.Model training steps as with MindSpore's own nn.AdamOffload, to float32 rounding."""
     rng = np.random.default_rng(0)
     xs = rng.standard_normal((256, 6)).astype(np.float32)
     ys = (xs[:, 0] + xs[:, 1] > 0).astype(np.int32)
-    net = make_net(seed=2)
-    acc = fit_and_score(net, ms_optim.AdamOffload(net.trainable_params(), 0.01), xs, ys, epochs=5)
-    assert acc > 0.9
+    runs = []
+    for adam in (ms_optim.AdamOffload, nn.AdamOffload):
+        net = make_net(seed=2)
+        losses, acc = fit_and_score(net, adam(net.trainable_params(), 0.01), xs, ys, epochs=5)
+        runs.append((values(net.trainable_params()), losses, acc))
+    (ours, losses, acc), (theirs, their_losses, their_acc) = runs
+    assert_close_to_mindspore(ours, theirs)
+    np.testing.assert_allclose(losses, their_losses, rtol=1e-5)
+    assert acc == their_acc
+    assert_trained(losses, acc, loss_ratio=0.5, min_acc=0.9)
 
 
 def test_trains_with_train_one_step_cell():
-    x, y = batch(n=64)
-    net = make_net(seed=5)
-    cell = train_cell(net, ms_optim.AdamOffload(net.trainable_params(), learning_rate=0.02))
-    first = float(cell(x, y).asnumpy())
-    for _ in range(60):
-        last = float(cell(x, y).asnumpy())
-    assert last < 0.5 * first
+    """TrainOneStepCell steps as with MindSpore's own nn.AdamOffload, to float32 rounding."""
+    (ours, _, losses), (theirs, _, their_losses) = _run_pair(
+        lambda net: ms_optim.AdamOffload(net.trainable_params(), learning_rate=0.02),
+        lambda net: nn.AdamOffload(net.trainable_params(), learning_rate=0.02),
+        steps=61, seed=5, data=batch(n=64))
+    assert_close_to_mindspore(ours, theirs)
+    np.testing.assert_allclose(losses, their_losses, rtol=1e-5)
+    assert losses[-1] < 0.5 * losses[0]
 
 
 class CpuLossScaleCell(nn.TrainOneStepWithLossScaleCell):

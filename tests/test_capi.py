@@ -515,10 +515,17 @@ def test_bad_config_is_an_error_with_a_message(algo, cfg, message):
 
 
 def test_float32_rounding_limits_apply_only_to_float32():
-    for algo, cfg in [("adam", "lr=0.1,beta1=0.99999999999"), ("adagrad", "lr=0.1,eps=1e-50")]:
-        opt = capi.Optimizer(algo, cfg, np.ones(3))
-        opt.update(np.zeros(3))
+    """Accepted for float64 parameters, which then step as the float64 reference."""
+    rng = np.random.default_rng(3)
+    for algo, cfg in [("adam", {"lr": 0.1, "beta1": 0.99999999999}),
+                      ("adagrad", {"lr": 0.1, "eps": 1e-50})]:
+        model = Model(algo, cfg, np.ones(3))
+        opt = capi.Optimizer(algo, config_string(cfg), np.ones(3))
+        for g in (np.zeros(3), rng.standard_normal(3)):
+            opt.update(g)
+            model.dense(g)
         assert np.isfinite(opt.weights()).all()
+        assert_bits_equal(opt.weights(), model.weights(0), algo)
 
 
 def test_config_accepts_spaces_and_every_key_of_its_optimizer():

@@ -5,14 +5,15 @@ import numpy as np
 import pytest
 
 import mindspore as ms
-from mindspore import Parameter, Tensor, nn
+from mindspore import Parameter, Tensor
 
 import ms_optim
 from ms_optim import _native, reference
 from ms_optim.clip import ClipGradByGlobalNorm, ClipGradByNorm
 from ms_optim.regularizer import L1Decay, L2Decay
-from conftest import (assert_checkpoint_resumes, assert_close_to_mindspore, batch, fit_and_score,
-                      train_cell, values)
+from conftest import (assert_checkpoint_resumes, assert_close_to_mindspore, assert_trained, batch,
+                      fit_and_score, fit_reference, train_cell, values)
+from nets import WideNet
 
 ISAS = [name for name in ("scalar", "avx2", "avx512")
         if _native.lib().msopt_select_isa(name.encode()) == 0]
@@ -274,17 +275,6 @@ def test_exchange_stats_and_stages():
     assert opt.exchange_stats()["step"] == 0
 
 
-class WideNet(nn.Cell):
-    def __init__(self, dtype=ms.float32):
-        super().__init__()
-        self.fc1 = nn.Dense(64, 300, dtype=dtype)  # 19200 weights: compressed
-        self.fc2 = nn.Dense(300, 3, dtype=dtype)
-        self.relu = nn.ReLU()
-
-    def construct(self, x):
-        return self.fc2(self.relu(self.fc1(x)))
-
-
 def _wide_dgc(dtype=ms.float32):
     ms.set_seed(1)
     net = WideNet(dtype)
@@ -305,11 +295,24 @@ def test_checkpoint_resume_matches_uninterrupted(tmp_path):
 
 
 def test_trains_with_model_in_graph_mode():
+    """ms.Model training (dense steps, both warm-up stages) steps as DGCReference driven
+    by the gradients at its own parameters (computed by MindSpore)."""
     rng = np.random.default_rng(0)
     xs = rng.standard_normal((256, 64)).astype(np.float32)
     ys = xs[:, :3].argmax(1).astype(np.int32)
     net, opt = _wide_dgc()
-    assert fit_and_score(net, opt, xs, ys, epochs=8) > 0.85
+    losses, acc = fit_and_score(net, opt, xs, ys, epochs=8)
+    ref_net, _ = _wide_dgc()  # the same initial weights
+    ref = reference.DGCReference(values(ref_net.trainable_params()), 0.9, 2, 4, [0.9, 0.99])
+
+    def step(grads):  # _wide_dgc's hyper-parameters
+        ref.step([grads], 0.05)
+        return ref.params
+
+    ref_losses = fit_reference(ref_net, xs, ys, 8, step)
+    assert_close_to_mindspore(values(net.trainable_params()), values(ref_net.trainable_params()))
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+    assert_trained(losses, acc, loss_ratio=0.1, min_acc=0.95)
 
 
 BASE = dict(learning_rate=0.1, momentum=0.9, rampup_begin_step=0)

@@ -9,7 +9,8 @@ from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 import ms_optim
 from ms_optim import _native, reference
 from ms_optim.clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
-from conftest import assert_checkpoint_resumes, batch, fit_and_score, make_net, train_cell, values
+from conftest import (assert_checkpoint_resumes, assert_close_to_mindspore, assert_trained, batch,
+                      fit_and_score, fit_reference, make_net, train_cell, values)
 
 SIZES = [1, 7, 16383, 16385, 1_000_003]
 ISAS = [name for name in ("scalar", "avx2", "avx512")
@@ -205,11 +206,17 @@ class HalvingLR(LearningRateSchedule):
         return 0.02 / (1.0 + ms.ops.cast(global_step, ms.float32))
 
 
-def _reference_run(params, grad_seq, lr_at, wd_of, clip, loss_scale, always_adapt=False):
+def _reference_lamb(params, lr_at, wd_of, clip, loss_scale, always_adapt=False):
+    """The numpy Lamb from the values of `params`: returns step(grads) -> the parameters
+    after one more step (lr_at(t, p), t counting from 0, and wd_of(p) per parameter)."""
     state = [(p.asnumpy().copy(), np.zeros(p.shape, np.float32), np.zeros(p.shape, np.float32))
              for p in params]
     inv = np.float32(1.0 / loss_scale)
-    for t, grads in enumerate(grad_seq, start=1):
+    done = [0]
+
+    def step(grads):
+        done[0] += 1
+        t = done[0]
         kw, scale = {}, inv
         if isinstance(clip, ClipGradByGlobalNorm):
             grads = reference.clip_by_global_norm([g * inv for g in grads], clip.clip_norm)
@@ -222,7 +229,16 @@ def _reference_run(params, grad_seq, lr_at, wd_of, clip, loss_scale, always_adap
             reference.lamb_step(rp, rm, rv, g, lr_at(t - 1, p), 0.9, 0.999, 1e-6,
                                 np.float32(0.9) ** t, np.float32(0.999) ** t, wd_of(p),
                                 always_adapt, grad_scale=scale, **kw)
-    return [s[0] for s in state]
+        return [s[0] for s in state]
+
+    return step
+
+
+def _reference_run(params, grad_seq, lr_at, wd_of, clip, loss_scale, always_adapt=False):
+    step = _reference_lamb(params, lr_at, wd_of, clip, loss_scale, always_adapt)
+    for grads in grad_seq:
+        out = step(grads)
+    return out
 
 
 CLIPS = {"none": lambda: None, "global": lambda: ClipGradByGlobalNorm(2.0),
@@ -314,12 +330,21 @@ def test_native_and_ops_agree_in_training():
 
 
 def test_trains_with_model_in_graph_mode():
+    """ms.Model training steps as the numpy Lamb driven by the gradients at its own
+    parameters (computed by MindSpore)."""
     rng = np.random.default_rng(0)
     xs = rng.standard_normal((256, 6)).astype(np.float32)
     ys = (xs[:, 0] - xs[:, 2] > 0).astype(np.int32)
     net = make_net(seed=2)
     opt = ms_optim.Lamb(net.trainable_params(), learning_rate=0.02, grad_clip=ClipGradByNorm(1.0))
-    assert fit_and_score(net, opt, xs, ys, epochs=6) > 0.9
+    losses, acc = fit_and_score(net, opt, xs, ys, epochs=6)
+    ref_net = make_net(seed=2)
+    step = _reference_lamb(ref_net.trainable_params(), lambda t, p: 0.02, lambda p: 0.01,
+                           ClipGradByNorm(1.0), 1.0)
+    ref_losses = fit_reference(ref_net, xs, ys, 6, step)
+    assert_close_to_mindspore(values(net.trainable_params()), values(ref_net.trainable_params()))
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+    assert_trained(losses, acc, loss_ratio=0.3, min_acc=0.9)
 
 
 def test_checkpoint_resume_matches_uninterrupted(tmp_path):

@@ -12,7 +12,7 @@ from mindspore import Parameter, Tensor, context, nn
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
 import ms_optim
-from ms_optim import _native, dgc
+from ms_optim import _native, dgc, reference
 from ms_optim.clip import ClipGradByGlobalNorm
 
 SHAPES = {"fc.weight": (7, 5), "fc.bias": (5,), "out.weight": (5, 3)}
@@ -109,9 +109,15 @@ def test_lamb_group_weight_decay_still_works():
     params = _params()
     opt = ms_optim.Lamb([{"params": params[:1], "weight_decay": 0.5},
                          {"params": params[1:]}], learning_rate=0.01)
-    before = _values(params)
-    opt(_grads(params))
-    assert all(not np.array_equal(a, p.asnumpy()) for a, p in zip(before, params))
+    want = _values(params)
+    grads = _grads(params)
+    opt(grads)
+    # the group's 0.5 for the first parameter, Lamb's default 0.01 for the others
+    for w, g, wd in zip(want, grads, [0.5, 0.01, 0.01]):
+        reference.lamb_step(w, np.zeros_like(w), np.zeros_like(w), g.asnumpy(), 0.01, 0.9, 0.999,
+                            1e-6, np.float32(0.9), np.float32(0.999), wd, False)
+    for w, p in zip(want, params):
+        np.testing.assert_allclose(p.asnumpy(), w, rtol=1e-6, atol=1e-7, err_msg=p.name)
 
 
 # ---------------------------------------------------------- 3. learning rate --

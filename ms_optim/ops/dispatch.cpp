@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common.h"
+#include "contract.h"
 #include "kernels.h"
 #include "ps_kernels.h"
 
@@ -188,3 +189,12 @@ MSOPT_API const char *msopt_supported_isas(void) { return msopt::supported_isas(
 MSOPT_API int msopt_kernel_threads(void) { return msopt::kernel_threads(); }
 
 MSOPT_API const char *msopt_build_flags(void) { return MSOPT_BUILD_FLAGS; }
+
+// The constants layout of an AOT kernel ("adam", "lamb", "powers"): its field
+// names space-separated, in order (contract.h); NULL for an unknown name.
+MSOPT_API const char *msopt_consts_layout(const char *kernel) {
+  if (kernel == nullptr) return nullptr;
+  for (const auto &l : msopt::kConstsLayouts)
+    if (std::strcmp(l.kernel, kernel) == 0) return l.fields;
+  return nullptr;
+}

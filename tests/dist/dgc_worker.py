@@ -22,6 +22,14 @@ from mindspore.communication import get_group_size, get_rank, init
 
 import ms_optim
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from nets import WideNet  # noqa: E402  (tests/nets.py)
+
+
+def make_net():
+    return WideNet(n_in=16, hidden=1100, n_out=4)  # 17600 weights: compressed
+
+
 SHAPES = [(130, 129), (20000,), (7, 3), (11,)]
 CONFIG = dict(learning_rate=0.05, momentum=0.9, rampup_begin_step=3, rampup_step=8,
               sparsity=[0.75, 0.9375, 0.999], use_nesterov=True, local_grad_clip_norm=50.0)
@@ -39,17 +47,6 @@ def make_params(seed, shapes=SHAPES):
             for i, s in enumerate(shapes)]
 
 
-class Net(nn.Cell):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Dense(16, 1100)  # 17600 weights: compressed
-        self.fc2 = nn.Dense(1100, 4)
-        self.relu = nn.ReLU()
-
-    def construct(self, x):
-        return self.fc2(self.relu(self.fc1(x)))
-
-
 def shard(rank, nranks, n=512):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, 16)).astype(np.float32)
@@ -61,7 +58,7 @@ def train_net(rank, nranks, start, stop, seed, ckpt_load=None, ckpt_save=None):
     """Steps [start, stop) of TrainOneStepCell on this worker's shard, saving a checkpoint
     before step `ckpt_save[0]` when asked; returns parameters, u and v."""
     ms.set_seed(seed)
-    net = Net()
+    net = make_net()
     opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.05, momentum=0.9,
                                rampup_begin_step=2, rampup_step=4, sparsity=[0.9, 0.999])
     cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(
@@ -108,7 +105,7 @@ def mode_exchange(rank, nranks, out):
             return len(x)
 
     ms.set_seed(rank)  # different initial weights per worker
-    net = Net()
+    net = make_net()
     opt2 = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.05, momentum=0.9,
                                 rampup_begin_step=4, rampup_step=8, sparsity=[0.9, 0.999])
     model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
@@ -138,7 +135,7 @@ def mode_data_parallel(rank, nranks, out):
         seen.append(f"construct: {exc}")
     # built first, parallel mode switched on afterwards: the compile must refuse
     ms.reset_auto_parallel_context()
-    net = Net()
+    net = make_net()
     opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.1, momentum=0.9,
                                rampup_begin_step=0)
     ms.set_auto_parallel_context(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True)

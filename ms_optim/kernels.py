@@ -1,0 +1,200 @@
+"""Every MindSpore AOT op of ms_optim, built in one place.
+
+Three things live here and nowhere else:
+
+- **Constants layouts.**  A kernel's fixed hyper-parameters travel as one
+  float32 tensor whose layout is a C++ struct declared by a list of field
+  names in ``ops/contract.h``.  ``LAYOUTS`` declares the same names once on
+  this side; ``consts(kernel, **values)`` builds the tensor by name (a
+  missing or unknown name is a ValueError), and the first op built for a
+  kernel compares the names with the library's own list
+  (``msopt_consts_layout``), so the two ends cannot drift apart silently.
+- **Bucketing** (``buckets``), on the model of apex's ``multi_tensor_apply``:
+  the parameters are cut into runs of one dtype of at most ``MAX_TENSORS``,
+  and each run is stepped by one multi-tensor op.  A MindSpore kernel launch
+  costs more than a small parameter's update (docs/PROFILE.md).
+- **The op factories**: one function per native kernel, returning a
+  ``mindspore.ops.Custom`` pinned to the host CPU (``_native.aot_op``).
+"""
+import ctypes
+
+import numpy as np
+from mindspore import Tensor
+from mindspore import dtype as mstype
+from mindspore.ops import DataType
+
+from . import _native
+
+MAX_TENSORS = 256  # parameters per multi-tensor op
+
+_F32, _F16, _I32 = DataType.F32_Default, DataType.F16_Default, DataType.I32_Default
+_FORMATS = {mstype.float32: _F32, mstype.float16: _F16, mstype.float64: DataType.F64_Default,
+            mstype.bfloat16: DataType.BF16_Default, mstype.int32: _I32}
+
+# The field names of each constants struct of ops/contract.h, in order.
+LAYOUTS = {
+    "adam": ("beta1", "beta2", "eps", "inv_scale", "nesterov"),
+    "lamb": ("beta1", "beta2", "eps", "clip_norm", "clip_lo", "clip_hi", "always_adapt"),
+    "powers": ("beta1_power", "beta2_power"),
+}
+_checked = set()
+
+
+def check_layout(kernel):
+    """Compares LAYOUTS[kernel] with the library's layout; NativeLibraryError on a mismatch."""
+    if kernel in _checked:
+        return
+    handle = _native.lib_with({"msopt_consts_layout": (ctypes.c_char_p, [ctypes.c_char_p])},
+                              "msopt_consts_layout")
+    raw = handle.msopt_consts_layout(kernel.encode())
+    native = tuple(raw.decode().split()) if raw is not None else None
+    if native != LAYOUTS[kernel]:
+        raise _native.NativeLibraryError(
+            f"the constants of kernel '{kernel}' differ between ms_optim/kernels.py "
+            f"{LAYOUTS[kernel]} and the library {_native.library_path()} {native}; rebuild it "
+            f"with 'pip install .'.")
+    _checked.add(kernel)
+
+
+def consts(kernel, **values):
+    """The float32 constants tensor of `kernel`, its fields given by name (bools as 0/1)."""
+    names = LAYOUTS[kernel]
+    missing = [n for n in names if n not in values]
+    unknown = [n for n in values if n not in names]
+    if missing or unknown:
+        raise ValueError(f"constants of kernel '{kernel}': missing {missing}, unknown {unknown}; "
+                         f"its fields are {names}")
+    return Tensor(np.array([float(values[n]) for n in names], np.float32))
+
+
+def consts_array(kernel, **values):
+    """consts() as a numpy array (for calling a kernel directly, in tests and benchmarks)."""
+    return consts(kernel, **values).asnumpy()
+
+
+def buckets(keys, max_tensors=MAX_TENSORS):
+    """(lo, hi) ranges over a sequence of `keys` (one per parameter, e.g. its dtype): the
+    contiguous runs of equal keys, each cut into pieces of at most `max_tensors`.
+
+    One multi-tensor op steps one range: all its inputs share a dtype, so one
+    registration covers them.  A network whose dtypes alternate gets one range
+    per run.
+    """
+    out, lo, n = [], 0, len(keys)
+    while lo < n:
+        hi = lo + 1
+        while hi < n and hi - lo < max_tensors and keys[hi] == keys[lo]:
+            hi += 1
+        out.append((lo, hi))
+        lo = hi
+    return tuple(out)
+
+
+def _names(k, *kinds):
+    return tuple(f"{kind}{i}" for kind in kinds for i in range(k))
+
+
+def _fmt(dtype):
+    return _FORMATS[dtype]
+
+
+# ------------------------------------------------------------------ Adam --
+
+def adam_op(k, dtype, delta):
+    """Multi-tensor Adam step over `k` parameters of `dtype` (float32 or float16).
+
+    In place (``delta=False``): inputs param[k], m[k], v[k], grad[k], lr (1 or k),
+    wd (1 or k), powers float32[2], consts (LAYOUTS["adam"]); output float32[1].
+    Delta: inputs m[k], v[k], grad[k], lr, powers, consts; outputs the k steps,
+    each shaped and typed as its gradient.
+    """
+    check_layout("adam")
+    check_layout("powers")
+    p = _fmt(dtype)
+    if delta:
+        op = _native.aot_op(
+            "ms_optim_adam_delta",
+            out_shape=lambda *shapes: tuple(shapes[2 * k:3 * k]) if k > 1 else shapes[2 * k],
+            out_dtype=lambda *dtypes: tuple(dtypes[2 * k:3 * k]) if k > 1 else dtypes[2 * k],
+            inputs=_names(k, "m", "v", "grad") + ("lr", "powers", "consts"),
+            outputs=_names(k, "delta"),
+            dtype_formats=[(_F32,) * (2 * k) + (p,) * k + (_F32,) * 3 + (p,) * k], inplace=True)
+    else:
+        op = _native.aot_op(
+            "ms_optim_adam_inplace", out_shape=lambda *shapes: [1],
+            out_dtype=lambda *dtypes: mstype.float32,
+            inputs=_names(k, "param", "m", "v", "grad") + ("lr", "wd", "powers", "consts"),
+            outputs=("done",),
+            dtype_formats=[(p,) * k + (_F32,) * (2 * k) + (p,) * k + (_F32,) * 5], inplace=True)
+    return op
+
+
+# ------------------------------------------------------------------ Lamb --
+
+def lamb_op(k):
+    """Multi-tensor Lamb step: inputs param[k], m[k], v[k], grad[k] (float32), lr (1 or k),
+    wd (1 or k), gscale (scalar), powers float32[2], consts (LAYOUTS["lamb"]); output the
+    k trust ratios, float32[k]."""
+    check_layout("lamb")
+    check_layout("powers")
+    return _native.aot_op(
+        "ms_optim_lamb", out_shape=lambda *shapes: [k], out_dtype=lambda *dtypes: mstype.float32,
+        inputs=_names(k, "param", "m", "v", "grad") + ("lr", "wd", "gscale", "powers", "consts"),
+        outputs=("ratios",), dtype_formats=[(_F32,) * (4 * k + 6)], inplace=True)
+
+
+def sumsq_op(k):
+    """The sum of the squares of every element of k float32 inputs, float32[1]."""
+    return _native.aot_op(
+        "ms_optim_sumsq", out_shape=lambda *shapes: [1], out_dtype=lambda *dtypes: mstype.float32,
+        inputs=_names(k, "grad"), outputs=("sumsq",), dtype_formats=[(_F32,) * (k + 1)],
+        inplace=False)
+
+
+# ------------------------------------------------------------------- DGC --
+
+def topk_abs_op(k):
+    """The k entries of largest |x| of a float32 input: (idx int32[k], val float32[k])."""
+    return _native.aot_op(
+        "ms_optim_topk_abs", out_shape=lambda x: ([k], [k]),
+        out_dtype=lambda x: (mstype.int32, mstype.float32), inputs=("x",),
+        outputs=("idx", "val"), dtype_formats=[(_F32, _I32, _F32)], inplace=False)
+
+
+def dgc_select_op(k):
+    """DGC's local step for one parameter: u, v, grad (float32), consts float32[2]
+    (momentum, nesterov) -> (idx int32[k], val float32[k]), u and v updated in place."""
+    op = _native.aot_op(
+        "ms_optim_dgc_select", out_shape=lambda *shapes: ([k], [k]),
+        out_dtype=lambda *dtypes: (mstype.int32, mstype.float32),
+        inputs=("u", "v", "grad", "consts"), outputs=("idx", "val"),
+        dtype_formats=[(_F32, _F32, _F32, _F32, _I32, _F32)], inplace=True)
+    # Ops that differ only in their output-shape function compare equal, and under msrun
+    # MindSpore merged two of them (the second's k used for both): k becomes an attribute.
+    op.add_prim_attr("ms_optim_k", k)
+    return op
+
+
+def dgc_apply_op(dtype):
+    """p -= lr * scatter_add(every worker's values) / R for one parameter of `dtype`."""
+    return _native.aot_op(
+        "ms_optim_dgc_apply", out_shape=lambda *shapes: [1],
+        out_dtype=lambda *dtypes: mstype.float32,
+        inputs=("param", "idx", "val", "lr", "layout"), outputs=("done",),
+        dtype_formats=[(_fmt(dtype), _I32, _F32, _F32, _I32, _F32)], inplace=True)
+
+
+def check_replicas_op():
+    """Fails unless every worker's gathered int32 signature is the same."""
+    return _native.aot_op(
+        "ms_optim_check_replicas", out_shape=lambda *shapes: [1],
+        out_dtype=lambda *dtypes: mstype.int32, inputs=("signatures", "width"),
+        outputs=("ok",), dtype_formats=[(_I32, _I32, _I32)], inplace=False)
+
+
+def digest_op(k, dtype):
+    """A 64-bit digest (int32[2]) of k tensors of `dtype`."""
+    return _native.aot_op(
+        "ms_optim_digest", out_shape=lambda *shapes: [2], out_dtype=lambda *dtypes: mstype.int32,
+        inputs=_names(k, "p"), outputs=("digest",),
+        dtype_formats=[(_fmt(dtype),) * k + (_I32,)], inplace=False)
