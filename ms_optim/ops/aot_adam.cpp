@@ -42,26 +42,26 @@ struct AdamLayout {
 int check_float32(const AotArgs &a, int i, int64_t numel_a, int64_t numel_b, const char *what,
                   const char *fn) {
   if (!a.is(i, "float32") || (a.numel(i) != numel_a && a.numel(i) != numel_b))
-    return fail(kAotBadShape, "%s: %s must be float32 with %lld element(s), got %s with %lld", fn,
+    return fail(kErrSize, "%s: %s must be float32 with %lld element(s), got %s with %lld", fn,
                 what, static_cast<long long>(numel_a), a.dtypes[i],
                 static_cast<long long>(a.numel(i)));
-  return kAotOk;
+  return kOk;
 }
 
 int run_adam(const AotArgs &a, int K, const AdamLayout &l, bool delta, const char *fn) {
   const bool half = a.is(l.g, "float16");
   if (!half && !a.is(l.g, "float32"))
-    return fail(kAotBadDtype, "%s: grad0 must be float32 or float16, got %s", fn, a.dtypes[l.g]);
+    return fail(kErrDtype, "%s: grad0 must be float32 or float16, got %s", fn, a.dtypes[l.g]);
   const char *pdt = a.dtypes[l.g];
   for (int i = 0; i < K; ++i) {
     if (!a.is(l.out + i, pdt) || !a.is(l.g + i, pdt))
-      return fail(kAotBadDtype, "%s: %s%d and grad%d must all be %s (as grad0), got %s and %s", fn,
+      return fail(kErrDtype, "%s: %s%d and grad%d must all be %s (as grad0), got %s and %s", fn,
                   delta ? "delta" : "param", i, i, pdt, a.dtypes[l.out + i], a.dtypes[l.g + i]);
     if (!a.is(l.m + i, "float32") || !a.is(l.v + i, "float32"))
-      return fail(kAotBadDtype, "%s: moments m%d, v%d must be float32", fn, i, i);
+      return fail(kErrDtype, "%s: moments m%d, v%d must be float32", fn, i, i);
     for (int j : {l.m, l.v, l.g})
       if (a.numel(j + i) != a.numel(l.out + i))
-        return fail(kAotBadShape, "%s: tensor %d of argument %d has %lld elements, its %s %lld",
+        return fail(kErrSize, "%s: tensor %d of argument %d has %lld elements, its %s %lld",
                     fn, i, j + i, static_cast<long long>(a.numel(j + i)),
                     delta ? "delta" : "param", static_cast<long long>(a.numel(l.out + i)));
   }
@@ -81,7 +81,7 @@ int run_adam(const AotArgs &a, int K, const AdamLayout &l, bool delta, const cha
   try {
     ts.resize(static_cast<size_t>(K));
   } catch (const std::bad_alloc &) {
-    return fail(kAotNoMemory, "%s: cannot allocate the list of %d tensors", fn, K);
+    return fail(kErrNoMem, "%s: cannot allocate the list of %d tensors", fn, K);
   }
   int64_t total = 0;
   for (int i = 0; i < K; ++i) {
@@ -91,7 +91,7 @@ int run_adam(const AotArgs &a, int K, const AdamLayout &l, bool delta, const cha
     h.eps = c.eps;
     h.inv_scale = c.inv_scale;
     h.nesterov = c.nesterov != 0.0f;
-    h.lr_t = rules::ps_adam_step_size(lr[lr_each ? i : 0], pw.beta1_power, pw.beta2_power);
+    h.lr_t = rules::adam_step_size(lr[lr_each ? i : 0], pw.beta1_power, pw.beta2_power);
     h.weight_decay = wd == nullptr ? 0.0f : wd[wd_each ? i : 0];
     ts[i] = {a.params[l.out + i], a.ptr<float>(l.m + i), a.ptr<float>(l.v + i),
              a.params[l.g + i], a.numel(l.out + i), h};
@@ -99,7 +99,7 @@ int run_adam(const AotArgs &a, int K, const AdamLayout &l, bool delta, const cha
   }
   const ParallelSection section(total);
   kernels().adam_multi(ts.data(), K, delta, half);
-  return kAotOk;
+  return kOk;
 }
 
 }  // namespace
@@ -111,22 +111,22 @@ MSOPT_API int ms_optim_adam_inplace(int nparam, void **params, int *ndims, int64
                                     const char **dtypes, void *, void *) {
   static const char *fn = "ms_optim_adam_inplace";
   if (nparam < 9 || (nparam - 5) % 4 != 0)
-    return fail(msopt::kAotBadArity, "%s: expected 4K + 5 tensors, got %d", fn, nparam);
+    return fail(msopt::kErrSize, "%s: expected 4K + 5 tensors, got %d", fn, nparam);
   const msopt::AotArgs a{nparam, params, ndims, shapes, dtypes};
   const int K = (nparam - 5) / 4;
   const msopt::AdamLayout l{0, K, 2 * K, 3 * K, 4 * K, 4 * K + 1, 4 * K + 2, 4 * K + 3};
   if (!a.is(nparam - 1, "float32") || a.numel(nparam - 1) != 1)
-    return fail(msopt::kAotBadShape, "%s: the output must be float32[1]", fn);
+    return fail(msopt::kErrSize, "%s: the output must be float32[1]", fn);
   if (int rc = msopt::run_adam(a, K, l, false, fn)) return rc;
   *a.ptr<float>(nparam - 1) = 0.0f;
-  return msopt::kAotOk;
+  return msopt::kOk;
 }
 
 MSOPT_API int ms_optim_adam_delta(int nparam, void **params, int *ndims, int64_t **shapes,
                                   const char **dtypes, void *, void *) {
   static const char *fn = "ms_optim_adam_delta";
   if (nparam < 7 || (nparam - 3) % 4 != 0)
-    return fail(msopt::kAotBadArity, "%s: expected 4K + 3 tensors, got %d", fn, nparam);
+    return fail(msopt::kErrSize, "%s: expected 4K + 3 tensors, got %d", fn, nparam);
   const msopt::AotArgs a{nparam, params, ndims, shapes, dtypes};
   const int K = (nparam - 3) / 4;
   const msopt::AdamLayout l{3 * K + 3, 0, K, 2 * K, 3 * K, -1, 3 * K + 1, 3 * K + 2};

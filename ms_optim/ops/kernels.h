@@ -83,19 +83,9 @@ struct Gather {
   int64_t counts[kMaxThreads];
 };
 
-// One instruction set's kernels.  "inplace" kernels update the parameter, m and
-// v in one pass; "delta" kernels update m and v and write the step into `delta`
-// (for an offloaded optimizer whose parameter lives on another device).
+// One instruction set's kernels.
 struct KernelTable {
   const char *isa;
-  void (*adam_inplace_f32)(float *p, float *m, float *v, const float *g, int64_t n,
-                           const AdamArgs &a);
-  void (*adam_inplace_f16)(half_bits *p, float *m, float *v, const half_bits *g,
-                           int64_t n, const AdamArgs &a);
-  void (*adam_delta_f32)(float *delta, float *m, float *v, const float *g, int64_t n,
-                         const AdamArgs &a);
-  void (*adam_delta_f16)(half_bits *delta, float *m, float *v, const half_bits *g,
-                         int64_t n, const AdamArgs &a);
   // One Adam step on `count` tensors (one MindSpore op for many parameters):
   // all their elements, taken as one range, split once over the threads in
   // one parallel region.  delta: write the step to `out` (decay not applied:

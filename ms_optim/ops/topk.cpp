@@ -144,8 +144,8 @@ void radix_select(const float *x, int64_t n, int64_t k, int32_t *idx, float *val
 }  // namespace
 
 int topk_abs(const TopkSource &src, int64_t n, int64_t k, int32_t *idx, float *val) {
-  if (n < 1 || n > INT32_MAX) return fail(-1, "topk: n = %lld is outside [1, 2^31)", (long long)n);
-  if (k < 1 || k > n) return fail(-1, "topk: k = %lld is outside [1, n = %lld]", (long long)k, (long long)n);
+  if (n < 1 || n > INT32_MAX) return fail(kErrSize, "topk: n = %lld is outside [1, 2^31)", (long long)n);
+  if (k < 1 || k > n) return fail(kErrSize, "topk: k = %lld is outside [1, n = %lld]", (long long)k, (long long)n);
   const KernelTable &kt = kernels();
   try {
     int64_t expect = 0;
@@ -173,7 +173,7 @@ int topk_abs(const TopkSource &src, int64_t n, int64_t k, int32_t *idx, float *v
     }
     if (overflow || total < k) {
       radix_select(src.x, n, k, idx, val);
-      return 0;
+      return kOk;
     }
     // compact the per-thread runs (thread order = index order)
     int64_t c = 0;
@@ -184,9 +184,9 @@ int topk_abs(const TopkSource &src, int64_t n, int64_t k, int32_t *idx, float *v
       c += g.counts[t];
     }
     select_from_candidates(src.x, slots.data(), c, k, idx, val);
-    return 0;
+    return kOk;
   } catch (const std::bad_alloc &) {
-    return fail(-2, "topk: out of memory (n = %lld, k = %lld)", (long long)n, (long long)k);
+    return fail(kErrNoMem, "topk: out of memory (n = %lld, k = %lld)", (long long)n, (long long)k);
   }
 }
 
