@@ -167,13 +167,13 @@ MSOPT_API void msopt_f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
 }
 
 // Selects the kernels of one instruction set ("scalar", "avx2", "avx512") for
-// the whole process; returns kOk, or -1 (kErrNull, the code this function has
-// always returned) when the name is NULL, unknown or unsupported.
+// the whole process; returns kOk, kErrNull for a NULL name, or kErrConfig when
+// the name is unknown or this CPU lacks it.
 int msopt_select_isa(const char *name) {
   if (name == nullptr) return msopt::fail(msopt::kErrNull, "msopt_select_isa: name is NULL");
   const msopt::Isa *t = msopt::isa_for(name);
   if (t == nullptr)
-    return msopt::fail(msopt::kErrNull,
+    return msopt::fail(msopt::kErrConfig,
                        "msopt_select_isa: '%s' is %s (valid names: %s; this CPU supports: %s)",
                        name, msopt::find_isa(name) ? "not supported by this CPU" : "unknown",
                        msopt::all_isas(), msopt::supported_isas());
