@@ -26,8 +26,17 @@ reach a multi-tensor op as one tensor per bucket (``per_tensor``); the
 ops paths map their per-parameter rule with ``map_params``.
 """
 from mindspore import context, ops
+from mindspore.ops import composite as C
+from mindspore.ops import functional as F
 
 from . import _checks
+
+_scale = C.MultitypeFuncGraph("ms_optim_scale_grad")
+
+
+@_scale.register("Tensor", "Tensor")
+def _run_scale(factor, grad):
+    return grad * F.cast(factor, F.dtype(grad))
 
 IMPLS = ("native", "delta", "ops")
 
@@ -48,6 +57,16 @@ class StepSkeleton:
 
     def _init_skeleton(self):
         self.stack = ops.Stack()
+
+    def unscale_and_clip(self, gradients, scaled, inv_scale, clip):
+        """The first two steps of the one preprocessing order, for the paths that run them
+        as graph ops: the loss scale divided out (``g * inv_scale`` when `scaled`), then
+        `clip` (an ``ms_optim.clip`` Cell, or None).  Decay comes after, in each rule."""
+        if scaled:
+            gradients = self.map_(F.partial(_scale, inv_scale), gradients)
+        if clip is not None:
+            gradients = clip(gradients)
+        return gradients
 
     def per_tensor(self, values, lo, hi, each):
         """Parameters lo..hi's values as one input of a multi-tensor op: a float32[hi - lo]

@@ -16,14 +16,6 @@ _ZERO = Tensor(0.0, mstype.float32)
 _ONE = Tensor(1.0, mstype.float32)
 
 _ops_step = C.MultitypeFuncGraph("ms_optim_lamb_ops")
-_scale = C.MultitypeFuncGraph("ms_optim_lamb_scale")
-
-
-@_scale.register("Tensor", "Tensor")
-def _run_scale(factor, grad):
-    return grad * factor
-
-
 @_ops_step.register("Tuple", "Tensor", "Tensor", "Bool", "Tensor", "Tensor", "Tensor", "Tensor")
 def _run_ops(head, lr, weight_decay, decay_flag, param, m, v, grad):
     """The same rule from plain MindSpore ops (GPU/Ascend); returns the trust ratio.
@@ -232,10 +224,8 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
                 # the squared norms are of the loss-scaled gradients
                 grad_scale = self.inv_scale * self.grad_clip.factor(sq_norms, self.inv_scale)
             return self._native_step(params, gradients, lr, weight_decay, grad_scale, powers)
-        if self.loss_scale != 1.0:
-            gradients = self.map_(F.partial(_scale, self.inv_scale), gradients)
-        if self.grad_clip is not None:
-            gradients = self.grad_clip(gradients)
+        gradients = self.unscale_and_clip(gradients, self.loss_scale != 1.0, self.inv_scale,
+                                          self.grad_clip)
         head = (self.beta1, self.beta2, self.eps, beta1_power, beta2_power, self.always_adapt)
         ratios = self.map_params(F.partial(_ops_step, head), lr, weight_decay,
                                  self.lamb_decay_flags, params, self.moment1, self.moment2,
