@@ -73,9 +73,10 @@ def test_kernel_matches_reference(isa, n, case, fresh_isa):
             assert ratio[0] == 1.0  # zero parameter norm, or no decay: no trust ratio
 
 
-# Sizes on both sides of kParallelMin (32768): tensors at or above it are split over the
-# threads one at a time, smaller ones run whole on several threads at once.
-MULTI_SIZES = [1, 40000, 7, 16383, 70001, 32768, 16385, 32767]
+# A tensor of at least half of a call's elements (on 2 threads; lamb_team_min) is split
+# over the threads, the others run whole on several threads at once, largest first:
+# 600001 is split, the sizes around kParallelMin (32768) run whole.
+MULTI_SIZES = [1, 40000, 7, 16383, 600001, 70001, 32768, 16385, 32767]
 
 
 def _multi_step(tensors, lr, wd, t, gscale=1.0, **clip):

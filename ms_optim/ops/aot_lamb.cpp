@@ -13,6 +13,7 @@
 //   powers   float32[2]: contract.h Powers (beta1^t, beta2^t of this step)
 //   consts   float32[7]: contract.h LambConsts
 // Output: float32[K], the trust ratio applied to each parameter.
+#include <algorithm>
 #include <cmath>
 #include <new>
 #include <vector>
@@ -108,6 +109,10 @@ MSOPT_API int ms_optim_lamb(int nparam, void **params, int *ndims, int64_t **sha
                   wd[wd_each ? i : 0],     ratios + i};
     total += a.numel(i);
   }
+  // largest first: the tensors that run whole are handed out in this order, so the
+  // threads finish together (each tensor keeps its own ratio slot)
+  std::stable_sort(tensors.begin(), tensors.end(),
+                   [](const msopt::LambTensor &x, const msopt::LambTensor &y) { return x.n > y.n; });
   const msopt::ParallelSection section(total);
   const int64_t need = msopt::lamb_scratch_floats(tensors.data(), K);
   float *scratch = lamb_scratch(section.held(), need);

@@ -98,8 +98,9 @@ struct KernelTable {
   // update direction into scratch and sums p^2 and r^2 in double; pass two
   // applies p -= lr * ratio * r, ratio = ||p|| / ||r||
   // (rules::lamb_trust_ratio).  A tensor without one (ratio 1) takes one pass.
-  // Tensors of kParallelMin elements or more are split over the threads one
-  // at a time; smaller ones run whole, several threads at once.  scratch holds
+  // A tensor of lamb_team_min(...) elements or more is split over the threads
+  // (they meet at barriers); every other one runs whole on one thread, several
+  // threads at once, taken in the order given.  scratch holds
   // lamb_scratch_floats(...) floats.  (Keeping r moves 4 more bytes per
   // element than recomputing it from p, m, v in pass two, but saves a square
   // root and a division; measured inside MindSpore, keeping it is faster.)
@@ -129,8 +130,13 @@ constexpr int64_t kParallelMin = 1 << 15;
 // Threads the kernels use: OpenMP's maximum, capped at kMaxThreads.
 int kernel_threads();
 
+// The size from which KernelTable::lamb_f32 splits a tensor over the threads:
+// kParallelMin, or 1/nthreads of the call's elements if larger (a smaller
+// tensor is balanced by the others).
+int64_t lamb_team_min(int64_t total, int nthreads);
+
 // Scratch floats KernelTable::lamb_f32 needs for these tensors: the largest
-// tensor split over the threads, or one slice per thread for the small ones.
+// tensor split over the threads, or one slice per thread for the others.
 int64_t lamb_scratch_floats(const LambTensor *tensors, int64_t count);
 
 }  // namespace msopt

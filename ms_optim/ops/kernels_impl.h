@@ -396,17 +396,23 @@ void lamb_tensor(const LambTensor &x, const LambArgs &a, float *r, int64_t nt, i
   }
 }
 
-// Every tensor in one parallel region: the large ones one after another, split
-// over the team, then the small ones whole, handed out to the threads
-// dynamically (each thread with its own slice of scratch).  One region per
-// call, not two per tensor: waking the team is what costs on small tensors.
+// Every tensor in one parallel region.  A tensor too large to balance
+// (lamb_team_min: at least 1/nthreads of the call) is split over the team,
+// one after another; every other tensor runs whole on one thread, handed out
+// dynamically in the order given (the adapter sorts them largest first), each
+// thread with its own slice of scratch.  A split tensor meets the team at
+// barriers, and a barrier costs a whole time slice whenever MindSpore's own
+// threads hold a core (measured: DGC's select, docs/PROFILE.md), so only the
+// tensors that cannot be balanced otherwise pay it.  One region per call, not
+// two per tensor: waking the team is what costs on small tensors.
 void lamb_f32(const LambTensor *ts, int64_t count, const LambArgs &a, float *scratch) {
-  int64_t total = 0, small_max = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    total += ts[i].n;
-    if (ts[i].n < kParallelMin) small_max = std::max(small_max, ts[i].n);
-  }
+  int64_t total = 0;
+  for (int64_t i = 0; i < count; ++i) total += ts[i].n;
   const int nthreads = kernel_threads();
+  const int64_t team_min = lamb_team_min(total, nthreads);
+  int64_t small_max = 0;
+  for (int64_t i = 0; i < count; ++i)
+    if (ts[i].n < team_min) small_max = std::max(small_max, ts[i].n);
   double partial[kMaxThreads][2];
   if (total < kParallelMin || nthreads < 2) {
     for (int64_t i = 0; i < count; ++i) lamb_tensor<false>(ts[i], a, scratch, 1, 0, partial);
@@ -416,12 +422,12 @@ void lamb_f32(const LambTensor *ts, int64_t count, const LambArgs &a, float *scr
   {
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
     for (int64_t i = 0; i < count; ++i)
-      if (ts[i].n >= kParallelMin) lamb_tensor<true>(ts[i], a, scratch, nt, t, partial);
+      if (ts[i].n >= team_min) lamb_tensor<true>(ts[i], a, scratch, nt, t, partial);
     double mine[1][2];
     float *r = scratch + t * small_max;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < count; ++i)
-      if (ts[i].n < kParallelMin) lamb_tensor<false>(ts[i], a, r, 1, 0, mine);
+      if (ts[i].n < team_min) lamb_tensor<false>(ts[i], a, r, 1, 0, mine);
   }
 }
 
