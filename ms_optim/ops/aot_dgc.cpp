@@ -231,6 +231,171 @@ MSOPT_API int ms_optim_dgc_apply(int nparam, void **params, int *ndims, int64_t 
   return msopt::kAotOk;
 }
 
+// ------------------------------------------------- multi-tensor DGC steps --
+//
+// One op per bucket of parameters instead of one per parameter: a MindSpore
+// launch costs more than the work on a small tensor.
+
+// Inputs: u[K], v[K], grad[K] (float32, tensor j of n_j elements), consts
+// float32[2] = (momentum, use_nesterov), ks int32[K].  Outputs: idx int32[L],
+// val float32[L], L = sum(ks): tensor j's k_j selections (as
+// ms_optim_dgc_select) side by side, so the outputs are the bucket's block of
+// the fused exchange buffer (indices local to each tensor).  u, v in place.
+// Each tensor's selection runs on all threads when it is large enough
+// (kParallelMin), else on the calling thread: small tensors open no region.
+MSOPT_API int ms_optim_dgc_select_multi(int nparam, void **params, int *ndims, int64_t **shapes,
+                                        const char **dtypes, void *, void *) {
+  static const char *fn = "ms_optim_dgc_select_multi";
+  if (nparam < 7 || (nparam - 4) % 3 != 0)
+    return fail(msopt::kAotBadArity, "%s: expected 3K + 4 tensors (K >= 1), got %d", fn, nparam);
+  const AotArgs a{nparam, params, ndims, shapes, dtypes};
+  const int K = (nparam - 4) / 3, ci = 3 * K, ki = 3 * K + 1, oi = 3 * K + 2;
+  if (!a.is(ci, "float32") || a.numel(ci) != 2)
+    return fail(msopt::kAotBadShape, "%s: consts must be float32[2]", fn);
+  if (!a.is(ki, "int32") || a.numel(ki) != K)
+    return fail(msopt::kAotBadShape, "%s: ks must be int32[%d]", fn, K);
+  if (int rc = check_outputs(a, oi, fn)) return rc;
+  const int32_t *ks = a.ptr<int32_t>(ki);
+  int64_t total_k = 0, total_n = 0;
+  for (int j = 0; j < K; ++j) {
+    const int64_t n = a.numel(j);
+    for (int t = 0; t < 3; ++t) {
+      if (!a.is(t * K + j, "float32"))
+        return fail(msopt::kAotBadDtype, "%s: u, v, grad of tensor %d must be float32", fn, j);
+      if (a.numel(t * K + j) != n)
+        return fail(msopt::kAotBadShape, "%s: u, v, grad sizes of tensor %d differ", fn, j);
+    }
+    if (ks[j] < 1 || ks[j] > n)
+      return fail(msopt::kAotBadShape, "%s: k = %d of tensor %d is outside [1, %lld]", fn, ks[j], j,
+                  (long long)n);
+    total_k += ks[j];
+    total_n += n;
+  }
+  if (total_k != a.numel(oi))
+    return fail(msopt::kAotBadShape, "%s: the ks sum to %lld, the outputs hold %lld", fn,
+                (long long)total_k, (long long)a.numel(oi));
+  const float *c = a.ptr<float>(ci);
+  int32_t *idx = a.ptr<int32_t>(oi);
+  float *val = a.ptr<float>(oi + 1);
+  const msopt::ParallelSection section(total_n);
+  for (int j = 0; j < K; ++j) {
+    float *u = a.ptr<float>(j), *v = a.ptr<float>(K + j);
+    const msopt::TopkSource src{v, u, v, a.ptr<float>(2 * K + j), c[0], c[1] != 0.0f};
+    if (int rc = msopt::topk_abs(src, a.numel(j), ks[j], idx, val)) return topk_status(rc);
+    for (int64_t e = 0; e < ks[j]; ++e) {
+      u[idx[e]] = 0.0f;
+      v[idx[e]] = 0.0f;
+    }
+    idx += ks[j];
+    val += ks[j];
+  }
+  return msopt::kAotOk;
+}
+
+// Inputs: param[K] (all float32 or all float16), idx int32[R*L] and val
+// float32[R*L] (every worker's fused selection buffer, gathered in rank
+// order), lr float32[1] or float32[K], layout int32[1 + 2K] = (R, offset_0..,
+// k_0..): tensor j's k_j entries start at r*L + offset_j in worker r's block.
+// Output: done float32[1].  Per tensor, ms_optim_dgc_apply's update.
+MSOPT_API int ms_optim_dgc_apply_multi(int nparam, void **params, int *ndims, int64_t **shapes,
+                                       const char **dtypes, void *, void *) {
+  static const char *fn = "ms_optim_dgc_apply_multi";
+  if (nparam < 6) return fail(msopt::kAotBadArity, "%s: expected K + 5 tensors (K >= 1), got %d", fn, nparam);
+  const AotArgs a{nparam, params, ndims, shapes, dtypes};
+  const int K = nparam - 5, ii = K, vi = K + 1, li = K + 2, yi = K + 3, oi = K + 4;
+  const bool half = a.is(0, "float16");
+  for (int j = 0; j < K; ++j)
+    if (!a.is(j, half ? "float16" : "float32"))
+      return fail(msopt::kAotBadDtype, "%s: params must be all float32 or all float16, got %s", fn,
+                  dtypes[j]);
+  if (!a.is(ii, "int32") || !a.is(vi, "float32") || !a.is(li, "float32") || !a.is(yi, "int32") ||
+      !a.is(oi, "float32"))
+    return fail(msopt::kAotBadDtype, "%s: expected int32 idx, float32 val/lr, int32 layout, "
+                "float32 done", fn);
+  const int64_t total = a.numel(ii);
+  if (a.numel(vi) != total || (a.numel(li) != 1 && a.numel(li) != K) || a.numel(yi) != 1 + 2 * K ||
+      a.numel(oi) != 1)
+    return fail(msopt::kAotBadShape, "%s: idx/val sizes differ, or lr/layout/done malformed", fn);
+  const int32_t *layout = a.ptr<int32_t>(yi);
+  const int64_t r = layout[0];
+  if (r < 1 || total % r != 0)
+    return fail(msopt::kAotBadShape, "%s: %lld entries are not %lld workers' blocks", fn,
+                (long long)total, (long long)r);
+  const int64_t block = total / r;
+  const int32_t *idx = a.ptr<int32_t>(ii);
+  const float *val = a.ptr<float>(vi), *lr = a.ptr<float>(li);
+  for (int j = 0; j < K; ++j) {
+    const int64_t offset = layout[1 + j], k = layout[1 + K + j], n = a.numel(j);
+    if (offset < 0 || k < 0 || offset + k > block)
+      return fail(msopt::kAotBadShape, "%s: tensor %d's entries (offset %lld, k %lld) do not fit "
+                  "a block of %lld", fn, j, (long long)offset, (long long)k, (long long)block);
+    for (int64_t w = 0; w < r; ++w)
+      for (int64_t e = 0; e < k; ++e) {
+        const int32_t i = idx[w * block + offset + e];
+        if (i < 0 || i >= n)
+          return fail(msopt::kAotBadShape, "%s: tensor %d: index %d outside [0, %lld)", fn, j, i,
+                      (long long)n);
+      }
+  }
+  const msopt::KernelTable &kt = msopt::kernels();
+  for (int j = 0; j < K; ++j) {
+    const int64_t offset = layout[1 + j], k = layout[1 + K + j];
+    const float lr_j = lr[a.numel(li) == 1 ? 0 : j];
+    const int rc = half
+        ? dgc_apply_entries(F16Param{a.ptr<msopt::half_bits>(j), kt}, idx, val, r, block, offset,
+                            k, lr_j, a.numel(j), fn)
+        : dgc_apply_entries(F32Param{a.ptr<float>(j)}, idx, val, r, block, offset, k, lr_j,
+                            a.numel(j), fn);
+    if (rc != msopt::kAotOk) return rc;
+  }
+  *a.ptr<float>(oi) = 0.0f;
+  return msopt::kAotOk;
+}
+
+// Inputs: param[K] (float32, or float16 updated in float32 and rounded once),
+// u[K], g[K] (float32), lr float32[1] or float32[K], consts float32[2] =
+// (momentum, use_nesterov).  Output: done float32[1].  DGC's dense momentum
+// (rules::dgc_dense_momentum; p -= lr * step), u and p in place.
+MSOPT_API int ms_optim_dgc_momentum(int nparam, void **params, int *ndims, int64_t **shapes,
+                                    const char **dtypes, void *, void *) {
+  static const char *fn = "ms_optim_dgc_momentum";
+  if (nparam < 6 || nparam % 3 != 0)
+    return fail(msopt::kAotBadArity, "%s: expected 3K + 3 tensors (K >= 1), got %d", fn, nparam);
+  const AotArgs a{nparam, params, ndims, shapes, dtypes};
+  const int K = (nparam - 3) / 3, li = 3 * K, ci = 3 * K + 1, oi = 3 * K + 2;
+  if (!a.is(li, "float32") || (a.numel(li) != 1 && a.numel(li) != K))
+    return fail(msopt::kAotBadShape, "%s: lr must be float32[1] or float32[%d]", fn, K);
+  if (!a.is(ci, "float32") || a.numel(ci) != 2)
+    return fail(msopt::kAotBadShape, "%s: consts must be float32[2]", fn);
+  if (!a.is(oi, "float32") || a.numel(oi) != 1)
+    return fail(msopt::kAotBadShape, "%s: done must be float32[1]", fn);
+  const float *lr = a.ptr<float>(li), *c = a.ptr<float>(ci);
+  try {
+    std::vector<msopt::DgcDenseTensor> ts(static_cast<size_t>(K));
+    int64_t total = 0;
+    for (int j = 0; j < K; ++j) {
+      const bool half = a.is(j, "float16");
+      if (!half && !a.is(j, "float32"))
+        return fail(msopt::kAotBadDtype, "%s: param %d must be float32 or float16, got %s", fn, j,
+                    dtypes[j]);
+      if (!a.is(K + j, "float32") || !a.is(2 * K + j, "float32"))
+        return fail(msopt::kAotBadDtype, "%s: u and g of tensor %d must be float32", fn, j);
+      const int64_t n = a.numel(j);
+      if (a.numel(K + j) != n || a.numel(2 * K + j) != n)
+        return fail(msopt::kAotBadShape, "%s: param, u, g sizes of tensor %d differ", fn, j);
+      ts[j] = {params[j], half, a.ptr<float>(K + j), a.ptr<float>(2 * K + j), n,
+               lr[a.numel(li) == 1 ? 0 : j]};
+      total += n;
+    }
+    const msopt::ParallelSection section(total);
+    msopt::kernels().dgc_momentum(ts.data(), K, c[0], c[1] != 0.0f);
+  } catch (const std::bad_alloc &) {
+    return fail(msopt::kAotNoMemory, "%s: out of memory", fn);
+  }
+  *a.ptr<float>(oi) = 0.0f;
+  return msopt::kAotOk;
+}
+
 // Input: int32[R*W], every worker's model signature (W values each) gathered
 // in rank order.  Output: int32[1] = 1.  Fails, after printing every worker's
 // signature to stderr, when the workers disagree: their exchange buffers would

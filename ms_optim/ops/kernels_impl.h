@@ -533,13 +533,78 @@ void gather_abs_f32(const float *x, int64_t n, Gather *g) {
   });
 }
 
+// p -= lr * step over [lo, hi) of one tensor (float16 p through float32 blocks).
+template <bool kNesterov>
+void dgc_dense_range(const DgcDenseTensor &x, int64_t lo, int64_t hi, float momentum) {
+  float *u = x.u;
+  const float *g = x.g;
+  const float lr = x.lr;
+  if (!x.half) {
+    float *p = static_cast<float *>(x.p);
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i) {
+      float ui = u[i];
+      const float step = rules::dgc_dense_momentum<float, kNesterov>(g[i], ui, momentum);
+      u[i] = ui;
+      p[i] = p[i] - lr * step;
+    }
+    return;
+  }
+  half_bits *p = static_cast<half_bits *>(x.p);
+  alignas(64) float pb[kHalfBlock];
+  for (int64_t b = lo; b < hi; b += kHalfBlock) {
+    const int64_t len = std::min(kHalfBlock, hi - b);
+    f16_to_f32(p + b, pb, len);
+    float *ub = u + b;
+    const float *gb = g + b;
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) {
+      float ui = ub[i];
+      const float step = rules::dgc_dense_momentum<float, kNesterov>(gb[i], ui, momentum);
+      ub[i] = ui;
+      pb[i] = pb[i] - lr * step;
+    }
+    f32_to_f16(pb, p + b, len);
+  }
+}
+
+template <bool kNesterov>
+void dgc_momentum_impl(const DgcDenseTensor *ts, int64_t count, float momentum) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < count; ++i) total += ts[i].n;
+  const int nthreads = kernel_threads();
+  if (total < kParallelMin || nthreads < 2) {
+    for (int64_t i = 0; i < count; ++i) dgc_dense_range<kNesterov>(ts[i], 0, ts[i].n, momentum);
+    return;
+  }
+#pragma omp parallel num_threads(nthreads)
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    for (int64_t i = 0; i < count; ++i)
+      if (ts[i].n >= kParallelMin) {
+        const Range r = thread_range(ts[i].n, nt, t);
+        if (r.lo < r.hi) dgc_dense_range<kNesterov>(ts[i], r.lo, r.hi, momentum);
+      }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < count; ++i)
+      if (ts[i].n < kParallelMin) dgc_dense_range<kNesterov>(ts[i], 0, ts[i].n, momentum);
+  }
+}
+
+void dgc_momentum(const DgcDenseTensor *ts, int64_t count, float momentum, bool nesterov) {
+  if (nesterov)
+    dgc_momentum_impl<true>(ts, count, momentum);
+  else
+    dgc_momentum_impl<false>(ts, count, momentum);
+}
+
 }  // namespace
 
 extern const KernelTable kTable;
 const KernelTable kTable = {
     MSOPT_ISA_NAME,   adam_inplace_f32, adam_inplace_f16, adam_delta_f32, adam_delta_f16,
     lamb_f32,         dgc_accumulate_f32, gather_abs_f32, sumsq_f32,
-    f16_to_f32,       f32_to_f16,
+    f16_to_f32,       f32_to_f16,       dgc_momentum,
 };
 
 }  // namespace MSOPT_ISA_NS
