@@ -7,6 +7,7 @@ import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, context, log as logger, nn, ops
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
+from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
 from . import _checks, comm, kernels
@@ -19,9 +20,10 @@ from .regularizer import L1Decay, L2Decay
 COMPRESSED_DTYPES = (mstype.float32, mstype.float16)
 
 
-# MindSpore's graph compiler counts nested calls while it evaluates the step's
+# MindSpore's graph compiler counts nested calls while it evaluates impl="ops"'s
 # per-parameter loops: about 10 per parameter (ResNet-50's 161 parameters need
-# between 1,500 and 2,000), against a default limit of 1,000.
+# between 1,500 and 2,000), against a default limit of 1,000.  The native step
+# has no such loops on one worker and needs no raise (measured, 161 parameters).
 _CALL_DEPTH_PER_PARAM = 16
 _CALL_DEPTH_BASE = 1000
 # The highest recursion limit this package set: mindspore.set_recursion_limit has no
@@ -140,6 +142,45 @@ def _validate(cls, learning_rate, momentum, rampup_begin_step, rampup_step, spar
     return momentum, sparsity, local_grad_clip_norm, loss_scale
 
 
+_prepare = C.MultitypeFuncGraph("ms_optim_dgc_prepare")
+_regularize = C.MultitypeFuncGraph("ms_optim_dgc_regularize")
+
+
+@_prepare.register("Tensor", "Bool", "Bool", "Tensor")
+def _prepare_grad(inv_scale, scale, widened, g):
+    """A widened parameter's gradient in float32, then divided by the loss scale."""
+    if widened:
+        g = F.cast(g, mstype.float32)
+    if scale:
+        g = g * F.cast(inv_scale, F.dtype(g))
+    return g
+
+
+def _regularized(l2, l1, use_l2, use_l1, wd, decay, widened, p, g):
+    if widened:
+        p = F.cast(p, mstype.float32)
+    if decay:
+        g = g + p * F.cast(wd, F.dtype(p))
+    if use_l2:
+        g = g + p * F.cast(l2, F.dtype(p))
+    if use_l1:
+        g = g + ops.sign(p) * F.cast(l1, F.dtype(p))
+    return g
+
+
+@_regularize.register("Tensor", "Tensor", "Bool", "Bool", "Tensor", "Bool", "Bool", "Tensor",
+                      "Tensor")
+def _regularize_tensor_wd(l2, l1, use_l2, use_l1, wd, decay, widened, p, g):
+    """MindSpore's weight decay (`decay`: this parameter's flag), then L2Decay, then L1Decay."""
+    return _regularized(l2, l1, use_l2, use_l1, wd, decay, widened, p, g)
+
+
+@_regularize.register("Tensor", "Tensor", "Bool", "Bool", "Number", "Bool", "Bool", "Tensor",
+                      "Tensor")
+def _regularize_number_wd(l2, l1, use_l2, use_l1, wd, decay, widened, p, g):
+    return _regularized(l2, l1, use_l2, use_l1, wd, decay, widened, p, g)
+
+
 class DGCMomentum(OptimizerAPI, nn.Optimizer):
     r"""Momentum SGD with Deep Gradient Compression (PaddlePaddle's ``DGCMomentumOptimizer``).
 
@@ -190,9 +231,15 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
     ``impl="native"`` (auto on CPU) runs the residual update, an exact top-k
     (threshold from a sample, candidates gathered in the same pass, exact
     selection among them, exact fallback if the sample misjudged) and the
-    masking in one native kernel per parameter; ``impl="ops"`` builds the same
-    step from MindSpore ops (``ops.topk``) for GPU/Ascend -- its choice among
-    entries tied at the k-th magnitude is ``ops.topk``'s.
+    masking in one multi-tensor native op per bucket of compressed parameters
+    (its outputs are the fused exchange buffer), the update from every
+    worker's selections in one op per bucket of one dtype, and the dense
+    momentum in one op per bucket (float16 and float64 parameters too small
+    to compress step in graph code); ``impl="ops"`` builds the same step from
+    MindSpore ops (``ops.topk``) for GPU/Ascend -- its choice among entries
+    tied at the k-th magnitude is ``ops.topk``'s.  The layout (which
+    parameters are compressed, k per stage, buffer offsets, the stage of a
+    step) is a ``dgc_plan.DGCPlan``, shared with the numpy reference.
 
     Args:
         params (Union[list[Parameter], list[dict]]): parameters or groups.
@@ -221,9 +268,11 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
     step's rate as a float (one per group when groups set their own 'lr') and
     ``set_lr(value)`` sets a fixed rate for all groups (RuntimeError while a
     schedule drives it), as on every ms_optim optimizer (see ``ms_optim._api``).
-    Building one raises MindSpore's recursion limit (``mindspore.set_recursion_limit``)
-    to what the step's graph needs (about 1000 + 16 per parameter), never lowering a
-    limit set by ``set_context(max_call_depth=...)`` or by an earlier DGCMomentum.
+    With ``impl="ops"``, building one raises MindSpore's recursion limit
+    (``mindspore.set_recursion_limit``) to what the step's per-parameter graph
+    needs (about 1000 + 16 per parameter), never lowering a limit set by
+    ``set_context(max_call_depth=...)`` or by an earlier DGCMomentum; the
+    native step's graph compiles within the default limit.
 
     Example:
         >>> import ms_optim
@@ -295,6 +344,11 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
         self.widened = tuple(c and p.dtype != mstype.float32
                              for c, p in zip(self.is_compressed, self._parameters))
         _warn_uncompressed(cls, self._parameters, self.is_compressed)
+        self.any_widened = any(self.widened)
+        self.no_decay = (False,) * len(self._parameters)
+        # the dtypes of the local gradients (_local_grads)
+        self.grad_dtypes = tuple(mstype.float32 if w else p.dtype
+                                 for w, p in zip(self.widened, self._parameters))
         # the graph's stage branches: (stage, first step, first step of the next stage), for
         # the stages some step reaches
         last = 2 ** 31 - 1
@@ -318,6 +372,10 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
             self._build_native_ops()
         self.dense_groups = self._momentum_groups(self.dense_ids)
         self.warmup_groups = self._momentum_groups(self.comp_ids)
+        self.has_warmup = bool(self.comp_ids) and rampup_begin_step > 0
+        self.all_ids = tuple(range(len(self._parameters)))
+        self.all_groups = (self._momentum_groups(self.all_ids)
+                           if self.has_warmup and self.nranks == 1 else None)
 
     def _build_exchanges(self, exchange):
         shapes = [p.shape for p in self._parameters]
@@ -353,18 +411,27 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
             for offs, ks in zip(plan.stage_offsets, plan.stage_k))
 
     def _momentum_groups(self, ids):
-        """((positions in `ids`, op) per bucket, other positions): with impl="native", the
-        parameters whose residual u is float32 (float32 parameters, widened float16 ones)
-        take the native dense momentum; the others (float16 and float64 parameters below
-        the compression size, every parameter with impl="ops") step in graph code."""
-        pos = [j for j, i in enumerate(ids)
-               if self.impl == "native" and self.u[i].dtype == mstype.float32]
-        groups = []
-        for lo, hi in kernels.buckets((0,) * len(pos)):
-            bucket = tuple(pos[lo:hi])
-            groups.append((bucket, kernels.dgc_momentum_op(
-                [self._parameters[ids[j]].dtype for j in bucket])))
-        return tuple(groups), tuple(j for j in range(len(ids)) if j not in pos)
+        """The dense momentum's plan for the parameters `ids`: ((lo, hi, op, gidx) per run
+        of positions in `ids` that the native op steps, (position, source) of the others,
+        ParameterTuple of the parameters, of their u).  The gradients come from the whole
+        tuple of local gradients with one worker, else from the exchange's output (in the
+        order of `ids`); `gidx`/source say where.  With impl="native", the parameters whose
+        residual u is float32 (float32 parameters, widened float16 ones) take the native
+        op, in buckets of contiguous positions; the others (float16 and float64 parameters
+        below the compression size, every parameter with impl="ops") step in graph code."""
+        native = [self.impl == "native" and self.u[i].dtype == mstype.float32 for i in ids]
+        source = ids if self.nranks == 1 else tuple(range(len(ids)))
+        src_dtypes = self.grad_dtypes if self.nranks == 1 else [self.grad_dtypes[i] for i in ids]
+        runs, others = [], []
+        for lo, hi in kernels.buckets(native):
+            if native[lo]:
+                runs.append((lo, hi, kernels.dgc_momentum_op(
+                    [self._parameters[i].dtype for i in ids[lo:hi]], src_dtypes),
+                             Tensor(np.array(source[lo:hi], np.int32))))
+            else:
+                others.extend((j, source[j]) for j in range(lo, hi))
+        return (tuple(runs), tuple(others), ParameterTuple(self._parameters[i] for i in ids),
+                ParameterTuple(self.u[i] for i in ids))
 
     # ----------------------------------------------------------- reporting --
 
@@ -446,51 +513,46 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
 
     def _local_grads(self, gradients, weight_decay):
         """Loss scale, local clipping and regularization of this worker's gradients
-        (in float32 for a widened parameter: its gradient and value are cast first)."""
-        grads = ()
-        for i in range(self.param_length):
-            g = gradients[i]
-            if self.widened[i]:
-                g = F.cast(g, mstype.float32)
-            if self.loss_scale != 1.0:
-                g = g * F.cast(self.inv_scale, F.dtype(g))
-            grads = grads + (g,)
+        (in float32 for a widened parameter: its gradient and value are cast first).
+        Each stage is one map over the tuple (a Python loop would cost the graph
+        compiler about 10 ms and 10 levels of call depth per parameter)."""
+        grads = gradients
+        if self.loss_scale != 1.0 or self.any_widened:
+            grads = self.hyper_map(F.partial(_prepare, self.inv_scale, self.loss_scale != 1.0),
+                                   self.widened, grads)
         if self.local_clip is not None:
             grads = self.local_clip(grads)
-        if not (self.exec_weight_decay or self.l2 > 0 or self.l1 > 0):
-            return grads
-        out = ()
-        for i in range(self.param_length):
-            p, g = self._parameters[i], grads[i]
-            if self.widened[i]:
-                p = F.cast(p, mstype.float32)
-            if self.exec_weight_decay and self.decay_flags[i]:
-                wd = weight_decay[i] if self.is_group else weight_decay
-                g = g + p * F.cast(wd, F.dtype(p))
-            if self.l2 > 0:
-                g = g + p * F.cast(self.l2_t, F.dtype(p))
-            if self.l1 > 0:
-                g = g + ops.sign(p) * F.cast(self.l1_t, F.dtype(p))
-            out = out + (g,)
-        return out
+        if self.exec_weight_decay:
+            if self.is_group:
+                return self.hyper_map(F.partial(_regularize, self.l2_t, self.l1_t, self.l2 > 0,
+                                                self.l1 > 0), weight_decay, self.decay_flags,
+                                      self.widened, self._parameters, grads)
+            return self.hyper_map(F.partial(_regularize, self.l2_t, self.l1_t, self.l2 > 0,
+                                            self.l1 > 0, weight_decay), self.decay_flags,
+                                  self.widened, self._parameters, grads)
+        if self.l2 > 0 or self.l1 > 0:
+            return self.hyper_map(F.partial(_regularize, self.l2_t, self.l1_t, self.l2 > 0,
+                                            self.l1 > 0, self.l2_t), self.no_decay,
+                                  self.widened, self._parameters, grads)
+        return grads
 
     def _dense_step(self, ids, exchange, groups, lr, grads):
-        """Dense exchange and plain momentum for the parameters `ids`.  `groups`:
-        ((positions in `ids`, native op) per bucket, the other positions, stepped in
-        graph code)."""
-        dense = ()
-        for i in ids:
-            dense = dense + (grads[i],)
-        dense = exchange(dense)
+        """Dense exchange and plain momentum for the parameters `ids` (`groups`: their
+        plan from _momentum_groups)."""
+        runs, others, params, us = groups
+        src = grads
+        if self.nranks > 1:
+            dense = ()
+            for i in ids:
+                dense = dense + (grads[i],)
+            src = exchange(dense)
         done = True
-        native_groups, others = groups
-        for pos, op in native_groups:
-            args = tuple([self._parameters[ids[j]] for j in pos]) \
-                + tuple([self.u[ids[j]] for j in pos]) + tuple([dense[j] for j in pos]) \
-                + (self._lrs(lr, [ids[j] for j in pos]), self.select_consts)
+        for lo, hi, op, gidx in runs:
+            args = params[lo:hi] + us[lo:hi] + src \
+                + (self._lrs(lr, ids[lo:hi]), self.select_consts, gidx)
             done = F.depend(done, op(*args))
-        for j in others:
-            done = F.depend(done, self._momentum(ids[j], lr, dense[j]))
+        for j, g in others:
+            done = F.depend(done, self._momentum(ids[j], lr, src[g]))
         return done
 
     def _momentum(self, i, lr, g):
@@ -509,14 +571,15 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
         return F.depend(done, F.assign(p, p - lr_i * update))
 
     def _select_native(self, stage, grads):
-        """One select op per bucket of compressed parameters: their (idx, val) outputs, in
-        order, are this worker's block of the fused exchange buffer."""
+        """One select op per bucket of compressed parameters (`grads`: theirs, in order; not
+        the whole tuple with indices as the dense momentum takes it: MindSpore ran a step
+        ten times slower when two in-place ops took the same gradient Parameters): the
+        (idx, val) outputs, in order, are this worker's block of the fused buffer."""
         idxs, vals = (), ()
         for b in range(len(self.select_ranges)):
             lo, hi = self.select_ranges[b]
-            ids = self.comp_ids[lo:hi]
-            args = tuple([self.u[i] for i in ids]) + tuple([self.v[j] for j in range(lo, hi)]) \
-                + tuple([grads[i] for i in ids]) + (self.select_consts, self.select_ks[stage][b])
+            args = self.warmup_groups[3][lo:hi] + self.v[lo:hi] + grads[lo:hi] \
+                + (self.select_consts, self.select_ks[stage][b])
             idx, val = self.select_ops[stage][b](*args)
             idxs = idxs + (idx,)
             vals = vals + (val,)
@@ -527,9 +590,9 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
         done = True
         for b in range(len(self.apply_ranges)):
             lo, hi = self.apply_ranges[b]
-            ids = self.comp_ids[lo:hi]
-            args = tuple([self._parameters[i] for i in ids]) \
-                + (idx_all, val_all, self._lrs(lr, ids), self.apply_layouts[stage][b])
+            args = self.warmup_groups[2][lo:hi] \
+                + (idx_all, val_all, self._lrs(lr, self.comp_ids[lo:hi]),
+                   self.apply_layouts[stage][b])
             done = F.depend(done, self.apply_ops[b](*args))
         return done
 
@@ -586,7 +649,10 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
 
     def _sparse_step(self, stage, lr, grads):
         if self.impl == "native":
-            idxs, vals = self._select_native(stage, grads)
+            comp_grads = ()
+            for i in self.comp_ids:
+                comp_grads = comp_grads + (grads[i],)
+            idxs, vals = self._select_native(stage, comp_grads)
         else:
             idxs, vals = (), ()
             for j in range(len(self.comp_ids)):
@@ -632,18 +698,32 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
             if step == 0:
                 synced = self.replicas.sync_params(self._parameters, synced)
             grads = F.depend(grads, synced)
-        done = self._dense_step(self.dense_ids, self.dense_exchange, self._groups(True), lr,
-                                grads)
-        if self.comp_ids:
+        if self.has_warmup:
             if step < self.rampup_begin_step:
-                done = F.depend(done, self._dense_step(self.comp_ids, self.warmup_exchange,
-                                                       self._groups(False), lr, grads))
+                done = self._warmup_step(lr, grads)
             else:
-                # the plan's stages as step ranges (dgc_plan.DGCPlan.stage_starts)
-                for s, first, end in self.stage_bounds:
-                    if step >= first and step < end:
-                        done = F.depend(done, self._sparse_step(s, lr, grads))
+                done = self._compressing_step(step, lr, grads)
+        else:
+            done = self._compressing_step(step, lr, grads)
         return done
 
-    def _groups(self, dense):
-        return self.dense_groups if dense else self.warmup_groups
+    def _warmup_step(self, lr, grads):
+        """Before rampup_begin_step: dense momentum for every parameter."""
+        if self.nranks == 1:
+            # one op for every parameter (MindSpore ran a step ten times slower when two
+            # in-place ops took the same gradient Parameters)
+            return self._dense_step(self.all_ids, None, self.all_groups, lr, grads)
+        done = self._dense_step(self.dense_ids, self.dense_exchange, self.dense_groups, lr, grads)
+        return F.depend(done, self._dense_step(self.comp_ids, self.warmup_exchange,
+                                               self.warmup_groups, lr, grads))
+
+    def _compressing_step(self, step, lr, grads):
+        """From rampup_begin_step on: dense momentum for the small parameters, and the
+        compressed ones in the stage of `step`."""
+        done = self._dense_step(self.dense_ids, self.dense_exchange, self.dense_groups, lr, grads)
+        if self.comp_ids:
+            # the plan's stages as step ranges (dgc_plan.DGCPlan.stage_starts)
+            for s, first, end in self.stage_bounds:
+                if step >= first and step < end:
+                    done = F.depend(done, self._sparse_step(s, lr, grads))
+        return done

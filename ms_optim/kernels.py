@@ -185,7 +185,7 @@ def dgc_apply_op(dtype):
 
 
 def dgc_select_multi_op(ks):
-    """DGC's local step for len(ks) parameters in one op: u[K], v[K], grad[K] (float32),
+    """DGC's local step for len(ks) = K parameters in one op: u[K], v[K], grad[K] (float32),
     consts float32[2] (momentum, nesterov), ks int32[K] -> (idx int32[L], val float32[L]),
     L = sum(ks): parameter j's k_j selections side by side, the bucket's block of the fused
     exchange buffer.  u and v updated in place."""
@@ -211,16 +211,20 @@ def dgc_apply_multi_op(k, dtype):
         dtype_formats=[(_fmt(dtype),) * k + (_I32, _F32, _F32, _I32, _F32)], inplace=True)
 
 
-def dgc_momentum_op(dtypes):
-    """DGC's dense momentum for parameters of `dtypes` (float32, or float16 stepped in
-    float32): inputs param[k], u[k], g[k] (float32), lr float32 (1 or k), consts float32[2]
-    (momentum, nesterov); output float32[1]."""
+def dgc_momentum_op(dtypes, src_dtypes):
+    """DGC's dense momentum for K parameters of `dtypes` (float32, or float16 stepped in
+    float32): inputs param[K], u[K] (float32), src (gradients of `src_dtypes`, parameter
+    j's is src[gidx[j]], float32), lr float32 (1 or K), consts float32[2] (momentum,
+    nesterov), gidx int32[K]; output float32[1]."""
     k = len(dtypes)
     return _native.aot_op(
         "ms_optim_dgc_momentum", out_shape=lambda *shapes: [1],
         out_dtype=lambda *dtypes: mstype.float32,
-        inputs=_names(k, "param", "u", "grad") + ("lr", "consts"), outputs=("done",),
-        dtype_formats=[tuple(_fmt(d) for d in dtypes) + (_F32,) * (2 * k + 3)], inplace=True)
+        inputs=_names(k, "param", "u") + _names(len(src_dtypes), "src") + ("lr", "consts", "gidx"),
+        outputs=("done",),
+        dtype_formats=[tuple(_fmt(d) for d in dtypes) + (_F32,) * k
+                       + tuple(_fmt(d) for d in src_dtypes) + (_F32, _F32, _I32, _F32)],
+        inplace=True)
 
 
 def check_replicas_op():

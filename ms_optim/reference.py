@@ -147,6 +147,15 @@ def dgc_aggregate(numel, selections):
     return G / f32(len(selections))
 
 
+def dgc_momentum(p, u, g, lr, momentum, nesterov=False):
+    """DGC's dense momentum on float32 u, g in place: u = m*u + g; p -= lr * step with
+    step = u (Nesterov: g + m*u), in float32, rounded once to p's dtype."""
+    m = f32(momentum)
+    u[...] = m * u + g
+    step = g + m * u if nesterov else u
+    p[...] = (p.astype(f32) - f32(lr) * step).astype(p.dtype)
+
+
 class DGCReference:
     """Data-parallel DGCMomentum (docs/ALGORITHMS.md §3) over `nranks` workers in numpy.
 

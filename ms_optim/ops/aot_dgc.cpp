@@ -236,6 +236,30 @@ MSOPT_API int ms_optim_dgc_apply(int nparam, void **params, int *ndims, int64_t 
 // One op per bucket of parameters instead of one per parameter: a MindSpore
 // launch costs more than the work on a small tensor.
 
+// The dense momentum takes the gradients as a list of M tensors (the step's
+// whole gradient tuple) and an int32[K] `gidx`: tensor j's gradient is
+// src[gidx[j]].  MindSpore's graph compiler builds a sub-tuple element by
+// element (about 10 ms a parameter); passing the whole tuple costs nothing.
+
+// Checks gidx (input gi, K entries into M sources starting at input s0): each
+// chosen source float32 of `numel` elements as tensor j (sizes from input j).
+int check_sources(const AotArgs &a, int K, int s0, int M, int gi, const char *fn) {
+  if (!a.is(gi, "int32") || a.numel(gi) != K)
+    return fail(msopt::kAotBadShape, "%s: gidx must be int32[%d]", fn, K);
+  const int32_t *g = a.ptr<int32_t>(gi);
+  for (int j = 0; j < K; ++j) {
+    if (g[j] < 0 || g[j] >= M)
+      return fail(msopt::kAotBadShape, "%s: gidx[%d] = %d is outside [0, %d)", fn, j, g[j], M);
+    if (!a.is(s0 + g[j], "float32"))
+      return fail(msopt::kAotBadDtype, "%s: the gradient of tensor %d must be float32, got %s", fn,
+                  j, a.dtypes[s0 + g[j]]);
+    if (a.numel(s0 + g[j]) != a.numel(j))
+      return fail(msopt::kAotBadShape, "%s: the gradient of tensor %d has %lld elements, not %lld",
+                  fn, j, (long long)a.numel(s0 + g[j]), (long long)a.numel(j));
+  }
+  return msopt::kAotOk;
+}
+
 // Inputs: u[K], v[K], grad[K] (float32, tensor j of n_j elements), consts
 // float32[2] = (momentum, use_nesterov), ks int32[K].  Outputs: idx int32[L],
 // val float32[L], L = sum(ks): tensor j's k_j selections (as
@@ -353,23 +377,30 @@ MSOPT_API int ms_optim_dgc_apply_multi(int nparam, void **params, int *ndims, in
 }
 
 // Inputs: param[K] (float32, or float16 updated in float32 and rounded once),
-// u[K], g[K] (float32), lr float32[1] or float32[K], consts float32[2] =
-// (momentum, use_nesterov).  Output: done float32[1].  DGC's dense momentum
+// u[K] (float32), src[M] (gradients; tensor j's is src[gidx[j]], float32), lr
+// float32[1] or float32[K], consts float32[2] = (momentum, use_nesterov), gidx
+// int32[K].  Output: done float32[1].  DGC's dense momentum
 // (rules::dgc_dense_momentum; p -= lr * step), u and p in place.
 MSOPT_API int ms_optim_dgc_momentum(int nparam, void **params, int *ndims, int64_t **shapes,
                                     const char **dtypes, void *, void *) {
   static const char *fn = "ms_optim_dgc_momentum";
-  if (nparam < 6 || nparam % 3 != 0)
-    return fail(msopt::kAotBadArity, "%s: expected 3K + 3 tensors (K >= 1), got %d", fn, nparam);
+  if (nparam < 7) return fail(msopt::kAotBadArity, "%s: expected 2K + M + 4 tensors, got %d", fn, nparam);
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
-  const int K = (nparam - 3) / 3, li = 3 * K, ci = 3 * K + 1, oi = 3 * K + 2;
+  const int gi = nparam - 2, ci = nparam - 3, li = nparam - 4, oi = nparam - 1;
+  const int64_t k64 = a.numel(gi);
+  if (k64 < 1 || 2 * k64 + 1 > li)
+    return fail(msopt::kAotBadArity, "%s: gidx of %lld tensors does not fit %d tensors", fn,
+                (long long)k64, nparam);
+  const int K = static_cast<int>(k64), M = li - 2 * K;
   if (!a.is(li, "float32") || (a.numel(li) != 1 && a.numel(li) != K))
     return fail(msopt::kAotBadShape, "%s: lr must be float32[1] or float32[%d]", fn, K);
   if (!a.is(ci, "float32") || a.numel(ci) != 2)
     return fail(msopt::kAotBadShape, "%s: consts must be float32[2]", fn);
   if (!a.is(oi, "float32") || a.numel(oi) != 1)
     return fail(msopt::kAotBadShape, "%s: done must be float32[1]", fn);
+  if (int rc = check_sources(a, K, 2 * K, M, gi, fn)) return rc;
   const float *lr = a.ptr<float>(li), *c = a.ptr<float>(ci);
+  const int32_t *gidx = a.ptr<int32_t>(gi);
   try {
     std::vector<msopt::DgcDenseTensor> ts(static_cast<size_t>(K));
     int64_t total = 0;
@@ -378,12 +409,12 @@ MSOPT_API int ms_optim_dgc_momentum(int nparam, void **params, int *ndims, int64
       if (!half && !a.is(j, "float32"))
         return fail(msopt::kAotBadDtype, "%s: param %d must be float32 or float16, got %s", fn, j,
                     dtypes[j]);
-      if (!a.is(K + j, "float32") || !a.is(2 * K + j, "float32"))
-        return fail(msopt::kAotBadDtype, "%s: u and g of tensor %d must be float32", fn, j);
+      if (!a.is(K + j, "float32"))
+        return fail(msopt::kAotBadDtype, "%s: u of tensor %d must be float32", fn, j);
       const int64_t n = a.numel(j);
-      if (a.numel(K + j) != n || a.numel(2 * K + j) != n)
-        return fail(msopt::kAotBadShape, "%s: param, u, g sizes of tensor %d differ", fn, j);
-      ts[j] = {params[j], half, a.ptr<float>(K + j), a.ptr<float>(2 * K + j), n,
+      if (a.numel(K + j) != n)
+        return fail(msopt::kAotBadShape, "%s: param and u sizes of tensor %d differ", fn, j);
+      ts[j] = {params[j], half, a.ptr<float>(K + j), a.ptr<float>(2 * K + gidx[j]), n,
                lr[a.numel(li) == 1 ? 0 : j]};
       total += n;
     }
