@@ -64,7 +64,7 @@ def _step_calls(sizes, seed):
     for lo, hi in kernels.buckets((0,) * len(dense)):
         ids = dense[lo:hi]
         calls.append(("ms_optim_dgc_momentum", [params[i] for i in ids] + [u[i] for i in ids]
-                      + [grads[i] for i in ids] + [lr, consts, np.zeros(1, np.float32)]))
+                      + grads + [lr, consts, np.array(ids, np.int32), np.zeros(1, np.float32)]))
     return calls
 
 

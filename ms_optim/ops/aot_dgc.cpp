@@ -265,8 +265,8 @@ int check_sources(const AotArgs &a, int K, int s0, int M, int gi, const char *fn
 // val float32[L], L = sum(ks): tensor j's k_j selections (as
 // ms_optim_dgc_select) side by side, so the outputs are the bucket's block of
 // the fused exchange buffer (indices local to each tensor).  u, v in place.
-// Each tensor's selection runs on all threads when it is large enough
-// (kParallelMin), else on the calling thread: small tensors open no region.
+// One parallel region for the whole bucket (msopt::topk_abs_multi): each
+// tensor whole on one thread.
 MSOPT_API int ms_optim_dgc_select_multi(int nparam, void **params, int *ndims, int64_t **shapes,
                                         const char **dtypes, void *, void *) {
   static const char *fn = "ms_optim_dgc_select_multi";
@@ -301,17 +301,27 @@ MSOPT_API int ms_optim_dgc_select_multi(int nparam, void **params, int *ndims, i
   const float *c = a.ptr<float>(ci);
   int32_t *idx = a.ptr<int32_t>(oi);
   float *val = a.ptr<float>(oi + 1);
-  const msopt::ParallelSection section(total_n);
-  for (int j = 0; j < K; ++j) {
-    float *u = a.ptr<float>(j), *v = a.ptr<float>(K + j);
-    const msopt::TopkSource src{v, u, v, a.ptr<float>(2 * K + j), c[0], c[1] != 0.0f};
-    if (int rc = msopt::topk_abs(src, a.numel(j), ks[j], idx, val)) return topk_status(rc);
-    for (int64_t e = 0; e < ks[j]; ++e) {
-      u[idx[e]] = 0.0f;
-      v[idx[e]] = 0.0f;
+  try {
+    std::vector<msopt::TopkSource> srcs;
+    std::vector<int64_t> n(K), k(K), off(K);
+    srcs.reserve(K);
+    for (int j = 0; j < K; ++j) {
+      float *u = a.ptr<float>(j), *v = a.ptr<float>(K + j);
+      srcs.push_back({v, u, v, a.ptr<float>(2 * K + j), c[0], c[1] != 0.0f});
+      n[j] = a.numel(j);
+      k[j] = ks[j];
+      off[j] = j == 0 ? 0 : off[j - 1] + k[j - 1];
     }
-    idx += ks[j];
-    val += ks[j];
+    const msopt::ParallelSection section(total_n);
+    if (int rc = msopt::topk_abs_multi(srcs.data(), n.data(), k.data(), off.data(), K, idx, val))
+      return topk_status(rc);
+    for (int j = 0; j < K; ++j)  // momentum factor masking
+      for (int64_t e = off[j]; e < off[j] + k[j]; ++e) {
+        srcs[j].u[idx[e]] = 0.0f;
+        srcs[j].v[idx[e]] = 0.0f;
+      }
+  } catch (const std::bad_alloc &) {
+    return fail(msopt::kAotNoMemory, "%s: out of memory", fn);
   }
   return msopt::kAotOk;
 }

@@ -122,6 +122,10 @@ struct KernelTable {
   // or more split over the threads, smaller ones whole, handed out dynamically.
   void (*dgc_momentum)(const DgcDenseTensor *tensors, int64_t count, float momentum,
                        bool nesterov);
+  // dgc_accumulate_f32 over [lo, hi) only, on the calling thread (for a team of threads
+  // already running: the candidates go to the slots of omp_get_thread_num()).
+  void (*dgc_accumulate_range_f32)(float *u, float *v, const float *grad, int64_t lo,
+                                   int64_t hi, float momentum, bool nesterov, Gather *g);
 };
 
 namespace scalar { extern const KernelTable kTable; }

@@ -522,6 +522,14 @@ void dgc_accumulate_f32(float *u, float *v, const float *grad, int64_t n, float 
   });
 }
 
+void dgc_accumulate_range_f32(float *u, float *v, const float *grad, int64_t lo, int64_t hi,
+                              float momentum, bool nesterov, Gather *g) {
+  if (nesterov)
+    dgc_accumulate_range<true>(u, v, grad, lo, hi, momentum, g);
+  else
+    dgc_accumulate_range<false>(u, v, grad, lo, hi, momentum, g);
+}
+
 void gather_abs_f32(const float *x, int64_t n, Gather *g) {
   parallel_ranges(n, [&](int64_t lo, int64_t hi) {
     const int t = omp_get_thread_num();
@@ -604,7 +612,7 @@ extern const KernelTable kTable;
 const KernelTable kTable = {
     MSOPT_ISA_NAME,   adam_inplace_f32, adam_inplace_f16, adam_delta_f32, adam_delta_f16,
     lamb_f32,         dgc_accumulate_f32, gather_abs_f32, sumsq_f32,
-    f16_to_f32,       f32_to_f16,       dgc_momentum,
+    f16_to_f32,       f32_to_f16,       dgc_momentum,     dgc_accumulate_range_f32,
 };
 
 }  // namespace MSOPT_ISA_NS
