@@ -176,11 +176,12 @@ def aot_op(entry, out_shape, out_dtype, inputs, outputs, dtype_formats, inplace)
     return op
 
 
-def call_aot(entry, arrays):
-    """Run an AOT kernel directly on numpy arrays (inputs then outputs), in place.
+def prepare_aot(entry, arrays):
+    """A callable that runs an AOT kernel on numpy arrays (inputs then outputs), in place.
 
-    Used by tests to check a kernel without MindSpore; raises RuntimeError with
-    the kernel's message when it returns an error code.
+    The ctypes argument arrays are built once, so calling it repeatedly times the kernel,
+    not their construction (benchmarks); the arrays must outlive it.  The callable raises
+    RuntimeError with the kernel's message when it returns an error code.
     """
     import numpy as np
 
@@ -194,6 +195,21 @@ def call_aot(entry, arrays):
     shapes = (ctypes.POINTER(ctypes.c_int64) * n)(
         *[ctypes.cast(b, ctypes.POINTER(ctypes.c_int64)) for b in shape_bufs])
     dtypes = (ctypes.c_char_p * n)(*[str(a.dtype).encode() for a in arrays])
-    rc = getattr(lib(), entry)(n, ptrs, ndims, shapes, dtypes, None, None)
-    if rc != 0:
-        raise RuntimeError(f"{entry} failed with code {rc}: {last_error()}")
+    fn = getattr(lib(), entry)
+
+    def run():
+        rc = fn(n, ptrs, ndims, shapes, dtypes, None, None)
+        if rc != 0:
+            raise RuntimeError(f"{entry} failed with code {rc}: {last_error()}")
+
+    run.keep = (arrays, shape_bufs)  # the buffers the pointers point into
+    return run
+
+
+def call_aot(entry, arrays):
+    """Run an AOT kernel directly on numpy arrays (inputs then outputs), in place.
+
+    Used by tests to check a kernel without MindSpore; raises RuntimeError with
+    the kernel's message when it returns an error code.
+    """
+    prepare_aot(entry, arrays)()
