@@ -14,8 +14,10 @@ from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 OPS = os.path.join("ms_optim", "ops")
-SOURCES = ["dispatch.cpp", "aot_adam.cpp", "aot_lamb.cpp", "aot_dgc.cpp", "topk.cpp", "isa_scalar.cpp", "isa_avx2.cpp", "isa_avx512.cpp", "capi.cpp"]
-HEADERS = ["contract.h", "kernels.h", "kernels_impl.h", "rules.h", "common.h", "topk.h", "ps_kernels.h", "ps_kernels_impl.h", "include/ms_optim.h"]
+SOURCES = ["dispatch.cpp", "aot_adam.cpp", "aot_lamb.cpp", "aot_dgc.cpp", "topk.cpp", "isa_scalar.cpp", "isa_avx2.cpp", "isa_avx512.cpp",
+           "capi.cpp", "capi_config.cpp", "capi_state.cpp", "capi_registry.cpp"]
+HEADERS = ["contract.h", "kernels.h", "kernels_impl.h", "rules.h", "common.h", "topk.h", "ps_kernels.h", "ps_kernels_impl.h",
+           "loops_impl.h", "capi_internal.h", "include/ms_optim.h"]
 
 # -fno-math-errno lets sqrt vectorize; -ffp-contract=off and no -ffast-math keep
 # every operation IEEE-rounded, so each ISA matches the numpy reference bit for bit.

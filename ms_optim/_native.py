@@ -177,18 +177,17 @@ def aot_op(entry, out_shape, out_dtype, inputs, outputs, dtype_formats, inplace)
 
 
 def prepare_aot(entry, arrays):
-    """A callable that runs an AOT kernel on numpy arrays (inputs then outputs), in place.
-
-    The ctypes argument arrays are built once, so calling it repeatedly times the kernel,
-    not their construction (benchmarks); the arrays must outlive it.  The callable raises
-    RuntimeError with the kernel's message when it returns an error code.
-    """
+    """A callable that runs AOT kernel `entry` on numpy `arrays` (inputs then outputs,
+    C-contiguous, kept alive by the callable) with the argument arrays built once: what
+    the kernel costs alone, without MindSpore and without per-call marshalling.  Raises
+    RuntimeError with the kernel's message when it returns an error code."""
     import numpy as np
 
-    n = len(arrays)
+    arrays = list(arrays)
     for a in arrays:
         if not (isinstance(a, np.ndarray) and a.flags.c_contiguous):
-            raise TypeError("call_aot takes C-contiguous numpy arrays")
+            raise TypeError("AOT kernels take C-contiguous numpy arrays")
+    n = len(arrays)
     ptrs = (ctypes.c_void_p * n)(*[a.ctypes.data for a in arrays])
     ndims = (ctypes.c_int * n)(*[a.ndim for a in arrays])
     shape_bufs = [(ctypes.c_int64 * max(a.ndim, 1))(*a.shape) for a in arrays]
@@ -202,7 +201,7 @@ def prepare_aot(entry, arrays):
         if rc != 0:
             raise RuntimeError(f"{entry} failed with code {rc}: {last_error()}")
 
-    run.keep = (arrays, shape_bufs)  # the buffers the pointers point into
+    run.keep = (arrays, shape_bufs)
     return run
 
 

@@ -1,38 +1,17 @@
 """AdamOffload: Adam whose moments live and are computed on the host CPU."""
-from mindspore import Parameter, ParameterTuple, Tensor, context, nn, ops
+import numpy as np
+from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
-from mindspore.ops import DataType
-from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
-from . import _checks, _native
+from . import _checks, kernels
 from ._api import OptimizerAPI
 from ._state import BetaPowers
-
-_ZERO = Tensor(0.0, mstype.float32)
-_F32, _F16 = DataType.F32_Default, DataType.F16_Default
-
-_inplace_step = C.MultitypeFuncGraph("ms_optim_adam_offload_inplace")
-_delta_step = C.MultitypeFuncGraph("ms_optim_adam_offload_delta")
+from ._step import StepSkeleton, resolve_impl
 
 
-@_inplace_step.register("Function", "Tensor", "Tensor", "Tensor", "Bool", "Tensor", "Tensor",
-                        "Tensor", "Tensor")
-def _run_inplace(op, consts, lr, weight_decay, decay_flag, param, m, v, grad):
-    """One fused host pass: decay, unscale, moments and the parameter update."""
-    weight_decay = weight_decay if decay_flag else _ZERO
-    return F.depend(True, op(param, m, v, grad, lr, weight_decay, consts))
-
-
-@_delta_step.register("Function", "Tensor", "Tensor", "Tensor", "Tensor", "Tensor", "Tensor")
-def _run_delta(op, consts, lr, param, m, v, grad):
-    """Moments and step on the host; only the step is added to the device parameter."""
-    delta = op(m, v, grad, lr, consts)
-    return F.depend(True, F.assign_add(param, delta))
-
-
-class AdamOffload(OptimizerAPI, BetaPowers, nn.Optimizer):
+class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
     r"""Adam with its moments kept and updated in host memory by a native CPU kernel.
 
     The API and the update rule of MindSpore's (deprecated) ``nn.AdamOffload``:
@@ -50,10 +29,12 @@ class AdamOffload(OptimizerAPI, BetaPowers, nn.Optimizer):
     The moments ``moment1``/``moment2`` are float32 Parameters (so checkpoints
     carry them) updated in place by one fused pass of a native kernel pinned to
     the host CPU (a MindSpore AOT custom op, AVX-512/AVX2/scalar chosen at run
-    time, OpenMP threads).  On a CPU device target the same pass also updates
-    the parameter (``impl="inplace"``); on GPU/Ascend the host kernel returns
-    the step and only ``param += step`` runs on the device (``impl="delta"``),
-    so the moments never occupy device memory.  Parameters may be float32 or
+    time, OpenMP threads).  One op steps a bucket of up to 256 parameters of
+    one dtype (a multi-tensor kernel: all their elements split once over the
+    threads).  On a CPU device target the same pass also updates the
+    parameter (``impl="native"``); on GPU/Ascend the host kernel returns the
+    step and only ``param += step`` runs on the device (``impl="delta"``), so
+    the moments never occupy device memory.  Parameters may be float32 or
     float16 (moments stay float32).
 
     Args:
@@ -69,7 +50,8 @@ class AdamOffload(OptimizerAPI, BetaPowers, nn.Optimizer):
         weight_decay (Union[float, int, Cell]): L2 penalty, >= 0, or a Cell of
             the global step. Default 0.0.
         loss_scale (float): gradients are divided by it. Default 1.0.
-        impl (str): "auto" (default), "inplace" or "delta", as above.
+        impl (str): "auto" (default), "native" or "delta", as above
+            (``ms_optim._step``; "inplace", the old name of "native", is accepted).
 
     Inputs:
         gradients (tuple[Tensor]): gradients of ``params``.
@@ -120,40 +102,34 @@ class AdamOffload(OptimizerAPI, BetaPowers, nn.Optimizer):
         _checks.check_bool(cls, "use_nesterov", use_nesterov)
         _checks.check_weight_decay(cls, weight_decay)
         loss_scale = _checks.check_loss_scale(cls, loss_scale)
-        _checks.check_choice(cls, "impl", impl, ("auto", "inplace", "delta"))
+        impl = resolve_impl(cls, impl, ("native", "delta"), "delta", {"inplace": "native"})
         super().__init__(learning_rate, params, weight_decay, loss_scale)
         _checks.check_param_dtypes(cls, self._parameters, (mstype.float32, mstype.float16))
 
-        if impl == "auto":
-            impl = "inplace" if context.get_context("device_target") == "CPU" else "delta"
         self._record_args(params, learning_rate=learning_rate, beta1=beta1, beta2=beta2, eps=eps,
                           use_nesterov=use_nesterov, weight_decay=weight_decay,
                           loss_scale=loss_scale, impl=impl)
         self.impl = impl
         self.use_nesterov = use_nesterov
         self._init_beta_powers(beta1, beta2)
-        # The inplace kernel divides by the loss scale itself (after the decay,
+        self._init_skeleton()
+        # The native kernel divides by the loss scale itself (after the decay,
         # as scale_grad would); on the delta path the device does both first.
-        inv_scale = 1.0 / loss_scale if impl == "inplace" else 1.0
-        self._static_consts = (Tensor([eps], mstype.float32), Tensor([inv_scale], mstype.float32),
-                               Tensor([1.0 if use_nesterov else 0.0], mstype.float32))
+        self.consts = kernels.consts("adam", beta1=beta1, beta2=beta2, eps=eps,
+                                     inv_scale=1.0 / loss_scale if impl == "native" else 1.0,
+                                     nesterov=use_nesterov)
         self.moment1 = self._host_state("moment1")
         self.moment2 = self._host_state("moment2")
-        self.decay_flags_eff = tuple(f and self.exec_weight_decay for f in self.decay_flags)
         self.concat = ops.Concat()
-        if impl == "inplace":
-            self.op = _native.aot_op(
-                "ms_optim_adam_inplace", out_shape=lambda *shapes: [1],
-                out_dtype=lambda *dtypes: mstype.float32,
-                inputs=("param", "m", "v", "grad", "lr", "wd", "consts"), outputs=("done",),
-                dtype_formats=[(_F32,) * 8, (_F16, _F32, _F32, _F16, _F32, _F32, _F32, _F32)],
-                inplace=True)
-        else:
-            self.op = _native.aot_op(
-                "ms_optim_adam_delta", out_shape=lambda m, v, g, lr, c: g,
-                out_dtype=lambda m, v, g, lr, c: g,
-                inputs=("m", "v", "grad", "lr", "consts"), outputs=("delta",),
-                dtype_formats=[(_F32,) * 6, (_F32, _F32, _F16, _F32, _F32, _F16)], inplace=True)
+        self.buckets = kernels.buckets([p.dtype for p in self._parameters])
+        self.adam_ops = tuple(kernels.adam_op(hi - lo, self._parameters[lo].dtype, impl == "delta")
+                              for lo, hi in self.buckets)
+        # weight decay per parameter: MindSpore's decay flags (no groups: parameters named
+        # beta/gamma are not decayed) as a 0/1 mask per bucket, None where all decay
+        flags = tuple(f and self.exec_weight_decay for f in self.decay_flags)
+        self.decay_masks = tuple(None if all(flags[lo:hi]) else
+                                 Tensor(np.array(flags[lo:hi], np.float32))
+                                 for lo, hi in self.buckets)
 
     def _host_state(self, prefix):
         """float32 zeros shaped like each parameter, named like MindSpore's clone()."""
@@ -171,23 +147,21 @@ class AdamOffload(OptimizerAPI, BetaPowers, nn.Optimizer):
         weight_decay = self.get_weight_decay()
         self.assignadd(self.global_step, self.global_step_increase_tensor)
         beta1_power, beta2_power = self._advance_beta_powers()
-        eps, inv_scale, nesterov = self._static_consts
-        consts = self.concat((self.beta1, self.beta2, eps, beta1_power, beta2_power, inv_scale,
-                              nesterov))
-        if self.impl == "delta":
-            if self.is_group_lr:
-                return self.map_reverse(F.partial(_delta_step, self.op, consts), lr, params,
-                                        self.moment1, self.moment2, gradients)
-            return self.map_reverse(F.partial(_delta_step, self.op, consts, lr), params,
-                                    self.moment1, self.moment2, gradients)
-        if self.is_group_lr:
-            return self.map_reverse(F.partial(_inplace_step, self.op, consts), lr, weight_decay,
-                                    self.decay_flags_eff, params, self.moment1, self.moment2,
-                                    gradients)
-        if self.is_group:
-            return self.map_reverse(F.partial(_inplace_step, self.op, consts, lr), weight_decay,
-                                    self.decay_flags_eff, params, self.moment1, self.moment2,
-                                    gradients)
-        return self.map_reverse(F.partial(_inplace_step, self.op, consts, lr, weight_decay),
-                                self.decay_flags_eff, params, self.moment1, self.moment2,
-                                gradients)
+        powers = self.concat((beta1_power, beta2_power))
+        done = True
+        for b, (lo, hi) in enumerate(self.buckets):
+            lr_b = self.per_tensor(lr, lo, hi, self.is_group_lr)
+            state = self.moment1[lo:hi] + self.moment2[lo:hi] + gradients[lo:hi]
+            if self.impl == "delta":
+                deltas = self.adam_ops[b](*state, lr_b, powers, self.consts)
+                if hi - lo == 1:
+                    deltas = (deltas,)
+                for j in range(hi - lo):
+                    done = F.depend(done, F.assign_add(params[lo + j], deltas[j]))
+            else:
+                wd_b = self.per_tensor(weight_decay, lo, hi, self.is_group)
+                if self.decay_masks[b] is not None:
+                    wd_b = wd_b * self.decay_masks[b]
+                done = F.depend(done, self.adam_ops[b](*(params[lo:hi] + state), lr_b, wd_b,
+                                                        powers, self.consts))
+        return done

@@ -72,14 +72,16 @@ def consts_array(kernel, **values):
     return consts(kernel, **values).asnumpy()
 
 
-def buckets(keys, max_tensors=MAX_TENSORS):
+def buckets(keys, max_tensors=None):
     """(lo, hi) ranges over a sequence of `keys` (one per parameter, e.g. its dtype): the
-    contiguous runs of equal keys, each cut into pieces of at most `max_tensors`.
+    contiguous runs of equal keys, each cut into pieces of at most `max_tensors`
+    (default: the module's MAX_TENSORS at the time of the call).
 
     One multi-tensor op steps one range: all its inputs share a dtype, so one
     registration covers them.  A network whose dtypes alternate gets one range
     per run.
     """
+    max_tensors = MAX_TENSORS if max_tensors is None else max_tensors
     out, lo, n = [], 0, len(keys)
     while lo < n:
         hi = lo + 1

@@ -1,32 +1,21 @@
 """Lamb with PaddlePaddle's semantics: a fused native CPU kernel and a portable ops path."""
 import numpy as np
-from mindspore import Tensor, context, nn, ops
+from mindspore import Tensor, nn, ops
 from mindspore import dtype as mstype
-from mindspore.ops import DataType
 from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
-from . import _checks, _native
+from . import _checks, kernels
 from ._api import OptimizerAPI
 from ._state import BetaPowers
+from ._step import StepSkeleton, resolve_impl
 from .clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, check_grad_clip
 
-# Parameters per multi-tensor kernel call (4 * _BUCKET + 5 op inputs).
-_BUCKET = 256
 
 _ZERO = Tensor(0.0, mstype.float32)
 _ONE = Tensor(1.0, mstype.float32)
-_F32 = DataType.F32_Default
 
 _ops_step = C.MultitypeFuncGraph("ms_optim_lamb_ops")
-_scale = C.MultitypeFuncGraph("ms_optim_lamb_scale")
-
-
-@_scale.register("Tensor", "Tensor")
-def _run_scale(factor, grad):
-    return grad * factor
-
-
 @_ops_step.register("Tuple", "Tensor", "Tensor", "Bool", "Tensor", "Tensor", "Tensor", "Tensor")
 def _run_ops(head, lr, weight_decay, decay_flag, param, m, v, grad):
     """The same rule from plain MindSpore ops (GPU/Ascend); returns the trust ratio.
@@ -64,7 +53,7 @@ def _reject_mindspore_names(cls, kwargs):
         raise TypeError(f"For '{cls}', got an unexpected keyword argument '{key}'.")
 
 
-class Lamb(OptimizerAPI, BetaPowers, nn.Optimizer):
+class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
     r"""LAMB (You et al., 2019) with PaddlePaddle's ``paddle.optimizer.Lamb`` semantics.
 
     .. math::
@@ -156,15 +145,13 @@ class Lamb(OptimizerAPI, BetaPowers, nn.Optimizer):
                             f"None, but got {type(exclude_from_weight_decay_fn).__name__}.")
         _checks.check_bool(cls, "always_adapt", always_adapt)
         loss_scale = _checks.check_loss_scale(cls, loss_scale)
-        _checks.check_choice(cls, "impl", impl, ("auto", "native", "ops"))
+        impl = resolve_impl(cls, impl, ("native", "ops"), "ops")
         # The loss scale is handled here, not by the base class (which would fold it into the
         # weight decay: Lamb's decay is decoupled from the gradient).
         super().__init__(learning_rate, params, lamb_weight_decay, 1.0)
         _checks.check_param_dtypes(cls, self._parameters, (mstype.float32,))
         self.loss_scale = loss_scale
 
-        if impl == "auto":
-            impl = "native" if context.get_context("device_target") == "CPU" else "ops"
         self._record_args(params, learning_rate=learning_rate,
                           lamb_weight_decay=lamb_weight_decay, beta1=beta1, beta2=beta2,
                           epsilon=epsilon, grad_clip=grad_clip,
@@ -176,23 +163,24 @@ class Lamb(OptimizerAPI, BetaPowers, nn.Optimizer):
         exclude = exclude_from_weight_decay_fn or (lambda p: False)
         self.lamb_decay_flags = tuple(not bool(exclude(p)) for p in self._parameters)
         self._init_beta_powers(beta1, beta2)
+        self._init_skeleton()
         self.eps = Tensor([epsilon], mstype.float32)
         self.moment1 = self._parameters.clone(prefix="moment1", init="zeros")
         self.moment2 = self._parameters.clone(prefix="moment2", init="zeros")
         self.inv_scale = Tensor([1.0 / loss_scale], mstype.float32)
         self.concat = ops.Concat()
-        self.stack = ops.Stack()
         self.global_clip = isinstance(grad_clip, ClipGradByGlobalNorm)
         if impl == "native":
             clip_norm = grad_clip.clip_norm if isinstance(grad_clip, ClipGradByNorm) else 0.0
             lo, hi = ((grad_clip.min, grad_clip.max) if isinstance(grad_clip, ClipGradByValue)
                       else (-np.inf, np.inf))
-            self.clip_consts = Tensor([clip_norm, lo, hi, 1.0 if always_adapt else 0.0],
-                                      mstype.float32)
+            self.consts = kernels.consts("lamb", beta1=beta1, beta2=beta2, eps=epsilon,
+                                         clip_norm=clip_norm, clip_lo=lo, clip_hi=hi,
+                                         always_adapt=always_adapt)
             self._init_native_buckets()
 
     def _init_native_buckets(self):
-        """One multi-tensor kernel per bucket of up to _BUCKET parameters.
+        """One multi-tensor kernel per bucket of up to kernels.MAX_TENSORS parameters.
 
         Each bucket is one MindSpore op that steps all its parameters (a kernel
         launch per parameter costs more than a small parameter's update).
@@ -200,27 +188,16 @@ class Lamb(OptimizerAPI, BetaPowers, nn.Optimizer):
         weight-decay mask of its parameters (None when all of them decay) and,
         with a global-norm clip, the op summing the squares of its gradients.
         """
-        count = len(self._parameters)
-        self.buckets = tuple((lo, min(count, lo + _BUCKET)) for lo in range(0, count, _BUCKET))
+        self.buckets = kernels.buckets([p.dtype for p in self._parameters])
         ops_, masks, sumsq_ops = [], [], []
         for b, (lo, hi) in enumerate(self.buckets):
-            k = hi - lo
-            names = tuple(f"{kind}{i}" for kind in ("param", "m", "v", "grad") for i in range(k))
-            op = _native.aot_op(
-                "ms_optim_lamb", out_shape=lambda *shapes, k=k: [k],
-                out_dtype=lambda *dtypes: mstype.float32,
-                inputs=names + ("lr", "wd", "gscale", "consts"), outputs=("ratios",),
-                dtype_formats=[(_F32,) * (4 * k + 5)], inplace=True)
+            op = kernels.lamb_op(hi - lo)
             op.add_prim_attr("ms_optim_bucket", b)
             ops_.append(op)
             flags = self.lamb_decay_flags[lo:hi]
             masks.append(None if all(flags) else Tensor(np.array(flags, np.float32)))
             if self.global_clip:
-                sumsq = _native.aot_op(
-                    "ms_optim_sumsq", out_shape=lambda *shapes: [1],
-                    out_dtype=lambda *dtypes: mstype.float32,
-                    inputs=tuple(f"grad{i}" for i in range(k)), outputs=("sumsq",),
-                    dtype_formats=[(_F32,) * (k + 1)], inplace=False)
+                sumsq = kernels.sumsq_op(hi - lo)
                 sumsq.add_prim_attr("ms_optim_bucket", b)
                 sumsq_ops.append(sumsq)
         self.lamb_ops = tuple(ops_)
@@ -237,8 +214,7 @@ class Lamb(OptimizerAPI, BetaPowers, nn.Optimizer):
         self.assignadd(self.global_step, self.global_step_increase_tensor)
         beta1_power, beta2_power = self._advance_beta_powers()
         if self.impl == "native":
-            consts = self.concat((self.beta1, self.beta2, self.eps, beta1_power, beta2_power,
-                                  self.clip_consts))
+            powers = self.concat((beta1_power, beta2_power))
             grad_scale = self.inv_scale
             if self.global_clip:
                 # one multi-tensor op per bucket sums the squares of all its gradients
@@ -247,37 +223,24 @@ class Lamb(OptimizerAPI, BetaPowers, nn.Optimizer):
                     sq_norms = sq_norms + (self.sumsq_ops[b](*gradients[lo:hi]),)
                 # the squared norms are of the loss-scaled gradients
                 grad_scale = self.inv_scale * self.grad_clip.factor(sq_norms, self.inv_scale)
-            return self._native_step(params, gradients, lr, weight_decay, grad_scale, consts)
-        if self.loss_scale != 1.0:
-            gradients = self.map_(F.partial(_scale, self.inv_scale), gradients)
-        if self.grad_clip is not None:
-            gradients = self.grad_clip(gradients)
+            return self._native_step(params, gradients, lr, weight_decay, grad_scale, powers)
+        gradients = self.unscale_and_clip(gradients, self.loss_scale != 1.0, self.inv_scale,
+                                          self.grad_clip)
         head = (self.beta1, self.beta2, self.eps, beta1_power, beta2_power, self.always_adapt)
-        # lr and weight decay are per parameter (mapped) with groups, else shared (bound)
-        if self.is_group_lr:
-            ratios = self.map_reverse(F.partial(_ops_step, head), lr, weight_decay,
-                                      self.lamb_decay_flags, params, self.moment1, self.moment2,
-                                      gradients)
-        elif self.is_group:
-            ratios = self.map_reverse(F.partial(_ops_step, head, lr), weight_decay,
-                                      self.lamb_decay_flags, params, self.moment1, self.moment2,
-                                      gradients)
-        else:
-            ratios = self.map_reverse(F.partial(_ops_step, head, lr, weight_decay),
-                                      self.lamb_decay_flags, params, self.moment1, self.moment2,
-                                      gradients)
+        ratios = self.map_params(F.partial(_ops_step, head), lr, weight_decay,
+                                 self.lamb_decay_flags, params, self.moment1, self.moment2,
+                                 gradients)
         return self.stack(ratios)
 
-    def _native_step(self, params, gradients, lr, weight_decay, grad_scale, consts):
+    def _native_step(self, params, gradients, lr, weight_decay, grad_scale, powers):
         """Every bucket's multi-tensor kernel; the trust ratios, float32[K]."""
         ratios = ()
         for b, (lo, hi) in enumerate(self.buckets):
-            # lr and weight decay: one value per parameter with groups, else shared
-            lr_b = self.stack(lr[lo:hi]) if self.is_group_lr else lr
-            wd_b = self.stack(weight_decay[lo:hi]) if self.is_group else weight_decay
+            lr_b = self.per_tensor(lr, lo, hi, self.is_group_lr)
+            wd_b = self.per_tensor(weight_decay, lo, hi, self.is_group)
             if self.decay_masks[b] is not None:
                 wd_b = wd_b * self.decay_masks[b]
             args = (params[lo:hi] + self.moment1[lo:hi] + self.moment2[lo:hi]
-                    + gradients[lo:hi] + (lr_b, wd_b, grad_scale, consts))
+                    + gradients[lo:hi] + (lr_b, wd_b, grad_scale, powers, self.consts))
             ratios = ratios + (self.lamb_ops[b](*args),)
         return self.concat(ratios) if len(ratios) > 1 else ratios[0]

@@ -79,15 +79,35 @@ OPTIMIZERS = [
         p, learning_rate=1e-3, momentum=0.9, rampup_begin_step=0, sparsity=[0.999])),
 ]
 
-# (numerator, denominator, bar): median step time of numerator / denominator,
-# a target met when <= bar (a 2-core machine), judged at every size of the judged layout.
+# (numerator, denominator, bar, layouts, sizes): median step time of numerator /
+# denominator, a target met when <= bar (a 2-core machine), judged at the sizes in
+# [lo, hi] parameters of the given layouts (None: every layout / size).
+ONE_M, ABOUT_25M = (500_000, 2_000_000), (20_000_000, 30_000_000)
 RATIOS = [
-    ("ms_optim.AdamOffload", "nn.AdamOffload", 0.5),
-    ("ms_optim.AdamOffload", "nn.Adam", 1.15),
-    ("ms_optim.Lamb", "nn.Adam", 1.6),
-    ("ms_optim.Lamb", "ms_optim.Lamb[ops]", 0.1),  # native at least 10x faster
-    ("ms_optim.DGCMomentum", "nn.Momentum", 2.5),
+    ("ms_optim.AdamOffload", "nn.AdamOffload", 0.5, None, None),
+    ("ms_optim.AdamOffload", "nn.Adam", 1.15, None, None),
+    ("ms_optim.AdamOffload", "nn.Adam", 0.5, ("resnet50",), ONE_M),
+    ("ms_optim.AdamOffload", "nn.Adam", 0.9, ("resnet50",), ABOUT_25M),
+    ("ms_optim.Lamb", "nn.Adam", 1.6, None, None),
+    ("ms_optim.Lamb", "nn.Adam", 0.5, ("resnet50",), ONE_M),
+    ("ms_optim.Lamb", "nn.Adam", 1.5, ("resnet50",), ABOUT_25M),
+    ("ms_optim.Lamb", "ms_optim.Lamb[ops]", 0.1, None, None),  # native at least 10x faster
+    ("ms_optim.DGCMomentum", "nn.Momentum", 2.5, None, None),
+    ("ms_optim.DGCMomentum", "nn.Momentum", 1.0, ("resnet50",), ONE_M),
+    ("ms_optim.DGCMomentum", "nn.Momentum", 1.5, ("resnet50",), ABOUT_25M),
 ]
+# Each optimizer's MindSpore step against its own kernel(s) alone on the same buffers
+# (ctypes, no MindSpore; see KERNEL_ALONE): the framework's share of the step.
+ALONE_BAR, ALONE_SIZES = 1.10, ABOUT_25M
+# Compile time of DGCMomentum's step with ResNet-50's 161 tensors, seconds.
+DGC_COMPILE_BAR = 5.0
+
+
+def applies(layouts, sizes, layout, n):
+    """True when a target for `layouts`/`sizes` (None: all) is judged at this layout and size."""
+    return ((layouts is None or layout in layouts)
+            and (sizes is None or sizes[0] <= n <= sizes[1]))
+
 
 # Memory traffic per parameter of one step from DRAM, float32 (reads + writes):
 # Adam reads p, m, v, g and writes p, m, v; a Lamb step with a trust ratio
@@ -143,6 +163,49 @@ def layout_sizes(layout, n):
         return [base] * (parts - 1) + [n - base * (parts - 1)], f"{parts} equal tensors"
     sizes, width = resnet50_sizes(n)
     return sizes, f"ResNet-50 tensors at width {width:.3f}, largest {max(sizes):,}"
+
+
+def _adam_alone(sizes, grads):
+    """ms_optim.AdamOffload's kernel on its own buffers: one multi-tensor call per bucket."""
+    rng = np.random.default_rng(7)
+    p = [rng.standard_normal(n, dtype=np.float32) for n in sizes]
+    m, v = [np.zeros(n, np.float32) for n in sizes], [np.zeros(n, np.float32) for n in sizes]
+    tail = [np.float32([1e-3]), np.zeros(1, np.float32), np.float32([0.9, 0.999]),
+            kernels.consts_array("adam", beta1=0.9, beta2=0.999, eps=1e-8, inv_scale=1.0,
+                                 nesterov=False), np.zeros(1, np.float32)]
+    calls = [_native.prepare_aot("ms_optim_adam_inplace",
+                                 p[lo:hi] + m[lo:hi] + v[lo:hi] + grads[lo:hi] + tail)
+             for lo, hi in kernels.buckets([0] * len(sizes))]
+    return lambda: [c() for c in calls]
+
+
+def _lamb_alone(sizes, grads):
+    """ms_optim.Lamb's kernel (weight decay 0.01: the trust-ratio path) on its own buffers."""
+    rng = np.random.default_rng(8)
+    p = [rng.standard_normal(n, dtype=np.float32) for n in sizes]
+    m, v = [np.zeros(n, np.float32) for n in sizes], [np.zeros(n, np.float32) for n in sizes]
+    calls = []
+    for lo, hi in kernels.buckets([0] * len(sizes)):
+        tail = [np.float32([1e-3]), np.float32([0.01]), np.float32([1.0]), np.float32([0.9, 0.999]),
+                kernels.consts_array("lamb", beta1=0.9, beta2=0.999, eps=1e-6, clip_norm=0.0,
+                                     clip_lo=-np.inf, clip_hi=np.inf, always_adapt=False),
+                np.zeros(hi - lo, np.float32)]
+        calls.append(_native.prepare_aot("ms_optim_lamb", p[lo:hi] + m[lo:hi] + v[lo:hi]
+                                         + grads[lo:hi] + tail))
+    return lambda: [c() for c in calls]
+
+
+def _dgc_alone(sizes, grads):
+    """DGCMomentum's kernels (select, apply, dense momentum) on their own buffers."""
+    from kernel_alone_dgc import dgc_kernel_alone_step
+    return dgc_kernel_alone_step(sizes, grads)
+
+
+# optimizer name -> maker(tensor sizes, gradient arrays) of a callable running one step of
+# its native kernels alone on numpy buffers of those sizes
+KERNEL_ALONE = {"ms_optim.AdamOffload": _adam_alone, "ms_optim.Lamb": _lamb_alone,
+                "ms_optim.DGCMomentum": _dgc_alone}
+ALONE_PREFIX = "kernel alone: "
 
 
 class _Step(nn.Cell):
@@ -208,6 +271,18 @@ def bench_size(entries, sizes, grads, n, warmup, steps, seed):
         except Exception as exc:  # report and go on with the other entries
             errors[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
             gc.collect()
+    grad_arrays = None
+    for name, _ in entries:
+        if name in built and name in KERNEL_ALONE:
+            if grad_arrays is None:
+                grad_arrays = [g.asnumpy() for g in grads]
+            try:
+                run = KERNEL_ALONE[name](sizes, grad_arrays)
+                for _ in range(max(1, warmup)):
+                    run()
+                built[ALONE_PREFIX + name] = (run, None, 0.0, [])
+            except Exception as exc:  # report and go on
+                errors[ALONE_PREFIX + name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
     names = list(built)
     for r in range(steps):
         for name in names[r % len(names):] + names[:r % len(names)] if names else []:
@@ -218,7 +293,8 @@ def bench_size(entries, sizes, grads, n, warmup, steps, seed):
     results = {}
     for name, (step, params, compile_s, times) in built.items():
         # A step that produced NaN/inf would make the comparison meaningless.
-        results[name] = (times, compile_s, bool(np.isfinite(params[0].asnumpy()[:1024]).all()))
+        finite = params is None or bool(np.isfinite(params[0].asnumpy()[:1024]).all())
+        results[name] = (times, compile_s, finite)
     del built
     gc.collect()
     return results, errors
@@ -344,7 +420,11 @@ def run_size(entries, layout, sizes, described, args, report):
     grads = make_grads(sizes, args.seed)
     results, failed = bench_size(entries, sizes, grads, n, args.warmup, args.steps, args.seed)
     medians, rows, errors = {}, [], 0
-    for name, _ in entries:
+    names = [name for name, _ in entries]
+    names += [ALONE_PREFIX + name for name in names if name in KERNEL_ALONE]
+    for name in names:
+        if name not in failed and name not in results:
+            continue
         if name in failed:
             errors += 1
             rows.append((name, None, None, None, failed[name]))
@@ -370,13 +450,25 @@ def run_size(entries, layout, sizes, described, args, report):
             print(f"  {name:<{width}}  {'error':>10}  {'':>9}  {'':>9}  {note}")
         else:
             print(f"  {name:<{width}}  {ms_step:>10.3f}  {nsp:>9.3f}  {comp:>9.2f}  {note}")
-    for num, den, bar in RATIOS:
-        if not any(num == e[0] for e in entries) or not any(den == e[0] for e in entries):
+    selected = set(names)
+    ratios = [(num, den, bar) for num, den, bar, lays, szs in RATIOS if applies(lays, szs, layout, n)]
+    if applies(None, ALONE_SIZES, layout, n):
+        ratios += [(name, ALONE_PREFIX + name, ALONE_BAR) for name in KERNEL_ALONE]
+    for num, den, bar in ratios:
+        if num not in selected or den not in selected:
             continue
         ratio = medians[num] / medians[den] if num in medians and den in medians else None
         print(f"  ratio {num} / {den} = {fmt_ratio(ratio)}   (target <= {bar})")
         report["ratios"].append({"layout": layout, "size": n, "numerator": num,
                                  "denominator": den, "ratio": ratio, "bar": bar})
+    dgc = "ms_optim.DGCMomentum"
+    if layout == "resnet50" and dgc in results:
+        compile_s = results[dgc][1]
+        print(f"  compile {dgc} ({len(sizes)} tensors) = {compile_s:.2f} s   "
+              f"(target <= {DGC_COMPILE_BAR})")
+        report["ratios"].append({"layout": layout, "size": n, "numerator": f"{dgc} compile s",
+                                 "denominator": None, "ratio": compile_s,
+                                 "bar": DGC_COMPILE_BAR})
     ceiling = lamb_speedup_ceiling(medians)
     if ceiling is not None:
         print(f"  memory floor: a Lamb kernel moving {LAMB_BYTES} B/param (nn.Adam: {ADAM_BYTES}) "

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from ms_optim import _native, reference
+from ms_optim import _native, kernels, reference
 
 SIZES = [1, 7, 16383, 16385, 1_000_003]
 ISAS = [name for name in ("scalar", "avx2", "avx512")
@@ -19,10 +19,13 @@ def _state(n, dtype, seed):
 
 
 def _hyper(lr, wd, t, nesterov, inv_scale):
+    """lr, wd, [powers, consts] (the kernel's last inputs, built by name), beta1^t, beta2^t."""
     lr = np.array(lr, np.float32)
     wd = np.array(wd, np.float32)
     b1p, b2p = np.float32(BETA1) ** t, np.float32(BETA2) ** t
-    consts = np.array([BETA1, BETA2, EPS, b1p, b2p, inv_scale, float(nesterov)], np.float32)
+    consts = [np.array([b1p, b2p], np.float32),
+              kernels.consts_array("adam", beta1=BETA1, beta2=BETA2, eps=EPS, inv_scale=inv_scale,
+                                   nesterov=nesterov)]
     return lr, wd, consts, b1p, b2p
 
 
@@ -38,7 +41,7 @@ def test_inplace_matches_reference(isa, dtype, n, nesterov, fresh_isa):
         g = (rng.standard_normal(n) * 4).astype(dtype)
         lr, wd, consts, b1p, b2p = _hyper(1e-2 * t, 0.02, t, nesterov, inv_scale=0.25)
         done = np.ones(1, np.float32)
-        _native.call_aot("ms_optim_adam_inplace", [p, m, v, g, lr, wd, consts, done])
+        _native.call_aot("ms_optim_adam_inplace", [p, m, v, g, lr, wd] + consts + [done])
         reference.adam_offload_step(rp, rm, rv, g, lr, BETA1, BETA2, EPS, b1p, b2p,
                                     weight_decay=wd, inv_scale=0.25, nesterov=nesterov)
         assert done[0] == 0
@@ -58,7 +61,7 @@ def test_delta_matches_reference(isa, dtype, n, fresh_isa):
         g = (rng.standard_normal(n) * 4).astype(dtype)
         lr, _, consts, b1p, b2p = _hyper(3e-3, 0.0, t, nesterov=t == 2, inv_scale=0.5)
         delta = np.full(n, 7, dtype)
-        _native.call_aot("ms_optim_adam_delta", [m, v, g, lr, consts, delta])
+        _native.call_aot("ms_optim_adam_delta", [m, v, g, lr] + consts + [delta])
         want = reference.adam_delta(rm, rv, g, lr, BETA1, BETA2, EPS, b1p, b2p,
                                     nesterov=t == 2, inv_scale=0.5)
         np.testing.assert_array_equal(delta, want.astype(dtype))
@@ -75,8 +78,8 @@ def test_float16_special_values_round_trip(isa, fresh_isa):
     m, v = np.zeros(p.size, np.float32), np.zeros(p.size, np.float32)
     lr, _, consts, _, _ = _hyper(0.0, 0.0, 1, False, 1.0)
     before = p.copy()
-    _native.call_aot("ms_optim_adam_inplace", [p, m, v, g, lr, np.zeros((), np.float32), consts,
-                                               np.zeros(1, np.float32)])
+    _native.call_aot("ms_optim_adam_inplace", [p, m, v, g, lr, np.zeros((), np.float32)] + consts
+                     + [np.zeros(1, np.float32)])
     nan = np.isnan(before)
     np.testing.assert_array_equal(p.view(np.uint16)[~nan], before.view(np.uint16)[~nan])
     assert np.isnan(p[nan]).all()
@@ -113,19 +116,98 @@ def test_float16_conversions_match_numpy(isa, fresh_isa):
     assert np.isnan(back[np.isnan(h32)]).all()
 
 
-def test_kernel_rejects_bad_dtype_and_shape():
-    n = 8
-    p, m, v = np.zeros(n, np.float64), np.zeros(n, np.float32), np.zeros(n, np.float32)
+# Mixed sizes around the parallel threshold: one call's elements are split over the threads
+# as one range, so tensor boundaries fall inside and between the threads' shares.
+MULTI_SIZES = [1, 40000, 7, 16383, 70001, 32768, 16385, 32767, 250003]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("delta", [False, True])
+def test_multi_tensor_call_matches_reference(isa, dtype, delta, fresh_isa):
+    """One call on many tensors, each with its own lr and weight decay, equals the reference
+    step of each tensor alone, bit for bit."""
+    _native.select_isa(isa)
+    k = len(MULTI_SIZES)
+    states = [_state(n, dtype, seed=i) for i, n in enumerate(MULTI_SIZES)]
+    refs = [(p.copy(), m.copy(), v.copy()) for p, m, v, _ in states]
+    lr = (1e-3 * (1 + np.arange(k))).astype(np.float32)
+    wd = np.where(np.arange(k) % 3 == 1, 0.0, 0.01 * (1 + np.arange(k))).astype(np.float32)
+    for t in (1, 2):
+        grads = [(rng.standard_normal(p.size) * 4).astype(dtype) for p, _, _, rng in states]
+        _, _, consts, b1p, b2p = _hyper(0.0, 0.0, t, nesterov=t == 2, inv_scale=0.5)
+        if delta:
+            outs = [np.zeros(p.size, dtype) for p, _, _, _ in states]
+            _native.call_aot("ms_optim_adam_delta", [x[1] for x in states] + [x[2] for x in states]
+                             + grads + [lr] + consts + outs)
+        else:
+            _native.call_aot("ms_optim_adam_inplace", [x[j] for j in range(3) for x in states]
+                             + grads + [lr, wd] + consts + [np.zeros(1, np.float32)])
+        for i, ((rp, rm, rv), g) in enumerate(zip(refs, grads)):
+            if delta:
+                want = reference.adam_delta(rm, rv, g, lr[i], BETA1, BETA2, EPS, b1p, b2p,
+                                            nesterov=t == 2, inv_scale=0.5)
+                np.testing.assert_array_equal(outs[i], want.astype(dtype))
+            else:
+                reference.adam_offload_step(rp, rm, rv, g, lr[i], BETA1, BETA2, EPS, b1p, b2p,
+                                            weight_decay=wd[i], inv_scale=0.5, nesterov=t == 2)
+    for (p, m, v, _), (rp, rm, rv) in zip(states, refs):
+        np.testing.assert_array_equal(m, rm)
+        np.testing.assert_array_equal(v, rv)
+        if not delta:
+            np.testing.assert_array_equal(p, rp)
+
+
+def _two_tensor_args(dtype=np.float32):
+    """Valid arguments of a two-tensor in-place call: p0 p1 m0 m1 v0 v1 g0 g1 lr wd powers
+    consts done."""
     lr, wd, consts, _, _ = _hyper(0.1, 0.0, 1, False, 1.0)
-    with pytest.raises(RuntimeError, match="float32 or float16"):
-        _native.call_aot("ms_optim_adam_inplace", [p, m, v, p.copy(), lr, wd, consts,
-                                                   np.zeros(1, np.float32)])
-    p = np.zeros(n, np.float32)
-    with pytest.raises(RuntimeError, match="elements"):
-        _native.call_aot("ms_optim_adam_inplace", [p, m, v[:4].copy(), p.copy(), lr, wd, consts,
-                                                   np.zeros(1, np.float32)])
-    with pytest.raises(RuntimeError, match="consts"):
-        _native.call_aot("ms_optim_adam_delta", [m, v, p, lr, consts[:3].copy(), p.copy()])
+    return ([np.ones(5, dtype), np.ones(3, dtype)] + [np.ones(5, np.float32), np.ones(3, np.float32)]
+            * 2 + [np.ones(5, dtype), np.ones(3, dtype), lr.reshape(1), wd.reshape(1)] + consts
+            + [np.zeros(1, np.float32)])
+
+
+BAD_INPLACE_ARGS = [  # (argument index, replacement, message)
+    (0, np.ones(5, np.float64), "grad0 must be float32 or float16|param0 and grad0"),
+    (6, np.ones(5, np.float64), "grad0 must be float32 or float16"),
+    (1, np.ones(3, np.float16), "param1 and grad1 must all be float32"),
+    (2, np.ones(5, np.float16), "moments m0, v0 must be float32"),
+    (5, np.ones(4, np.float32), r"tensor 1 of argument 5 has 4 elements, its param 3"),
+    (8, np.ones(3, np.float32), r"lr must be float32 with 1 element\(s\), got float32 with 3"),
+    (9, np.ones(3, np.float32), r"wd must be float32 with 1 element\(s\)"),
+    (10, np.ones(3, np.float32), r"powers must be float32 with 2 element\(s\)"),
+    (11, np.ones(7, np.float32), r"consts must be float32 with 5 element\(s\)"),
+    (12, np.ones(2, np.float32), r"output must be float32\[1\]"),
+]
+
+
+@pytest.mark.parametrize("index,bad,message", BAD_INPLACE_ARGS)
+def test_kernel_rejects_bad_arguments(index, bad, message):
+    _native.call_aot("ms_optim_adam_inplace", _two_tensor_args())
+    args = _two_tensor_args()
+    args[index] = bad
+    with pytest.raises(RuntimeError, match=message):
+        _native.call_aot("ms_optim_adam_inplace", args)
+
+
+def test_kernel_rejects_bad_argument_counts():
+    with pytest.raises(RuntimeError, match=r"expected 4K \+ 5 tensors, got 12"):
+        _native.call_aot("ms_optim_adam_inplace", _two_tensor_args()[:-1])
+    m, v, g = np.zeros(4, np.float32), np.zeros(4, np.float32), np.zeros(4, np.float32)
+    _, _, consts, _, _ = _hyper(0.1, 0.0, 1, False, 1.0)
+    with pytest.raises(RuntimeError, match=r"expected 4K \+ 3 tensors, got 6"):
+        _native.call_aot("ms_optim_adam_delta", [m, v, g, np.ones(1, np.float32)] + consts)
+    with pytest.raises(RuntimeError, match=r"delta0 and grad0 must all be float32"):
+        _native.call_aot("ms_optim_adam_delta", [m, v, g, np.ones(1, np.float32)] + consts
+                         + [np.zeros(4, np.float16)])
+
+
+def test_constants_layouts_match_the_library():
+    """kernels.py's field names are the library's (contract.h), for every layout."""
+    for name in kernels.LAYOUTS:
+        kernels.check_layout(name)
+    with pytest.raises(ValueError, match="missing \\['nesterov'\\], unknown \\['nesterov_'\\]"):
+        kernels.consts("adam", beta1=0.9, beta2=0.999, eps=1e-8, inv_scale=1.0, nesterov_=0)
 
 
 def test_isa_selection():

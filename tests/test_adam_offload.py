@@ -133,7 +133,7 @@ def test_delta_path_equals_inplace_path(dtype):
     """The device path (host computes the step, device adds it) gives the in-place result."""
     x, y = batch(dtype={ms.float32: np.float32, ms.float16: np.float16}[dtype])
     results = []
-    for impl in ("inplace", "delta"):
+    for impl in ("native", "delta"):
         net = make_net(seed=4, dtype=dtype)
         opt = ms_optim.AdamOffload(net.trainable_params(), learning_rate=0.01, weight_decay=0.01,
                                    loss_scale=2.0, use_nesterov=True, impl=impl)
@@ -157,7 +157,33 @@ def test_state_lives_in_parameters_on_the_host():
     for p in net.trainable_params():
         assert f"moment1.{p.name}" in names and f"moment2.{p.name}" in names
     assert {"beta1_power", "beta2_power", "global_step"} <= names
-    assert opt.op.primitive_target == "CPU"
+    assert all(op.primitive_target == "CPU" for op in opt.adam_ops)
+
+
+def test_inplace_is_the_old_name_of_native():
+    net = make_net()
+    assert ms_optim.AdamOffload(net.trainable_params(), impl="inplace").impl == "native"
+    assert ms_optim.AdamOffload(net.trainable_params()).impl == "native"  # auto on CPU
+
+
+@pytest.mark.parametrize("bucket", [1, 2])
+@pytest.mark.parametrize("impl", ["native", "delta"])
+def test_buckets_of_parameters_match_mindspore(bucket, impl, monkeypatch):
+    """Parameters split over several multi-tensor ops (groups with their own lr and weight
+    decay falling across the cuts) step as nn.AdamOffload does."""
+    monkeypatch.setattr(ms_optim.kernels, "MAX_TENSORS", bucket)
+    build, sens = CONFIGS["groups_tensor_lr_nesterov_scale"]
+
+    def ours(net):
+        params, kw = build(net)
+        opt = ms_optim.AdamOffload(params, impl=impl, **kw)
+        assert len(opt.buckets) == -(-len(net.trainable_params()) // bucket)
+        return opt
+
+    (p_ours, _, l_ours), (p_theirs, _, l_theirs) = _run_pair(
+        ours, lambda net: nn.AdamOffload(build(net)[0], **build(net)[1]), steps=20, sens=sens)
+    assert_close_to_mindspore(p_ours, p_theirs)
+    np.testing.assert_allclose(l_ours, l_theirs, rtol=1e-5)
 
 
 def test_trains_with_model_in_graph_mode():

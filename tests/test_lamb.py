@@ -7,7 +7,7 @@ from mindspore import Parameter, Tensor, nn
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
 import ms_optim
-from ms_optim import _native, reference
+from ms_optim import _native, kernels, reference
 from ms_optim.clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
 from conftest import (assert_checkpoint_resumes, assert_close_to_mindspore, assert_trained, batch,
                       fit_and_score, fit_reference, make_net, train_cell, values)
@@ -19,8 +19,12 @@ INF = np.float32(np.inf)
 
 
 def _kernel_consts(t, clip_norm=0.0, lo=-INF, hi=INF, always_adapt=False):
-    return np.array([0.9, 0.999, 1e-6, np.float32(0.9) ** t, np.float32(0.999) ** t, clip_norm,
-                     lo, hi, float(always_adapt)], np.float32)
+    """The kernel's last two inputs, built by name as the optimizer builds them:
+    [powers (beta1^t, beta2^t), consts]."""
+    powers = np.array([np.float32(0.9) ** t, np.float32(0.999) ** t], np.float32)
+    return [powers, kernels.consts_array("lamb", beta1=0.9, beta2=0.999, eps=1e-6,
+                                         clip_norm=clip_norm, clip_lo=lo, clip_hi=hi,
+                                         always_adapt=always_adapt)]
 
 
 KERNEL_CASES = {
@@ -50,9 +54,10 @@ def test_kernel_matches_reference(isa, n, case, fresh_isa):
         ratio = np.zeros(1, np.float32)
         lr = np.float32(0.01 * t)
         _native.call_aot("ms_optim_lamb", [p, m, v, g, np.array(lr), np.array(c["wd"], np.float32),
-                                           np.array(c.get("grad_scale", 1.0), np.float32), consts,
-                                           ratio])
-        want = reference.lamb_step(rp, rm, rv, g, lr, 0.9, 0.999, 1e-6, consts[3], consts[4],
+                                           np.array(c.get("grad_scale", 1.0), np.float32)]
+                         + consts + [ratio])
+        powers = consts[0]
+        want = reference.lamb_step(rp, rm, rv, g, lr, 0.9, 0.999, 1e-6, powers[0], powers[1],
                                    c["wd"], c.get("always_adapt", False),
                                    grad_scale=c.get("grad_scale", 1.0),
                                    clip_norm=c.get("clip_norm", 0.0), clip_lo=c.get("lo", -INF),
@@ -81,7 +86,7 @@ def _multi_step(tensors, lr, wd, t, gscale=1.0, **clip):
     ratios = np.zeros(k, np.float32)
     _native.call_aot("ms_optim_lamb", [x[j] for j in range(4) for x in tensors]
                      + [np.asarray(lr, np.float32), np.asarray(wd, np.float32),
-                        np.array(gscale, np.float32), consts, ratios])
+                        np.array(gscale, np.float32)] + consts + [ratios])
     return ratios
 
 
@@ -137,17 +142,20 @@ def test_multi_tensor_kernel_shared_lr_and_wd_equal_per_tensor_values():
 
 
 def _two_tensor_args():
-    """Valid arguments of a two-tensor call: p0 p1 m0 m1 v0 v1 g0 g1 lr wd gscale consts out."""
+    """Valid arguments of a two-tensor call: p0 p1 m0 m1 v0 v1 g0 g1 lr wd gscale powers consts
+    out."""
     return ([np.ones(5, np.float32) for _ in range(8)]
             + [np.ones(2, np.float32), np.ones(1, np.float32), np.ones((), np.float32),
-               _kernel_consts(1), np.zeros(2, np.float32)])
+               *_kernel_consts(1), np.zeros(2, np.float32)])
 
 
 BAD_MULTI_ARGS = [  # (argument index, replacement, message)
     (3, np.ones(4, np.float32), r"argument 3 has 4 elements, its param \(argument 1\) 5"),
     (8, np.ones(3, np.float32), "lr must have 1 or 2 elements, got 3"),
     (9, np.ones(3, np.float32), "wd must have 1 or 2 elements, got 3"),
-    (12, np.zeros(1, np.float32), r"output must be float32\[2\]"),
+    (13, np.zeros(1, np.float32), r"output must be float32\[2\]"),
+    (11, np.ones(3, np.float32), r"powers must be float32\[2\]"),
+    (12, np.ones(9, np.float32), r"consts must be float32\[7\]"),
     (5, np.ones(5, np.float64), "argument 5 must be float32, got float64"),
 ]
 
@@ -162,7 +170,7 @@ def test_multi_tensor_kernel_rejects_bad_arguments(index, bad, message):
 
 
 def test_multi_tensor_kernel_rejects_a_bad_argument_count():
-    with pytest.raises(RuntimeError, match=r"expected 4K \+ 5 tensors, got 12"):
+    with pytest.raises(RuntimeError, match=r"expected 4K \+ 6 tensors, got 13"):
         _native.call_aot("ms_optim_lamb", _two_tensor_args()[:-1])
 
 
@@ -292,7 +300,7 @@ def test_groups_schedule_and_always_adapt(impl):
 def test_native_buckets_of_parameters(bucket, monkeypatch):
     """Parameters split over several multi-tensor kernel calls step as with one call:
     groups (per-parameter lr and weight decay), exclusions and the global clip."""
-    monkeypatch.setattr(ms_optim.lamb, "_BUCKET", bucket)
+    monkeypatch.setattr(ms_optim.kernels, "MAX_TENSORS", bucket)
     params = _make_params()
     rng = np.random.default_rng(4)
     seq = [_grads(params, rng, 2.0) for _ in range(4)]

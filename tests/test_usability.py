@@ -280,7 +280,7 @@ def test_repr_shows_hyper_parameters():
     adam = ms_optim.AdamOffload(_params(), learning_rate=HalvingLR())
     assert repr(adam) == ("AdamOffload(learning_rate=HalvingLR, beta1=0.9, beta2=0.999, "
                           "eps=1e-08, use_nesterov=False, weight_decay=0.0, loss_scale=1.0, "
-                          "impl='inplace', params=3)")
+                          "impl='native', params=3)")
     opt = ms_optim.DGCMomentum(_params(), learning_rate=0.1, momentum=0.9, rampup_begin_step=5,
                                sparsity=[0.75, 0.999])
     assert repr(opt).startswith("DGCMomentum(learning_rate=0.1, momentum=0.9, "

@@ -1,119 +1,134 @@
-// MindSpore AOT adapters for the AdamOffload kernels.
+// MindSpore AOT adapters for AdamOffload: multi-tensor ops, one call steps K
+// parameters (a MindSpore kernel launch per parameter costs more than a small
+// parameter's update: docs/PROFILE.md).
 //
 // ABI: int F(int nparam, void **params, int *ndims, int64_t **shapes,
 //            const char **dtypes, void *stream, void *extra)
-// with params = inputs, then outputs.  Hyper-parameters arrive as tensors:
-//   lr      float32 scalar (or shape [1])
-//   wd      float32 scalar (or shape [1]), the weight decay already multiplied
-//           by the loss scale, as MindSpore's Optimizer stores it
-//   consts  float32[7]: beta1, beta2, eps, beta1_power, beta2_power,
-//           1/loss_scale, use_nesterov (0 or 1); the powers are beta^t
-#include <cmath>
+// with params = inputs, then outputs.
+//
+// ms_optim_adam_inplace, nparam = 4K + 5:
+//   param[0..K), m[0..K), v[0..K), grad[0..K)   param/grad float32 or float16
+//                                               (all alike), m/v float32
+//   lr      float32[1] (shared) or float32[K] (per parameter)
+//   wd      float32[1] or float32[K]: weight decay, added as wd * p to the
+//           still loss-scaled gradient (MindSpore's order); 0 = none
+//   powers  float32[2]: contract.h Powers (beta1^t, beta2^t of this step)
+//   consts  float32[5]: contract.h AdamConsts
+//   output  float32[1] (done)
+// Updates param, m and v in place in one pass.
+//
+// ms_optim_adam_delta, nparam = 4K + 3:
+//   m[0..K), v[0..K), grad[0..K), lr, powers, consts as above (the decay and
+//   the loss scale already applied to grad: the device did them)
+//   outputs delta[0..K), each shaped and typed as its grad
+// Updates m and v in place and writes the parameter steps.
+#include <new>
+#include <vector>
 
 #include "common.h"
+#include "contract.h"
 #include "kernels.h"
+#include "rules.h"
 
 namespace msopt {
 namespace {
 
-constexpr int kNumConsts = 7;
+// The tensors of one call: first index of each group of K.
+struct AdamLayout {
+  int out, m, v, g;  // out: params (in place) or deltas (outputs)
+  int lr, wd, powers, consts;  // wd < 0: none (delta)
+};
 
-int check_scalar(const AotArgs &a, int i, const char *what, const char *fn) {
-  if (!a.is(i, "float32") || a.numel(i) != 1)
-    return fail(kAotBadShape, "%s: %s must be a float32 scalar, got %s with %lld elements", fn,
-                what, a.dtypes[i], static_cast<long long>(a.numel(i)));
-  return kAotOk;
+int check_float32(const AotArgs &a, int i, int64_t numel_a, int64_t numel_b, const char *what,
+                  const char *fn) {
+  if (!a.is(i, "float32") || (a.numel(i) != numel_a && a.numel(i) != numel_b))
+    return fail(kErrSize, "%s: %s must be float32 with %lld element(s), got %s with %lld", fn,
+                what, static_cast<long long>(numel_a), a.dtypes[i],
+                static_cast<long long>(a.numel(i)));
+  return kOk;
 }
 
-// Reads lr/consts into AdamArgs (weight decay set by the caller).
-int read_adam_args(const AotArgs &a, int lr_i, int consts_i, const char *fn, AdamArgs *out) {
-  if (int rc = check_scalar(a, lr_i, "lr", fn)) return rc;
-  if (!a.is(consts_i, "float32") || a.numel(consts_i) != kNumConsts)
-    return fail(kAotBadShape, "%s: consts must be float32[%d]", fn, kNumConsts);
-  const float lr = *a.ptr<float>(lr_i);
-  const float *c = a.ptr<float>(consts_i);
-  const float beta1_power = c[3], beta2_power = c[4];
-  out->beta1 = c[0];
-  out->beta2 = c[1];
-  out->eps = c[2];
-  out->lr_t = lr * std::sqrt(1.0f - beta2_power) / (1.0f - beta1_power);
-  out->inv_scale = c[5];
-  out->nesterov = c[6] != 0.0f;
-  out->weight_decay = 0.0f;
-  return kAotOk;
-}
+int run_adam(const AotArgs &a, int K, const AdamLayout &l, bool delta, const char *fn) {
+  const bool half = a.is(l.g, "float16");
+  if (!half && !a.is(l.g, "float32"))
+    return fail(kErrDtype, "%s: grad0 must be float32 or float16, got %s", fn, a.dtypes[l.g]);
+  const char *pdt = a.dtypes[l.g];
+  for (int i = 0; i < K; ++i) {
+    if (!a.is(l.out + i, pdt) || !a.is(l.g + i, pdt))
+      return fail(kErrDtype, "%s: %s%d and grad%d must all be %s (as grad0), got %s and %s", fn,
+                  delta ? "delta" : "param", i, i, pdt, a.dtypes[l.out + i], a.dtypes[l.g + i]);
+    if (!a.is(l.m + i, "float32") || !a.is(l.v + i, "float32"))
+      return fail(kErrDtype, "%s: moments m%d, v%d must be float32", fn, i, i);
+    for (int j : {l.m, l.v, l.g})
+      if (a.numel(j + i) != a.numel(l.out + i))
+        return fail(kErrSize, "%s: tensor %d of argument %d has %lld elements, its %s %lld",
+                    fn, i, j + i, static_cast<long long>(a.numel(j + i)),
+                    delta ? "delta" : "param", static_cast<long long>(a.numel(l.out + i)));
+  }
+  if (int rc = check_float32(a, l.lr, 1, K, "lr", fn)) return rc;
+  if (l.wd >= 0)
+    if (int rc = check_float32(a, l.wd, 1, K, "wd", fn)) return rc;
+  if (int rc = check_float32(a, l.powers, Powers::kCount, Powers::kCount, "powers", fn)) return rc;
+  if (int rc = check_float32(a, l.consts, AdamConsts::kCount, AdamConsts::kCount, "consts", fn))
+    return rc;
 
-// Checks that inputs `first`..`last` hold the same number of elements.
-int check_same_numel(const AotArgs &a, int first, int last, const char *fn) {
-  for (int i = first + 1; i <= last; ++i)
-    if (a.numel(i) != a.numel(first))
-      return fail(kAotBadShape, "%s: argument %d has %lld elements, argument %d has %lld", fn, i,
-                  static_cast<long long>(a.numel(i)), first,
-                  static_cast<long long>(a.numel(first)));
-  return kAotOk;
+  const AdamConsts &c = *a.ptr<const AdamConsts>(l.consts);
+  const Powers &pw = *a.ptr<const Powers>(l.powers);
+  const float *lr = a.ptr<float>(l.lr);
+  const float *wd = l.wd >= 0 ? a.ptr<float>(l.wd) : nullptr;
+  const bool lr_each = a.numel(l.lr) == K, wd_each = wd != nullptr && a.numel(l.wd) == K;
+  std::vector<AdamTensor> ts;
+  try {
+    ts.resize(static_cast<size_t>(K));
+  } catch (const std::bad_alloc &) {
+    return fail(kErrNoMem, "%s: cannot allocate the list of %d tensors", fn, K);
+  }
+  int64_t total = 0;
+  for (int i = 0; i < K; ++i) {
+    AdamArgs h;
+    h.beta1 = c.beta1;
+    h.beta2 = c.beta2;
+    h.eps = c.eps;
+    h.inv_scale = c.inv_scale;
+    h.nesterov = c.nesterov != 0.0f;
+    h.lr_t = rules::adam_step_size(lr[lr_each ? i : 0], pw.beta1_power, pw.beta2_power);
+    h.weight_decay = wd == nullptr ? 0.0f : wd[wd_each ? i : 0];
+    ts[i] = {a.params[l.out + i], a.ptr<float>(l.m + i), a.ptr<float>(l.v + i),
+             a.params[l.g + i], a.numel(l.out + i), h};
+    total += ts[i].n;
+  }
+  const ParallelSection section(total);
+  kernels().adam_multi(ts.data(), K, delta, half);
+  return kOk;
 }
 
 }  // namespace
 }  // namespace msopt
 
-using msopt::AotArgs;
 using msopt::fail;
 
-// Inputs: param, m, v, grad, lr, wd, consts.  Output: done (float32[1]).
-// Updates param, m and v in place in one pass.
 MSOPT_API int ms_optim_adam_inplace(int nparam, void **params, int *ndims, int64_t **shapes,
-                          const char **dtypes, void *, void *) {
+                                    const char **dtypes, void *, void *) {
   static const char *fn = "ms_optim_adam_inplace";
-  if (nparam != 8) return fail(msopt::kAotBadArity, "%s: expected 8 tensors, got %d", fn, nparam);
-  const AotArgs a{nparam, params, ndims, shapes, dtypes};
-  msopt::AdamArgs h;
-  if (int rc = msopt::read_adam_args(a, 4, 6, fn, &h)) return rc;
-  if (int rc = msopt::check_scalar(a, 5, "wd", fn)) return rc;
-  h.weight_decay = *a.ptr<float>(5);
-  if (int rc = msopt::check_same_numel(a, 0, 3, fn)) return rc;
-  if (!a.is(1, "float32") || !a.is(2, "float32"))
-    return fail(msopt::kAotBadDtype, "%s: moments must be float32", fn);
-  const int64_t n = a.numel(0);
-  const msopt::ParallelSection section(n);
-  const auto &k = msopt::kernels();
-  if (a.is(0, "float32") && a.is(3, "float32")) {
-    k.adam_inplace_f32(a.ptr<float>(0), a.ptr<float>(1), a.ptr<float>(2), a.ptr<float>(3), n, h);
-  } else if (a.is(0, "float16") && a.is(3, "float16")) {
-    k.adam_inplace_f16(a.ptr<msopt::half_bits>(0), a.ptr<float>(1), a.ptr<float>(2),
-                       a.ptr<msopt::half_bits>(3), n, h);
-  } else {
-    return fail(msopt::kAotBadDtype, "%s: param/grad must both be float32 or float16, got %s/%s",
-                fn, dtypes[0], dtypes[3]);
-  }
-  *a.ptr<float>(7) = 0.0f;
-  return msopt::kAotOk;
+  if (nparam < 9 || (nparam - 5) % 4 != 0)
+    return fail(msopt::kErrSize, "%s: expected 4K + 5 tensors, got %d", fn, nparam);
+  const msopt::AotArgs a{nparam, params, ndims, shapes, dtypes};
+  const int K = (nparam - 5) / 4;
+  const msopt::AdamLayout l{0, K, 2 * K, 3 * K, 4 * K, 4 * K + 1, 4 * K + 2, 4 * K + 3};
+  if (!a.is(nparam - 1, "float32") || a.numel(nparam - 1) != 1)
+    return fail(msopt::kErrSize, "%s: the output must be float32[1]", fn);
+  if (int rc = msopt::run_adam(a, K, l, false, fn)) return rc;
+  *a.ptr<float>(nparam - 1) = 0.0f;
+  return msopt::kOk;
 }
 
-// Inputs: m, v, grad, lr, consts.  Output: delta (dtype of grad).
-// Updates m and v in place and writes the parameter step to delta.
 MSOPT_API int ms_optim_adam_delta(int nparam, void **params, int *ndims, int64_t **shapes,
-                        const char **dtypes, void *, void *) {
+                                  const char **dtypes, void *, void *) {
   static const char *fn = "ms_optim_adam_delta";
-  if (nparam != 6) return fail(msopt::kAotBadArity, "%s: expected 6 tensors, got %d", fn, nparam);
-  const AotArgs a{nparam, params, ndims, shapes, dtypes};
-  msopt::AdamArgs h;
-  if (int rc = msopt::read_adam_args(a, 3, 4, fn, &h)) return rc;
-  if (int rc = msopt::check_same_numel(a, 0, 2, fn)) return rc;
-  if (a.numel(5) != a.numel(0)) return fail(msopt::kAotBadShape, "%s: delta size mismatch", fn);
-  if (!a.is(0, "float32") || !a.is(1, "float32"))
-    return fail(msopt::kAotBadDtype, "%s: moments must be float32", fn);
-  const int64_t n = a.numel(0);
-  const msopt::ParallelSection section(n);
-  const auto &k = msopt::kernels();
-  if (a.is(2, "float32") && a.is(5, "float32")) {
-    k.adam_delta_f32(a.ptr<float>(5), a.ptr<float>(0), a.ptr<float>(1), a.ptr<float>(2), n, h);
-  } else if (a.is(2, "float16") && a.is(5, "float16")) {
-    k.adam_delta_f16(a.ptr<msopt::half_bits>(5), a.ptr<float>(0), a.ptr<float>(1),
-                     a.ptr<msopt::half_bits>(2), n, h);
-  } else {
-    return fail(msopt::kAotBadDtype, "%s: grad/delta must both be float32 or float16, got %s/%s",
-                fn, dtypes[2], dtypes[5]);
-  }
-  return msopt::kAotOk;
+  if (nparam < 7 || (nparam - 3) % 4 != 0)
+    return fail(msopt::kErrSize, "%s: expected 4K + 3 tensors, got %d", fn, nparam);
+  const msopt::AotArgs a{nparam, params, ndims, shapes, dtypes};
+  const int K = (nparam - 3) / 4;
+  const msopt::AdamLayout l{3 * K + 3, 0, K, 2 * K, 3 * K, -1, 3 * K + 1, 3 * K + 2};
+  return msopt::run_adam(a, K, l, true, fn);
 }
-

@@ -20,12 +20,10 @@ namespace {
 
 int check_outputs(const AotArgs &a, int idx_i, const char *fn) {
   if (!a.is(idx_i, "int32") || !a.is(idx_i + 1, "float32") || a.numel(idx_i) != a.numel(idx_i + 1))
-    return fail(msopt::kAotBadDtype, "%s: outputs must be int32[k] indices and float32[k] values",
+    return fail(msopt::kErrDtype, "%s: outputs must be int32[k] indices and float32[k] values",
                 fn);
-  return msopt::kAotOk;
+  return msopt::kOk;
 }
-
-int topk_status(int rc) { return rc == 0 ? msopt::kAotOk : (rc == -2 ? msopt::kAotNoMemory : msopt::kAotBadShape); }
 
 }  // namespace
 
@@ -34,13 +32,13 @@ int topk_status(int rc) { return rc == 0 ? msopt::kAotOk : (rc == -2 ? msopt::kA
 MSOPT_API int ms_optim_topk_abs(int nparam, void **params, int *ndims, int64_t **shapes,
                                 const char **dtypes, void *, void *) {
   static const char *fn = "ms_optim_topk_abs";
-  if (nparam != 3) return fail(msopt::kAotBadArity, "%s: expected 3 tensors, got %d", fn, nparam);
+  if (nparam != 3) return fail(msopt::kErrSize, "%s: expected 3 tensors, got %d", fn, nparam);
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
-  if (!a.is(0, "float32")) return fail(msopt::kAotBadDtype, "%s: x must be float32", fn);
+  if (!a.is(0, "float32")) return fail(msopt::kErrDtype, "%s: x must be float32", fn);
   if (int rc = check_outputs(a, 1, fn)) return rc;
   msopt::TopkSource src{a.ptr<float>(0), nullptr, nullptr, nullptr, 0.0f, false};
   const msopt::ParallelSection section(a.numel(0));
-  return topk_status(msopt::topk_abs(src, a.numel(0), a.numel(1), a.ptr<int32_t>(1), a.ptr<float>(2)));
+  return msopt::topk_abs(src, a.numel(0), a.numel(1), a.ptr<int32_t>(1), a.ptr<float>(2));
 }
 
 // Inputs: u, v, grad (float32[n]), consts float32[2] = (momentum, use_nesterov).
@@ -50,14 +48,14 @@ MSOPT_API int ms_optim_topk_abs(int nparam, void **params, int *ndims, int64_t *
 MSOPT_API int ms_optim_dgc_select(int nparam, void **params, int *ndims, int64_t **shapes,
                                   const char **dtypes, void *, void *) {
   static const char *fn = "ms_optim_dgc_select";
-  if (nparam != 6) return fail(msopt::kAotBadArity, "%s: expected 6 tensors, got %d", fn, nparam);
+  if (nparam != 6) return fail(msopt::kErrSize, "%s: expected 6 tensors, got %d", fn, nparam);
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
   for (int i = 0; i < 3; ++i) {
-    if (!a.is(i, "float32")) return fail(msopt::kAotBadDtype, "%s: u, v, grad must be float32", fn);
-    if (a.numel(i) != a.numel(0)) return fail(msopt::kAotBadShape, "%s: u, v, grad sizes differ", fn);
+    if (!a.is(i, "float32")) return fail(msopt::kErrDtype, "%s: u, v, grad must be float32", fn);
+    if (a.numel(i) != a.numel(0)) return fail(msopt::kErrSize, "%s: u, v, grad sizes differ", fn);
   }
   if (!a.is(3, "float32") || a.numel(3) != 2)
-    return fail(msopt::kAotBadShape, "%s: consts must be float32[2]", fn);
+    return fail(msopt::kErrSize, "%s: consts must be float32[2]", fn);
   if (int rc = check_outputs(a, 4, fn)) return rc;
   const float *c = a.ptr<float>(3);
   float *u = a.ptr<float>(0), *v = a.ptr<float>(1);
@@ -65,12 +63,12 @@ MSOPT_API int ms_optim_dgc_select(int nparam, void **params, int *ndims, int64_t
   const int64_t k = a.numel(4);
   int32_t *idx = a.ptr<int32_t>(4);
   const msopt::ParallelSection section(a.numel(0));
-  if (int rc = msopt::topk_abs(src, a.numel(0), k, idx, a.ptr<float>(5))) return topk_status(rc);
+  if (int rc = msopt::topk_abs(src, a.numel(0), k, idx, a.ptr<float>(5))) return rc;
   for (int64_t j = 0; j < k; ++j) {
     u[idx[j]] = 0.0f;
     v[idx[j]] = 0.0f;
   }
-  return msopt::kAotOk;
+  return msopt::kOk;
 }
 
 namespace {
@@ -150,12 +148,12 @@ int dgc_apply_entries(const Param &p, const int32_t *idx, const float *val, int6
   const float ranks = static_cast<float>(r);
   if (r == 1) {  // one worker: its indices are distinct
     for (int64_t j = 0; j < k; ++j) p.sub(idx[offset + j], lr * (val[offset + j] / ranks));
-    return msopt::kAotOk;
+    return msopt::kOk;
   }
   if (r <= kCursorMergeMax && runs_ascend(idx, r, block, offset, k)) {
     const msopt::ParallelSection section(r * k);
     merge_ascending_runs(p, idx, val, r, block, offset, k, lr, n);
-    return msopt::kAotOk;
+    return msopt::kOk;
   }
   // merge the workers' runs by index; equal indices keep rank order
   try {
@@ -180,9 +178,9 @@ int dgc_apply_entries(const Param &p, const int32_t *idx, const float *val, int6
       p.sub(i, lr * (s / ranks));
     }
   } catch (const std::bad_alloc &) {
-    return fail(msopt::kAotNoMemory, "%s: out of memory", fn);
+    return fail(msopt::kErrNoMem, "%s: out of memory", fn);
   }
-  return msopt::kAotOk;
+  return msopt::kOk;
 }
 
 }  // namespace
@@ -198,19 +196,19 @@ int dgc_apply_entries(const Param &p, const int32_t *idx, const float *val, int6
 MSOPT_API int ms_optim_dgc_apply(int nparam, void **params, int *ndims, int64_t **shapes,
                                  const char **dtypes, void *, void *) {
   static const char *fn = "ms_optim_dgc_apply";
-  if (nparam != 6) return fail(msopt::kAotBadArity, "%s: expected 6 tensors, got %d", fn, nparam);
+  if (nparam != 6) return fail(msopt::kErrSize, "%s: expected 6 tensors, got %d", fn, nparam);
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
   if (!a.is(0, "float32") && !a.is(0, "float16"))
-    return fail(msopt::kAotBadDtype, "%s: param must be float32 or float16, got %s", fn, dtypes[0]);
+    return fail(msopt::kErrDtype, "%s: param must be float32 or float16, got %s", fn, dtypes[0]);
   if (!a.is(1, "int32") || !a.is(2, "float32") || !a.is(3, "float32") || !a.is(4, "int32"))
-    return fail(msopt::kAotBadDtype, "%s: expected int32 idx, float32 val/lr, int32 layout", fn);
+    return fail(msopt::kErrDtype, "%s: expected int32 idx, float32 val/lr, int32 layout", fn);
   const int64_t n = a.numel(0), total = a.numel(1);
   if (a.numel(2) != total || a.numel(3) != 1 || a.numel(4) != 3)
-    return fail(msopt::kAotBadShape, "%s: idx/val sizes differ, or lr/layout malformed", fn);
+    return fail(msopt::kErrSize, "%s: idx/val sizes differ, or lr/layout malformed", fn);
   const int32_t *layout = a.ptr<int32_t>(4);
   const int64_t r = layout[0], offset = layout[1], k = layout[2];
   if (r < 1 || total % r != 0 || offset < 0 || k < 0 || offset + k > total / r)
-    return fail(msopt::kAotBadShape, "%s: layout (%lld workers, offset %lld, k %lld) does not fit "
+    return fail(msopt::kErrSize, "%s: layout (%lld workers, offset %lld, k %lld) does not fit "
                 "%lld entries", fn, (long long)r, (long long)offset, (long long)k, (long long)total);
   const int64_t block = total / r;
   const int32_t *idx = a.ptr<int32_t>(1);
@@ -219,16 +217,16 @@ MSOPT_API int ms_optim_dgc_apply(int nparam, void **params, int *ndims, int64_t 
     for (int64_t j = 0; j < k; ++j) {
       const int32_t i = idx[w * block + offset + j];
       if (i < 0 || i >= n)
-        return fail(msopt::kAotBadShape, "%s: index %d outside [0, %lld)", fn, i, (long long)n);
+        return fail(msopt::kErrSize, "%s: index %d outside [0, %lld)", fn, i, (long long)n);
     }
   const float lr = a.ptr<float>(3)[0];
   const int rc = a.is(0, "float32")
       ? dgc_apply_entries(F32Param{a.ptr<float>(0)}, idx, val, r, block, offset, k, lr, n, fn)
       : dgc_apply_entries(F16Param{a.ptr<msopt::half_bits>(0), msopt::kernels()}, idx, val, r,
                           block, offset, k, lr, n, fn);
-  if (rc != msopt::kAotOk) return rc;
+  if (rc != msopt::kOk) return rc;
   *a.ptr<float>(5) = 0.0f;
-  return msopt::kAotOk;
+  return msopt::kOk;
 }
 
 // ------------------------------------------------- multi-tensor DGC steps --
@@ -245,19 +243,19 @@ MSOPT_API int ms_optim_dgc_apply(int nparam, void **params, int *ndims, int64_t 
 // chosen source float32 of `numel` elements as tensor j (sizes from input j).
 int check_sources(const AotArgs &a, int K, int s0, int M, int gi, const char *fn) {
   if (!a.is(gi, "int32") || a.numel(gi) != K)
-    return fail(msopt::kAotBadShape, "%s: gidx must be int32[%d]", fn, K);
+    return fail(msopt::kErrSize, "%s: gidx must be int32[%d]", fn, K);
   const int32_t *g = a.ptr<int32_t>(gi);
   for (int j = 0; j < K; ++j) {
     if (g[j] < 0 || g[j] >= M)
-      return fail(msopt::kAotBadShape, "%s: gidx[%d] = %d is outside [0, %d)", fn, j, g[j], M);
+      return fail(msopt::kErrSize, "%s: gidx[%d] = %d is outside [0, %d)", fn, j, g[j], M);
     if (!a.is(s0 + g[j], "float32"))
-      return fail(msopt::kAotBadDtype, "%s: the gradient of tensor %d must be float32, got %s", fn,
+      return fail(msopt::kErrDtype, "%s: the gradient of tensor %d must be float32, got %s", fn,
                   j, a.dtypes[s0 + g[j]]);
     if (a.numel(s0 + g[j]) != a.numel(j))
-      return fail(msopt::kAotBadShape, "%s: the gradient of tensor %d has %lld elements, not %lld",
+      return fail(msopt::kErrSize, "%s: the gradient of tensor %d has %lld elements, not %lld",
                   fn, j, (long long)a.numel(s0 + g[j]), (long long)a.numel(j));
   }
-  return msopt::kAotOk;
+  return msopt::kOk;
 }
 
 // Inputs: u[K], v[K], grad[K] (float32, tensor j of n_j elements), consts
@@ -271,13 +269,13 @@ MSOPT_API int ms_optim_dgc_select_multi(int nparam, void **params, int *ndims, i
                                         const char **dtypes, void *, void *) {
   static const char *fn = "ms_optim_dgc_select_multi";
   if (nparam < 7 || (nparam - 4) % 3 != 0)
-    return fail(msopt::kAotBadArity, "%s: expected 3K + 4 tensors (K >= 1), got %d", fn, nparam);
+    return fail(msopt::kErrSize, "%s: expected 3K + 4 tensors (K >= 1), got %d", fn, nparam);
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
   const int K = (nparam - 4) / 3, ci = 3 * K, ki = 3 * K + 1, oi = 3 * K + 2;
   if (!a.is(ci, "float32") || a.numel(ci) != 2)
-    return fail(msopt::kAotBadShape, "%s: consts must be float32[2]", fn);
+    return fail(msopt::kErrSize, "%s: consts must be float32[2]", fn);
   if (!a.is(ki, "int32") || a.numel(ki) != K)
-    return fail(msopt::kAotBadShape, "%s: ks must be int32[%d]", fn, K);
+    return fail(msopt::kErrSize, "%s: ks must be int32[%d]", fn, K);
   if (int rc = check_outputs(a, oi, fn)) return rc;
   const int32_t *ks = a.ptr<int32_t>(ki);
   int64_t total_k = 0, total_n = 0;
@@ -285,18 +283,18 @@ MSOPT_API int ms_optim_dgc_select_multi(int nparam, void **params, int *ndims, i
     const int64_t n = a.numel(j);
     for (int t = 0; t < 3; ++t) {
       if (!a.is(t * K + j, "float32"))
-        return fail(msopt::kAotBadDtype, "%s: u, v, grad of tensor %d must be float32", fn, j);
+        return fail(msopt::kErrDtype, "%s: u, v, grad of tensor %d must be float32", fn, j);
       if (a.numel(t * K + j) != n)
-        return fail(msopt::kAotBadShape, "%s: u, v, grad sizes of tensor %d differ", fn, j);
+        return fail(msopt::kErrSize, "%s: u, v, grad sizes of tensor %d differ", fn, j);
     }
     if (ks[j] < 1 || ks[j] > n)
-      return fail(msopt::kAotBadShape, "%s: k = %d of tensor %d is outside [1, %lld]", fn, ks[j], j,
+      return fail(msopt::kErrSize, "%s: k = %d of tensor %d is outside [1, %lld]", fn, ks[j], j,
                   (long long)n);
     total_k += ks[j];
     total_n += n;
   }
   if (total_k != a.numel(oi))
-    return fail(msopt::kAotBadShape, "%s: the ks sum to %lld, the outputs hold %lld", fn,
+    return fail(msopt::kErrSize, "%s: the ks sum to %lld, the outputs hold %lld", fn,
                 (long long)total_k, (long long)a.numel(oi));
   const float *c = a.ptr<float>(ci);
   int32_t *idx = a.ptr<int32_t>(oi);
@@ -314,16 +312,16 @@ MSOPT_API int ms_optim_dgc_select_multi(int nparam, void **params, int *ndims, i
     }
     const msopt::ParallelSection section(total_n);
     if (int rc = msopt::topk_abs_multi(srcs.data(), n.data(), k.data(), off.data(), K, idx, val))
-      return topk_status(rc);
+      return rc;
     for (int j = 0; j < K; ++j)  // momentum factor masking
       for (int64_t e = off[j]; e < off[j] + k[j]; ++e) {
         srcs[j].u[idx[e]] = 0.0f;
         srcs[j].v[idx[e]] = 0.0f;
       }
   } catch (const std::bad_alloc &) {
-    return fail(msopt::kAotNoMemory, "%s: out of memory", fn);
+    return fail(msopt::kErrNoMem, "%s: out of memory", fn);
   }
-  return msopt::kAotOk;
+  return msopt::kOk;
 }
 
 // Inputs: param[K] (all float32 or all float16), idx int32[R*L] and val
@@ -334,26 +332,26 @@ MSOPT_API int ms_optim_dgc_select_multi(int nparam, void **params, int *ndims, i
 MSOPT_API int ms_optim_dgc_apply_multi(int nparam, void **params, int *ndims, int64_t **shapes,
                                        const char **dtypes, void *, void *) {
   static const char *fn = "ms_optim_dgc_apply_multi";
-  if (nparam < 6) return fail(msopt::kAotBadArity, "%s: expected K + 5 tensors (K >= 1), got %d", fn, nparam);
+  if (nparam < 6) return fail(msopt::kErrSize, "%s: expected K + 5 tensors (K >= 1), got %d", fn, nparam);
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
   const int K = nparam - 5, ii = K, vi = K + 1, li = K + 2, yi = K + 3, oi = K + 4;
   const bool half = a.is(0, "float16");
   for (int j = 0; j < K; ++j)
     if (!a.is(j, half ? "float16" : "float32"))
-      return fail(msopt::kAotBadDtype, "%s: params must be all float32 or all float16, got %s", fn,
+      return fail(msopt::kErrDtype, "%s: params must be all float32 or all float16, got %s", fn,
                   dtypes[j]);
   if (!a.is(ii, "int32") || !a.is(vi, "float32") || !a.is(li, "float32") || !a.is(yi, "int32") ||
       !a.is(oi, "float32"))
-    return fail(msopt::kAotBadDtype, "%s: expected int32 idx, float32 val/lr, int32 layout, "
+    return fail(msopt::kErrDtype, "%s: expected int32 idx, float32 val/lr, int32 layout, "
                 "float32 done", fn);
   const int64_t total = a.numel(ii);
   if (a.numel(vi) != total || (a.numel(li) != 1 && a.numel(li) != K) || a.numel(yi) != 1 + 2 * K ||
       a.numel(oi) != 1)
-    return fail(msopt::kAotBadShape, "%s: idx/val sizes differ, or lr/layout/done malformed", fn);
+    return fail(msopt::kErrSize, "%s: idx/val sizes differ, or lr/layout/done malformed", fn);
   const int32_t *layout = a.ptr<int32_t>(yi);
   const int64_t r = layout[0];
   if (r < 1 || total % r != 0)
-    return fail(msopt::kAotBadShape, "%s: %lld entries are not %lld workers' blocks", fn,
+    return fail(msopt::kErrSize, "%s: %lld entries are not %lld workers' blocks", fn,
                 (long long)total, (long long)r);
   const int64_t block = total / r;
   const int32_t *idx = a.ptr<int32_t>(ii);
@@ -361,13 +359,13 @@ MSOPT_API int ms_optim_dgc_apply_multi(int nparam, void **params, int *ndims, in
   for (int j = 0; j < K; ++j) {
     const int64_t offset = layout[1 + j], k = layout[1 + K + j], n = a.numel(j);
     if (offset < 0 || k < 0 || offset + k > block)
-      return fail(msopt::kAotBadShape, "%s: tensor %d's entries (offset %lld, k %lld) do not fit "
+      return fail(msopt::kErrSize, "%s: tensor %d's entries (offset %lld, k %lld) do not fit "
                   "a block of %lld", fn, j, (long long)offset, (long long)k, (long long)block);
     for (int64_t w = 0; w < r; ++w)
       for (int64_t e = 0; e < k; ++e) {
         const int32_t i = idx[w * block + offset + e];
         if (i < 0 || i >= n)
-          return fail(msopt::kAotBadShape, "%s: tensor %d: index %d outside [0, %lld)", fn, j, i,
+          return fail(msopt::kErrSize, "%s: tensor %d: index %d outside [0, %lld)", fn, j, i,
                       (long long)n);
       }
   }
@@ -380,10 +378,10 @@ MSOPT_API int ms_optim_dgc_apply_multi(int nparam, void **params, int *ndims, in
                             k, lr_j, a.numel(j), fn)
         : dgc_apply_entries(F32Param{a.ptr<float>(j)}, idx, val, r, block, offset, k, lr_j,
                             a.numel(j), fn);
-    if (rc != msopt::kAotOk) return rc;
+    if (rc != msopt::kOk) return rc;
   }
   *a.ptr<float>(oi) = 0.0f;
-  return msopt::kAotOk;
+  return msopt::kOk;
 }
 
 // Inputs: param[K] (float32, or float16 updated in float32 and rounded once),
@@ -394,20 +392,20 @@ MSOPT_API int ms_optim_dgc_apply_multi(int nparam, void **params, int *ndims, in
 MSOPT_API int ms_optim_dgc_momentum(int nparam, void **params, int *ndims, int64_t **shapes,
                                     const char **dtypes, void *, void *) {
   static const char *fn = "ms_optim_dgc_momentum";
-  if (nparam < 7) return fail(msopt::kAotBadArity, "%s: expected 2K + M + 4 tensors, got %d", fn, nparam);
+  if (nparam < 7) return fail(msopt::kErrSize, "%s: expected 2K + M + 4 tensors, got %d", fn, nparam);
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
   const int gi = nparam - 2, ci = nparam - 3, li = nparam - 4, oi = nparam - 1;
   const int64_t k64 = a.numel(gi);
   if (k64 < 1 || 2 * k64 + 1 > li)
-    return fail(msopt::kAotBadArity, "%s: gidx of %lld tensors does not fit %d tensors", fn,
+    return fail(msopt::kErrSize, "%s: gidx of %lld tensors does not fit %d tensors", fn,
                 (long long)k64, nparam);
   const int K = static_cast<int>(k64), M = li - 2 * K;
   if (!a.is(li, "float32") || (a.numel(li) != 1 && a.numel(li) != K))
-    return fail(msopt::kAotBadShape, "%s: lr must be float32[1] or float32[%d]", fn, K);
+    return fail(msopt::kErrSize, "%s: lr must be float32[1] or float32[%d]", fn, K);
   if (!a.is(ci, "float32") || a.numel(ci) != 2)
-    return fail(msopt::kAotBadShape, "%s: consts must be float32[2]", fn);
+    return fail(msopt::kErrSize, "%s: consts must be float32[2]", fn);
   if (!a.is(oi, "float32") || a.numel(oi) != 1)
-    return fail(msopt::kAotBadShape, "%s: done must be float32[1]", fn);
+    return fail(msopt::kErrSize, "%s: done must be float32[1]", fn);
   if (int rc = check_sources(a, K, 2 * K, M, gi, fn)) return rc;
   const float *lr = a.ptr<float>(li), *c = a.ptr<float>(ci);
   const int32_t *gidx = a.ptr<int32_t>(gi);
@@ -417,13 +415,13 @@ MSOPT_API int ms_optim_dgc_momentum(int nparam, void **params, int *ndims, int64
     for (int j = 0; j < K; ++j) {
       const bool half = a.is(j, "float16");
       if (!half && !a.is(j, "float32"))
-        return fail(msopt::kAotBadDtype, "%s: param %d must be float32 or float16, got %s", fn, j,
+        return fail(msopt::kErrDtype, "%s: param %d must be float32 or float16, got %s", fn, j,
                     dtypes[j]);
       if (!a.is(K + j, "float32"))
-        return fail(msopt::kAotBadDtype, "%s: u of tensor %d must be float32", fn, j);
+        return fail(msopt::kErrDtype, "%s: u of tensor %d must be float32", fn, j);
       const int64_t n = a.numel(j);
       if (a.numel(K + j) != n)
-        return fail(msopt::kAotBadShape, "%s: param and u sizes of tensor %d differ", fn, j);
+        return fail(msopt::kErrSize, "%s: param and u sizes of tensor %d differ", fn, j);
       ts[j] = {params[j], half, a.ptr<float>(K + j), a.ptr<float>(2 * K + gidx[j]), n,
                lr[a.numel(li) == 1 ? 0 : j]};
       total += n;
@@ -431,10 +429,10 @@ MSOPT_API int ms_optim_dgc_momentum(int nparam, void **params, int *ndims, int64
     const msopt::ParallelSection section(total);
     msopt::kernels().dgc_momentum(ts.data(), K, c[0], c[1] != 0.0f);
   } catch (const std::bad_alloc &) {
-    return fail(msopt::kAotNoMemory, "%s: out of memory", fn);
+    return fail(msopt::kErrNoMem, "%s: out of memory", fn);
   }
   *a.ptr<float>(oi) = 0.0f;
-  return msopt::kAotOk;
+  return msopt::kOk;
 }
 
 // Input: int32[R*W], every worker's model signature (W values each) gathered
@@ -444,13 +442,13 @@ MSOPT_API int ms_optim_dgc_momentum(int nparam, void **params, int *ndims, int64
 MSOPT_API int ms_optim_check_replicas(int nparam, void **params, int *ndims, int64_t **shapes,
                                       const char **dtypes, void *, void *) {
   static const char *fn = "ms_optim_check_replicas";
-  if (nparam != 3) return fail(msopt::kAotBadArity, "%s: expected 3 tensors, got %d", fn, nparam);
+  if (nparam != 3) return fail(msopt::kErrSize, "%s: expected 3 tensors, got %d", fn, nparam);
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
   if (!a.is(0, "int32") || !a.is(1, "int32") || !a.is(2, "int32") || a.numel(2) != 1)
-    return fail(msopt::kAotBadDtype, "%s: expected int32 signatures, int32[1] width, int32[1] out", fn);
+    return fail(msopt::kErrDtype, "%s: expected int32 signatures, int32[1] width, int32[1] out", fn);
   const int64_t total = a.numel(0), width = a.ptr<int32_t>(1)[0];
   if (width < 1 || total % width != 0)
-    return fail(msopt::kAotBadShape, "%s: %lld values are not rows of %lld", fn, (long long)total,
+    return fail(msopt::kErrSize, "%s: %lld values are not rows of %lld", fn, (long long)total,
                 (long long)width);
   const int32_t *sig = a.ptr<int32_t>(0);
   bool same = true;
@@ -463,10 +461,10 @@ MSOPT_API int ms_optim_check_replicas(int nparam, void **params, int *ndims, int
       for (int64_t j = 0; j < width; ++j) std::fprintf(stderr, " %d", sig[w * width + j]);
       std::fprintf(stderr, "\n");
     }
-    return fail(msopt::kAotBadShape, "%s: workers disagree on the model", fn);
+    return fail(msopt::kErrSize, "%s: workers disagree on the model", fn);
   }
   *a.ptr<int32_t>(2) = 1;
-  return msopt::kAotOk;
+  return msopt::kOk;
 }
 
 namespace {
@@ -515,15 +513,15 @@ uint64_t digest_bytes(const unsigned char *data, int64_t bytes, uint64_t salt) {
 MSOPT_API int ms_optim_digest(int nparam, void **params, int *ndims, int64_t **shapes,
                               const char **dtypes, void *, void *) {
   static const char *fn = "ms_optim_digest";
-  if (nparam < 2) return fail(msopt::kAotBadArity, "%s: expected K >= 1 inputs and 1 output", fn);
+  if (nparam < 2) return fail(msopt::kErrSize, "%s: expected K >= 1 inputs and 1 output", fn);
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
   const int out = nparam - 1;
   if (!a.is(out, "int32") || a.numel(out) != 2)
-    return fail(msopt::kAotBadShape, "%s: the output must be int32[2]", fn);
+    return fail(msopt::kErrSize, "%s: the output must be int32[2]", fn);
   int64_t total = 0;
   for (int i = 0; i < out; ++i) {
     if (element_bytes(a.dtypes[i]) == 0)
-      return fail(msopt::kAotBadDtype, "%s: input %d has unsupported dtype %s", fn, i, a.dtypes[i]);
+      return fail(msopt::kErrDtype, "%s: input %d has unsupported dtype %s", fn, i, a.dtypes[i]);
     total += a.numel(i) * element_bytes(a.dtypes[i]);
   }
   const msopt::ParallelSection section(total / 8);
@@ -535,5 +533,5 @@ MSOPT_API int ms_optim_digest(int nparam, void **params, int *ndims, int64_t **s
   int32_t *o = a.ptr<int32_t>(out);
   o[0] = static_cast<int32_t>(static_cast<uint32_t>(h));
   o[1] = static_cast<int32_t>(static_cast<uint32_t>(h >> 32));
-  return msopt::kAotOk;
+  return msopt::kOk;
 }

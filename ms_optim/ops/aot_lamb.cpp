@@ -3,31 +3,29 @@
 //
 // ms_optim_lamb is a multi-tensor op: one call steps K parameters, so a
 // network with hundreds of parameters costs one MindSpore kernel launch, not
-// hundreds.  Inputs (nparam = 4K + 5):
+// hundreds.  Inputs (nparam = 4K + 6):
 //   param[0..K), m[0..K), v[0..K), grad[0..K)  float32; param i, m i, v i and
 //                                              grad i have the same size
 //   lr       float32[1] (shared) or float32[K] (per parameter)
 //   wd       float32[1] or float32[K]: decoupled weight decay, 0 = excluded
 //   gscale   float32 scalar: multiplies every gradient (1/loss_scale, times a
 //            global-norm clip factor)
-//   consts   float32[9]: beta1, beta2, eps, beta1_power, beta2_power (beta^t
-//            for this step), clip_norm (per-tensor norm clip of the scaled
-//            gradient, 0 = none), clip_lo, clip_hi (value clip after scaling,
-//            +-inf = none), always_adapt (0/1)
+//   powers   float32[2]: contract.h Powers (beta1^t, beta2^t of this step)
+//   consts   float32[7]: contract.h LambConsts
 // Output: float32[K], the trust ratio applied to each parameter.
 #include <cmath>
 #include <new>
 #include <vector>
 
 #include "common.h"
+#include "contract.h"
 #include "kernels.h"
+#include "rules.h"
 
 using msopt::AotArgs;
 using msopt::fail;
 
 namespace {
-
-constexpr int kLambConsts = 9;
 
 // The scratch buffer for the update direction, kept between calls.  Calls
 // that go multi-threaded hold the process-wide ParallelSection, so they share
@@ -49,45 +47,50 @@ float *lamb_scratch(bool shared, int64_t floats) {
 
 MSOPT_API int ms_optim_lamb(int nparam, void **params, int *ndims, int64_t **shapes,
                             const char **dtypes, void *, void *) {
-  if (nparam < 9 || (nparam - 5) % 4 != 0)
-    return fail(msopt::kAotBadArity, "ms_optim_lamb: expected 4K + 5 tensors, got %d", nparam);
+  if (nparam < 10 || (nparam - 6) % 4 != 0)
+    return fail(msopt::kErrSize, "ms_optim_lamb: expected 4K + 6 tensors, got %d", nparam);
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
-  const int K = (nparam - 5) / 4;
-  const int lr_i = 4 * K, wd_i = lr_i + 1, gs_i = lr_i + 2, c_i = lr_i + 3, out_i = lr_i + 4;
+  const int K = (nparam - 6) / 4;
+  const int lr_i = 4 * K, wd_i = lr_i + 1, gs_i = lr_i + 2, pw_i = lr_i + 3, c_i = lr_i + 4,
+            out_i = lr_i + 5;
   for (int i = 0; i < nparam; ++i)
     if (!a.is(i, "float32"))
-      return fail(msopt::kAotBadDtype, "ms_optim_lamb: argument %d must be float32, got %s", i,
+      return fail(msopt::kErrDtype, "ms_optim_lamb: argument %d must be float32, got %s", i,
                   dtypes[i]);
   for (int i = 0; i < K; ++i)
     for (int j = 1; j < 4; ++j)
       if (a.numel(i + j * K) != a.numel(i))
-        return fail(msopt::kAotBadShape,
+        return fail(msopt::kErrSize,
                     "ms_optim_lamb: argument %d has %lld elements, its param (argument %d) %lld",
                     i + j * K, static_cast<long long>(a.numel(i + j * K)), i,
                     static_cast<long long>(a.numel(i)));
   for (int i : {lr_i, wd_i})
     if (a.numel(i) != 1 && a.numel(i) != K)
-      return fail(msopt::kAotBadShape, "ms_optim_lamb: %s must have 1 or %d elements, got %lld",
+      return fail(msopt::kErrSize, "ms_optim_lamb: %s must have 1 or %d elements, got %lld",
                   i == lr_i ? "lr" : "wd", K, static_cast<long long>(a.numel(i)));
   if (a.numel(gs_i) != 1)
-    return fail(msopt::kAotBadShape, "ms_optim_lamb: gscale must be a float32 scalar");
-  if (a.numel(c_i) != kLambConsts)
-    return fail(msopt::kAotBadShape, "ms_optim_lamb: consts must be float32[%d]", kLambConsts);
+    return fail(msopt::kErrSize, "ms_optim_lamb: gscale must be a float32 scalar");
+  if (a.numel(pw_i) != msopt::Powers::kCount)
+    return fail(msopt::kErrSize, "ms_optim_lamb: powers must be float32[%d]",
+                msopt::Powers::kCount);
+  if (a.numel(c_i) != msopt::LambConsts::kCount)
+    return fail(msopt::kErrSize, "ms_optim_lamb: consts must be float32[%d]",
+                msopt::LambConsts::kCount);
   if (a.numel(out_i) != K)
-    return fail(msopt::kAotBadShape, "ms_optim_lamb: the output must be float32[%d]", K);
+    return fail(msopt::kErrSize, "ms_optim_lamb: the output must be float32[%d]", K);
 
-  const float *c = a.ptr<float>(c_i);
+  const msopt::LambConsts &c = *a.ptr<const msopt::LambConsts>(c_i);
+  const msopt::Powers &pw = *a.ptr<const msopt::Powers>(pw_i);
   msopt::LambArgs h;
-  h.beta1 = c[0];
-  h.beta2 = c[1];
-  h.eps = c[2];
-  h.inv_bc1 = 1.0f / (1.0f - c[3]);
-  h.inv_sqrt_bc2 = 1.0f / std::sqrt(1.0f - c[4]);
+  h.beta1 = c.beta1;
+  h.beta2 = c.beta2;
+  h.eps = c.eps;
+  msopt::rules::lamb_bias_corrections(pw.beta1_power, pw.beta2_power, h.inv_bc1, h.inv_sqrt_bc2);
   h.grad_scale = *a.ptr<float>(gs_i);
-  h.clip_norm = c[5];
-  h.clip_lo = c[6];
-  h.clip_hi = c[7];
-  h.always_adapt = c[8] != 0.0f;
+  h.clip_norm = c.clip_norm;
+  h.clip_lo = c.clip_lo;
+  h.clip_hi = c.clip_hi;
+  h.always_adapt = c.always_adapt != 0.0f;
 
   const float *lr = a.ptr<float>(lr_i), *wd = a.ptr<float>(wd_i);
   const bool lr_each = a.numel(lr_i) == K, wd_each = a.numel(wd_i) == K;
@@ -96,7 +99,7 @@ MSOPT_API int ms_optim_lamb(int nparam, void **params, int *ndims, int64_t **sha
   try {
     tensors.resize(static_cast<size_t>(K));
   } catch (const std::bad_alloc &) {
-    return fail(msopt::kAotNoMemory, "ms_optim_lamb: cannot allocate the list of %d tensors", K);
+    return fail(msopt::kErrNoMem, "ms_optim_lamb: cannot allocate the list of %d tensors", K);
   }
   int64_t total = 0;
   for (int i = 0; i < K; ++i) {
@@ -109,10 +112,10 @@ MSOPT_API int ms_optim_lamb(int nparam, void **params, int *ndims, int64_t **sha
   const int64_t need = msopt::lamb_scratch_floats(tensors.data(), K);
   float *scratch = lamb_scratch(section.held(), need);
   if (scratch == nullptr)
-    return fail(msopt::kAotNoMemory, "ms_optim_lamb: cannot allocate %lld floats of scratch",
+    return fail(msopt::kErrNoMem, "ms_optim_lamb: cannot allocate %lld floats of scratch",
                 static_cast<long long>(need));
   msopt::kernels().lamb_f32(tensors.data(), K, h, scratch);
-  return msopt::kAotOk;
+  return msopt::kOk;
 }
 
 // Inputs: x[0..K) (float32, any sizes).  Output: float32[1] = the sum of
@@ -121,21 +124,21 @@ MSOPT_API int ms_optim_lamb(int nparam, void **params, int *ndims, int64_t **sha
 MSOPT_API int ms_optim_sumsq(int nparam, void **params, int *ndims, int64_t **shapes,
                              const char **dtypes, void *, void *) {
   if (nparam < 2)
-    return fail(msopt::kAotBadArity, "ms_optim_sumsq: expected K inputs and 1 output, got %d tensors",
+    return fail(msopt::kErrSize, "ms_optim_sumsq: expected K inputs and 1 output, got %d tensors",
                 nparam);
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
   const int K = nparam - 1;
   for (int i = 0; i <= K; ++i)
     if (!a.is(i, "float32"))
-      return fail(msopt::kAotBadDtype, "ms_optim_sumsq: argument %d must be float32, got %s", i,
+      return fail(msopt::kErrDtype, "ms_optim_sumsq: argument %d must be float32, got %s", i,
                   dtypes[i]);
   if (a.numel(K) != 1)
-    return fail(msopt::kAotBadShape, "ms_optim_sumsq: the output must be float32[1]");
+    return fail(msopt::kErrSize, "ms_optim_sumsq: the output must be float32[1]");
   int64_t total = 0;
   for (int i = 0; i < K; ++i) total += a.numel(i);
   const msopt::ParallelSection section(total);
   double sum = 0.0;
   for (int i = 0; i < K; ++i) sum += msopt::kernels().sumsq_f32(a.ptr<float>(i), a.numel(i));
   *a.ptr<float>(K) = static_cast<float>(sum);
-  return msopt::kAotOk;
+  return msopt::kOk;
 }

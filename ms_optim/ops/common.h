@@ -6,11 +6,30 @@
 #include <cstring>
 #include <mutex>
 
+#include "include/ms_optim.h"
+
 namespace msopt {
 
+// The one vocabulary of error codes of every native entry point: the C
+// library (include/ms_optim.h documents them), the MindSpore AOT adapters
+// (MindSpore reports a non-zero code in its RuntimeError) and top-k
+// selection.  The message is always msopt_last_error()'s.
+enum Status : int {
+  kOk = MSOPT_OK,
+  kErrNull = MSOPT_ERR_NULL,          // a required pointer is NULL
+  kErrHandle = MSOPT_ERR_HANDLE,      // not a live handle
+  kErrSize = MSOPT_ERR_SIZE,          // a count, length, shape or number of arguments is wrong
+  kErrDtype = MSOPT_ERR_DTYPE,        // an element type is unknown, mismatched or unsupported
+  kErrConfig = MSOPT_ERR_CONFIG,      // an unknown name or a bad config
+  kErrRow = MSOPT_ERR_ROW,            // a row id is out of range
+  kErrState = MSOPT_ERR_STATE,        // a bad state blob
+  kErrNoMem = MSOPT_ERR_NOMEM,        // out of memory
+  kErrInternal = MSOPT_ERR_INTERNAL,  // a bug
+};
+
 // Records a printf-style message for msopt_last_error() on this thread and
-// returns `code`, so callers can write `return fail(-2, "...", ...)`.
-int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// returns `code`, so callers can write `return fail(kErrSize, "...", ...)`.
+int fail(Status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 // The argument arrays MindSpore passes to an AOT kernel: inputs, then outputs.
 struct AotArgs {
@@ -49,10 +68,6 @@ class ParallelSection {
  private:
   bool held_;
 };
-
-// Error codes returned by the AOT adapters (MindSpore reports them in its
-// RuntimeError; the message is available from msopt_last_error()).
-enum AotStatus { kAotOk = 0, kAotBadArity = 1, kAotBadDtype = 2, kAotBadShape = 3, kAotNoMemory = 4 };
 
 }  // namespace msopt
 

@@ -7,10 +7,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <string>
 
 #include "common.h"
 #include "contract.h"
 #include "kernels.h"
+#include "ps_kernels.h"
 
 namespace msopt {
 namespace {
@@ -30,62 +33,96 @@ bool cpu_has_avx2() {
 #define MSOPT_BUILD_FLAGS "unknown (built without setup.py)"
 #endif
 
-constexpr const char *kIsaNames = "scalar, avx2, avx512";
+bool cpu_has_baseline() { return true; }
 
-bool known_isa(const char *name) {
-  return std::strcmp(name, "avx512") == 0 || std::strcmp(name, "avx2") == 0 ||
-         std::strcmp(name, "scalar") == 0;
+// The instruction sets, widest first: each one's kernel tables (the AOT
+// kernels and the C library's) and whether this CPU runs it.  kernels() and
+// ps_kernels() both read the one entry chosen here, so they never disagree.
+struct Isa {
+  const char *name;
+  bool (*supported)();
+  const KernelTable *kernels;
+  const PsTable *ps;
+};
+const Isa kIsas[] = {
+    {"avx512", cpu_has_avx512, &avx512::kTable, &avx512::kPsTable},
+    {"avx2", cpu_has_avx2, &avx2::kTable, &avx2::kPsTable},
+    {"scalar", cpu_has_baseline, &scalar::kTable, &scalar::kPsTable},
+};
+
+// The names of the entries that pass `keep`, narrowest first ("scalar, avx2, avx512").
+std::string isa_names(bool (*keep)(const Isa &)) {
+  std::string names;
+  for (auto i = std::rbegin(kIsas); i != std::rend(kIsas); ++i)
+    if (keep(*i)) names += (names.empty() ? "" : ", ") + std::string(i->name);
+  return names;
 }
 
-// The instruction sets this CPU runs, e.g. "scalar, avx2, avx512".
-const char *supported_isas() {
-  __builtin_cpu_init();
-  if (cpu_has_avx512()) return "scalar, avx2, avx512";
-  if (cpu_has_avx2()) return "scalar, avx2";
-  return "scalar";
+// Every instruction set the library has kernels for.
+const char *all_isas() {
+  static const std::string names = isa_names([](const Isa &) { return true; });
+  return names.c_str();
 }
 
-// The table for `name`, or nullptr when the name is unknown or this CPU lacks it.
-const KernelTable *table_for(const char *name) {
-  if (std::strcmp(name, "avx512") == 0) return cpu_has_avx512() ? &avx512::kTable : nullptr;
-  if (std::strcmp(name, "avx2") == 0) return cpu_has_avx2() ? &avx2::kTable : nullptr;
-  if (std::strcmp(name, "scalar") == 0) return &scalar::kTable;
+// The entry named `name`, or nullptr.
+const Isa *find_isa(const char *name) {
+  for (const Isa &i : kIsas)
+    if (std::strcmp(name, i.name) == 0) return &i;
   return nullptr;
 }
 
-// The widest instruction set this CPU runs.
-const KernelTable *widest_table() {
-  if (cpu_has_avx512()) return &avx512::kTable;
-  if (cpu_has_avx2()) return &avx2::kTable;
-  return &scalar::kTable;
+// The instruction sets this CPU runs, e.g. "scalar, avx2".
+const char *supported_isas() {
+  __builtin_cpu_init();
+  static const std::string names = isa_names([](const Isa &i) { return i.supported(); });
+  return names.c_str();
 }
 
-const KernelTable *best_table() {
+// The entry for `name`, or nullptr when the name is unknown or this CPU lacks it.
+const Isa *isa_for(const char *name) {
+  const Isa *i = find_isa(name);
+  return i != nullptr && i->supported() ? i : nullptr;
+}
+
+// The widest instruction set this CPU runs.
+const Isa *widest_isa() {
+  for (const Isa &i : kIsas)
+    if (i.supported()) return &i;
+  return &kIsas[std::size(kIsas) - 1];
+}
+
+const Isa *best_isa() {
   __builtin_cpu_init();
   const char *want = std::getenv("MS_OPTIM_ISA");
-  if (want == nullptr || *want == '\0') return widest_table();
-  if (const KernelTable *t = table_for(want)) return t;
-  const KernelTable *best = widest_table();
+  if (want == nullptr || *want == '\0') return widest_isa();
+  if (const Isa *i = isa_for(want)) return i;
+  const Isa *best = widest_isa();
   std::fprintf(stderr, "ms_optim: MS_OPTIM_ISA=%s is %s (valid names: %s; this CPU supports: %s); "
-               "using %s\n", want, known_isa(want) ? "not supported by this CPU" : "unknown",
-               kIsaNames, supported_isas(), best->isa);
+               "using %s\n", want, find_isa(want) ? "not supported by this CPU" : "unknown",
+               all_isas(), supported_isas(), best->name);
   return best;
 }
 
-std::atomic<const KernelTable *> g_table{nullptr};
+std::atomic<const Isa *> g_isa{nullptr};
 std::mutex g_parallel;
 thread_local char t_error[512] = "";
 
+// The instruction set chosen for this process (on first use: the widest this
+// CPU runs, or MS_OPTIM_ISA; later: msopt_select_isa).
+const Isa &current_isa() {
+  const Isa *i = g_isa.load(std::memory_order_acquire);
+  if (i == nullptr) {
+    i = best_isa();
+    g_isa.store(i, std::memory_order_release);
+  }
+  return *i;
+}
+
 }  // namespace
 
-const KernelTable &kernels() {
-  const KernelTable *t = g_table.load(std::memory_order_acquire);
-  if (t == nullptr) {
-    t = best_table();
-    g_table.store(t, std::memory_order_release);
-  }
-  return *t;
-}
+const KernelTable &kernels() { return *current_isa().kernels; }
+
+const PsTable &ps_kernels() { return *current_isa().ps; }
 
 int kernel_threads() { return std::min(omp_get_max_threads(), kMaxThreads); }
 
@@ -106,7 +143,7 @@ ParallelSection::~ParallelSection() {
   if (held_) g_parallel.unlock();
 }
 
-int fail(int code, const char *fmt, ...) {
+int fail(Status code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   std::vsnprintf(t_error, sizeof t_error, fmt, ap);
@@ -130,16 +167,18 @@ MSOPT_API void msopt_f16_to_f32(const uint16_t *src, float *dst, int64_t n) {
 }
 
 // Selects the kernels of one instruction set ("scalar", "avx2", "avx512") for
-// the whole process; returns 0, or -1 when the name is unknown or unsupported.
+// the whole process; returns kOk, kErrNull for a NULL name, or kErrConfig when
+// the name is unknown or this CPU lacks it.
 int msopt_select_isa(const char *name) {
-  if (name == nullptr) return msopt::fail(-1, "msopt_select_isa: name is NULL");
-  const msopt::KernelTable *t = msopt::table_for(name);
+  if (name == nullptr) return msopt::fail(msopt::kErrNull, "msopt_select_isa: name is NULL");
+  const msopt::Isa *t = msopt::isa_for(name);
   if (t == nullptr)
-    return msopt::fail(-1, "msopt_select_isa: '%s' is %s (valid names: %s; this CPU supports: %s)",
-                       name, msopt::known_isa(name) ? "not supported by this CPU" : "unknown",
-                       msopt::kIsaNames, msopt::supported_isas());
-  msopt::g_table.store(t, std::memory_order_release);
-  return 0;
+    return msopt::fail(msopt::kErrConfig,
+                       "msopt_select_isa: '%s' is %s (valid names: %s; this CPU supports: %s)",
+                       name, msopt::find_isa(name) ? "not supported by this CPU" : "unknown",
+                       msopt::all_isas(), msopt::supported_isas());
+  msopt::g_isa.store(t, std::memory_order_release);
+  return msopt::kOk;
 }
 
 

@@ -29,6 +29,19 @@ struct AdamArgs {
   bool nesterov;
 };
 
+// One tensor of a multi-tensor Adam call.  `out` is the parameter (updated in
+// place) or the delta buffer; `out` and `g` are float32 or float16 (half_bits)
+// as the call says, m and v float32.  Each tensor has its own hyper-parameters
+// (learning rate and weight decay come per parameter with groups).
+struct AdamTensor {
+  void *out;
+  float *m;
+  float *v;
+  const void *g;
+  int64_t n;
+  AdamArgs a;
+};
+
 // Hyper-parameters of one Lamb step shared by the tensors of one call
 // (PaddlePaddle's rule, docs/ALGORITHMS.md §2).
 struct LambArgs {
@@ -82,19 +95,15 @@ struct DgcDenseTensor {
   float lr;
 };
 
-// One instruction set's kernels.  "inplace" kernels update the parameter, m and
-// v in one pass; "delta" kernels update m and v and write the step into `delta`
-// (for an offloaded optimizer whose parameter lives on another device).
+// One instruction set's kernels.
 struct KernelTable {
   const char *isa;
-  void (*adam_inplace_f32)(float *p, float *m, float *v, const float *g, int64_t n,
-                           const AdamArgs &a);
-  void (*adam_inplace_f16)(half_bits *p, float *m, float *v, const half_bits *g,
-                           int64_t n, const AdamArgs &a);
-  void (*adam_delta_f32)(float *delta, float *m, float *v, const float *g, int64_t n,
-                         const AdamArgs &a);
-  void (*adam_delta_f16)(half_bits *delta, float *m, float *v, const half_bits *g,
-                         int64_t n, const AdamArgs &a);
+  // One Adam step on `count` tensors (one MindSpore op for many parameters):
+  // all their elements, taken as one range, split once over the threads in
+  // one parallel region.  delta: write the step to `out` (decay not applied:
+  // the caller did it); otherwise update the parameter in place.  half:
+  // `out` and `g` are float16.
+  void (*adam_multi)(const AdamTensor *tensors, int64_t count, bool delta, bool half);
   // One Lamb step on `count` tensors (a multi-tensor kernel: one MindSpore op
   // for many parameters).  Per tensor with a trust ratio (weight decay or
   // always_adapt), two passes: pass one updates m, v in place, writes the

@@ -21,6 +21,7 @@
 #endif
 
 #include "kernels.h"
+#include "loops_impl.h"
 #include "rules.h"
 
 namespace msopt {
@@ -185,24 +186,12 @@ constexpr int64_t kHalfBlock = 1024;
 // take the decay already applied (their parameter lives elsewhere).  kDecay is
 // false when wd == 0, so the rule never forms 0 * p (NaN for an infinite p).
 template <bool kDelta, bool kNesterov, bool kDecay>
-inline void adam_block(float *__restrict out, float *__restrict m, float *__restrict v,
-                       const float *__restrict g, int64_t n, const AdamArgs &a) {
-  const float b1 = a.beta1, b2 = a.beta2, c1 = 1.0f - a.beta1, c2 = 1.0f - a.beta2;
-  const float eps = a.eps, s = a.inv_scale, nlr = -a.lr_t;
-  const float wd = a.weight_decay;
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = kDecay ? (g[i] + wd * out[i]) * s : g[i] * s;
-    float mi = m[i], vi = v[i];
-    rules::moments(gi, mi, vi, b1, c1, b2, c2);
-    m[i] = mi;
-    v[i] = vi;
-    const float d = nlr * rules::adam_direction<float, kNesterov>(gi, mi, vi, b1, c1, eps);
-    if (kDelta)
-      out[i] = d;
-    else
-      out[i] += d;
-  }
+inline void adam_block(float *out, float *m, float *v, const float *g, int64_t n,
+                       const AdamArgs &a) {
+  const AdamStep<float> step{a.beta1, 1.0f - a.beta1, a.beta2, 1.0f - a.beta2,
+                             a.eps,   -a.lr_t,        a.weight_decay};
+  adam_loop<float, kDelta, kNesterov, kDecay>(out, m, v, g, n, step,
+                                              ScaledGrad<float>{a.inv_scale});
 }
 
 template <bool kDelta>
@@ -227,32 +216,39 @@ inline void adam_f16_range(half_bits *out, float *m, float *v, const half_bits *
   }
 }
 
-void adam_inplace_f32(float *p, float *m, float *v, const float *g, int64_t n,
-                      const AdamArgs &a) {
-  parallel_ranges(n, [&](int64_t lo, int64_t hi) {
-    adam_f32_range<false>(p + lo, m + lo, v + lo, g + lo, hi - lo, a);
+// A piece [lo, hi) of one tensor of a multi-tensor Adam call.
+template <bool kDelta, bool kHalf>
+inline void adam_piece(const AdamTensor &x, int64_t lo, int64_t hi) {
+  if (kHalf)
+    adam_f16_range<kDelta>(static_cast<half_bits *>(x.out) + lo, x.m + lo, x.v + lo,
+                           static_cast<const half_bits *>(x.g) + lo, hi - lo, x.a);
+  else
+    adam_f32_range<kDelta>(static_cast<float *>(x.out) + lo, x.m + lo, x.v + lo,
+                           static_cast<const float *>(x.g) + lo, hi - lo, x.a);
+}
+
+// Every tensor's elements as one range [0, total), split once over the
+// threads: each thread walks the tensors its share overlaps.  Adam has no
+// reduction, so no thread waits for another and the bits do not depend on
+// the split.
+template <bool kDelta, bool kHalf>
+void adam_multi_impl(const AdamTensor *ts, int64_t count) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < count; ++i) total += ts[i].n;
+  parallel_ranges(total, [&](int64_t lo, int64_t hi) {
+    int64_t off = 0;
+    for (int64_t i = 0; i < count && off < hi; off += ts[i].n, ++i) {
+      const int64_t a = std::max(lo, off), b = std::min(hi, off + ts[i].n);
+      if (a < b) adam_piece<kDelta, kHalf>(ts[i], a - off, b - off);
+    }
   });
 }
 
-void adam_inplace_f16(half_bits *p, float *m, float *v, const half_bits *g, int64_t n,
-                      const AdamArgs &a) {
-  parallel_ranges(n, [&](int64_t lo, int64_t hi) {
-    adam_f16_range<false>(p + lo, m + lo, v + lo, g + lo, hi - lo, a);
-  });
-}
-
-void adam_delta_f32(float *d, float *m, float *v, const float *g, int64_t n,
-                    const AdamArgs &a) {
-  parallel_ranges(n, [&](int64_t lo, int64_t hi) {
-    adam_f32_range<true>(d + lo, m + lo, v + lo, g + lo, hi - lo, a);
-  });
-}
-
-void adam_delta_f16(half_bits *d, float *m, float *v, const half_bits *g, int64_t n,
-                    const AdamArgs &a) {
-  parallel_ranges(n, [&](int64_t lo, int64_t hi) {
-    adam_f16_range<true>(d + lo, m + lo, v + lo, g + lo, hi - lo, a);
-  });
+void adam_multi(const AdamTensor *ts, int64_t count, bool delta, bool half) {
+  if (delta)
+    (half ? adam_multi_impl<true, true> : adam_multi_impl<true, false>)(ts, count);
+  else
+    (half ? adam_multi_impl<false, true> : adam_multi_impl<false, false>)(ts, count);
 }
 
 // --------------------------------------------------------------------- Lamb --
@@ -318,63 +314,22 @@ inline double sum_squares(const float *x, int64_t len) {
   return s.total();
 }
 
-// Lamb's gradient element: scaled by gs, then clamped to [lo, hi] when value
-// clipping is on.
-template <bool kClip>
-inline float lamb_grad(float g, float gs, float lo, float hi) {
-  return kClip ? std::min(std::max(g * gs, lo), hi) : g * gs;
-}
+// The AOT's order of Lamb's squared norms: blocks of 512 elements, each summed
+// by SumSq right after pass one wrote it (its p and r still in L1), the
+// blocks added in order.
+struct VectorNorm {
+  static constexpr int64_t kBlock = 512;
+  static double sumsq(const float *x, int64_t len) { return sum_squares(x, len); }
+};
 
-// Pass one runs in blocks of kLambBlock elements: the vectorized update writes
-// m, v and the direction r, then the squares of the block's p and r are summed
-// while both are still in L1.
-constexpr int64_t kLambBlock = 512;
-
-template <bool kClip>
-void lamb_pass1(const float *p, float *m, float *v, const float *g, float *r, int64_t lo,
-                int64_t hi, const LambArgs &a, float gs, float wd, double *sums) {
-  const float b1 = a.beta1, b2 = a.beta2, c1 = 1.0f - a.beta1, c2 = 1.0f - a.beta2;
-  const float ib1 = a.inv_bc1, isb2 = a.inv_sqrt_bc2, eps = a.eps;
-  const float lo_clip = a.clip_lo, hi_clip = a.clip_hi;
-  double ps = 0.0, rs = 0.0;
-  for (int64_t blo = lo; blo < hi; blo += kLambBlock) {
-    const int64_t len = std::min(kLambBlock, hi - blo);
-    const float *pb = p + blo, *gb = g + blo;
-    float *mb = m + blo, *vb = v + blo, *rb = r + blo;
-#pragma omp simd
-    for (int64_t j = 0; j < len; ++j) {
-      const float gi = lamb_grad<kClip>(gb[j], gs, lo_clip, hi_clip);
-      float mi = mb[j], vi = vb[j];
-      rules::moments(gi, mi, vi, b1, c1, b2, c2);
-      mb[j] = mi;
-      vb[j] = vi;
-      rb[j] = rules::lamb_direction(pb[j], mi, vi, ib1, isb2, eps, wd);
-    }
-    ps += sum_squares(pb, len);
-    rs += sum_squares(rb, len);
-  }
-  sums[0] = ps;
-  sums[1] = rs;
-}
-
-// The whole step of a tensor without a trust ratio (no weight decay and not
-// always_adapt: ratio 1) in one pass, p -= lr * r as soon as r is known: no
-// second read of p and r.
-template <bool kClip>
-void lamb_single_pass(float *p, float *m, float *v, const float *g, int64_t lo, int64_t hi,
-                      const LambArgs &a, float gs, float wd, float lr) {
-  const float b1 = a.beta1, b2 = a.beta2, c1 = 1.0f - a.beta1, c2 = 1.0f - a.beta2;
-  const float ib1 = a.inv_bc1, isb2 = a.inv_sqrt_bc2, eps = a.eps;
-  const float lo_clip = a.clip_lo, hi_clip = a.clip_hi;
-#pragma omp simd
-  for (int64_t i = lo; i < hi; ++i) {
-    const float gi = lamb_grad<kClip>(g[i], gs, lo_clip, hi_clip);
-    float mi = m[i], vi = v[i];
-    rules::moments(gi, mi, vi, b1, c1, b2, c2);
-    m[i] = mi;
-    v[i] = vi;
-    p[i] -= lr * rules::lamb_direction(p[i], mi, vi, ib1, isb2, eps, wd);
-  }
+// Runs body(grad) with the gradient reader of this call: scaled by gs, then
+// value-clipped when clip_lo / clip_hi are finite.
+template <class Body>
+inline void with_lamb_grad(const LambArgs &a, float gs, const Body &body) {
+  if (a.clip_lo > -INFINITY || a.clip_hi < INFINITY)
+    body(ClippedGrad<float>{gs, a.clip_lo, a.clip_hi});
+  else
+    body(ScaledGrad<float>{gs});
 }
 
 // One tensor's Lamb step, run by thread t of nt.  kTeam: all nt threads of the
@@ -405,28 +360,36 @@ void lamb_tensor(const LambTensor &x, const LambArgs &a, float *r, int64_t nt, i
 #pragma omp barrier
     }
   }
-  const bool clip = a.clip_lo > -INFINITY || a.clip_hi < INFINITY;
+  const LambStep<float> step{a.beta1, 1.0f - a.beta1, a.beta2,        1.0f - a.beta2,
+                             a.eps,   a.inv_bc1,      a.inv_sqrt_bc2, x.weight_decay};
+  const int64_t lo = rg.lo, len = rg.hi - rg.lo;
+  float *p = x.p + lo, *m = x.m + lo, *v = x.v + lo, *rr = r + lo;
+  const float *g = x.g + lo;
   if (!(x.weight_decay > 0.0f || a.always_adapt)) {
-    if (rg.lo < rg.hi)
-      (clip ? lamb_single_pass<true> : lamb_single_pass<false>)(x.p, x.m, x.v, x.g, rg.lo, rg.hi,
-                                                                 a, gs, x.weight_decay, x.lr);
+    if (len > 0)
+      with_lamb_grad(a, gs, [&](auto grad) { lamb_plain_loop(p, m, v, g, len, step, x.lr, grad); });
     if (t == 0) *x.ratio = 1.0f;
     // no barrier: nothing shared was written, and the clip sums above were read before the
     // barrier that follows them
     return;
   }
-  partial[t][0] = partial[t][1] = 0.0;
-  if (rg.lo < rg.hi)
-    (clip ? lamb_pass1<true> : lamb_pass1<false>)(x.p, x.m, x.v, x.g, r, rg.lo, rg.hi, a, gs,
-                                                 x.weight_decay, partial[t]);
+  double ps = 0.0, rs = 0.0;
+  if (len > 0)
+    with_lamb_grad(a, gs, [&](auto grad) {
+      lamb_moments_blocks<VectorNorm>(
+          p, m, v, g, len, step, grad, [rr](int64_t b) { return rr + b; },
+          [&](int64_t, double sp, double sr) {
+            ps += sp;
+            rs += sr;
+          });
+    });
+  partial[t][0] = ps;
+  partial[t][1] = rs;
   if (kTeam) {
 #pragma omp barrier
   }
   const float ratio = static_cast<float>(rules::lamb_trust_ratio(combine(0), combine(1)));
-  const float step = x.lr * ratio;
-  float *p = x.p;
-#pragma omp simd
-  for (int64_t i = rg.lo; i < rg.hi; ++i) p[i] -= step * r[i];
+  lamb_apply_loop(p, len, x.lr * ratio, [rr](int64_t i, float) { return rr[i]; });
   if (t == 0) *x.ratio = ratio;
   if (kTeam) {
 #pragma omp barrier
@@ -541,6 +504,9 @@ void gather_abs_f32(const float *x, int64_t n, Gather *g) {
   });
 }
 
+// float16 parameters are stepped in blocks converted through a stack buffer.
+constexpr int64_t kDgcHalfBlock = 1024;
+
 // p -= lr * step over [lo, hi) of one tensor (float16 p through float32 blocks).
 template <bool kNesterov>
 void dgc_dense_range(const DgcDenseTensor &x, int64_t lo, int64_t hi, float momentum) {
@@ -559,9 +525,9 @@ void dgc_dense_range(const DgcDenseTensor &x, int64_t lo, int64_t hi, float mome
     return;
   }
   half_bits *p = static_cast<half_bits *>(x.p);
-  alignas(64) float pb[kHalfBlock];
-  for (int64_t b = lo; b < hi; b += kHalfBlock) {
-    const int64_t len = std::min(kHalfBlock, hi - b);
+  alignas(64) float pb[kDgcHalfBlock];
+  for (int64_t b = lo; b < hi; b += kDgcHalfBlock) {
+    const int64_t len = std::min(kDgcHalfBlock, hi - b);
     f16_to_f32(p + b, pb, len);
     float *ub = u + b;
     const float *gb = g + b;
@@ -610,8 +576,7 @@ void dgc_momentum(const DgcDenseTensor *ts, int64_t count, float momentum, bool 
 
 extern const KernelTable kTable;
 const KernelTable kTable = {
-    MSOPT_ISA_NAME,   adam_inplace_f32, adam_inplace_f16, adam_delta_f32, adam_delta_f16,
-    lamb_f32,         dgc_accumulate_f32, gather_abs_f32, sumsq_f32,
+    MSOPT_ISA_NAME,   adam_multi,       lamb_f32,         dgc_accumulate_f32, gather_abs_f32, sumsq_f32,
     f16_to_f32,       f32_to_f16,       dgc_momentum,     dgc_accumulate_range_f32,
 };
 

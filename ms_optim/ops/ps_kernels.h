@@ -3,8 +3,8 @@
 // The loops live in ps_kernels_impl.h, compiled once per instruction set at
 // the end of isa_scalar.cpp / isa_avx2.cpp / isa_avx512.cpp into that ISA's
 // namespace; the per-element math is rules.h.  ps_kernels() returns the table
-// of the ISA that msopt::kernels() uses, so MS_OPTIM_ISA and msopt_select_isa
-// switch both together.  Every kernel works on one contiguous range on the
+// of the ISA that msopt::kernels() uses (dispatch.cpp chooses one entry that
+// holds both), so MS_OPTIM_ISA and msopt_select_isa switch both together.  Every kernel works on one contiguous range on the
 // calling thread; capi.cpp splits work between OpenMP threads.
 //
 // No MindSpore or Python headers here.
@@ -71,7 +71,7 @@ namespace scalar { extern const PsTable kPsTable; }
 namespace avx2 { extern const PsTable kPsTable; }
 namespace avx512 { extern const PsTable kPsTable; }
 
-// The table of the instruction set msopt::kernels() uses.
+// The table of the instruction set msopt::kernels() uses (dispatch.cpp).
 const PsTable &ps_kernels();
 
 }  // namespace msopt

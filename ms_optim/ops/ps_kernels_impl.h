@@ -3,7 +3,8 @@
 // (after MSOPT_ISA_NS and MSOPT_ISA_NAME are defined), so the plain `omp simd`
 // loops below are vectorized with that unit's -m flags.  The per-element math
 // is rules.h; each kernel runs one contiguous range on the calling thread.
-// Needs kernels_impl.h included first (it defines with_flags).
+// Adam and Lamb are the shared loops of loops_impl.h with this library's
+// policies.  Needs kernels_impl.h included first (with_flags, loops_impl.h).
 #ifndef MSOPT_ISA_NS
 #error "define MSOPT_ISA_NS before including ps_kernels_impl.h"
 #endif
@@ -27,7 +28,7 @@ void sgd_loop(T *__restrict p, const T *__restrict g, int64_t n, const PsHyper<T
   const T lr = h.lr, wd = h.wd;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const T gi = kDecay ? rules::ps_decayed_grad(g[i], p[i], wd) : g[i];
+    const T gi = kDecay ? rules::decayed_grad(g[i], p[i], wd) : g[i];
     p[i] = rules::ps_sgd(p[i], gi, lr);
   }
 }
@@ -44,7 +45,7 @@ void momentum_loop(T *__restrict p, T *__restrict v, const T *__restrict g, int6
   const T lr = h.lr, mom = h.momentum, wd = h.wd;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const T gi = kDecay ? rules::ps_decayed_grad(g[i], p[i], wd) : g[i];
+    const T gi = kDecay ? rules::decayed_grad(g[i], p[i], wd) : g[i];
     T vi = v[i];
     p[i] = rules::ps_momentum<T, kNesterov>(p[i], gi, vi, lr, mom);
     v[i] = vi;
@@ -64,7 +65,7 @@ void adagrad_loop(T *__restrict p, T *__restrict a, const T *__restrict g, int64
   const T lr = h.lr, eps = h.eps, wd = h.wd;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const T gi = kDecay ? rules::ps_decayed_grad(g[i], p[i], wd) : g[i];
+    const T gi = kDecay ? rules::decayed_grad(g[i], p[i], wd) : g[i];
     T ai = a[i];
     p[i] = rules::ps_adagrad(p[i], gi, ai, lr, eps);
     a[i] = ai;
@@ -78,95 +79,68 @@ void adagrad(T *p, T *a, const T *g, int64_t n, const PsHyper<T> &h) {
 }
 
 // Adam as MindSpore's Adam (and the AdamOffload kernel): p += -lr_t * direction.
-template <class T, bool kNesterov, bool kDecay>
-void adam_loop(T *__restrict p, T *__restrict m, T *__restrict v, const T *__restrict g, int64_t n,
-               const PsHyper<T> &h) {
-  const T b1 = h.beta1, c1 = h.c1, b2 = h.beta2, c2 = h.c2, eps = h.eps, wd = h.wd;
-  const T nlr = -h.lr_t;
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const T gi = kDecay ? rules::ps_decayed_grad(g[i], p[i], wd) : g[i];
-    T mi = m[i], vi = v[i];
-    rules::moments(gi, mi, vi, b1, c1, b2, c2);
-    m[i] = mi;
-    v[i] = vi;
-    p[i] += nlr * rules::adam_direction<T, kNesterov>(gi, mi, vi, b1, c1, eps);
-  }
-}
-
 template <class T>
 void adam(T *p, T *m, T *v, const T *g, int64_t n, const PsHyper<T> &h) {
+  const AdamStep<T> step{h.beta1, h.c1, h.beta2, h.c2, h.eps, -h.lr_t, h.wd};
   with_flags(h.nesterov, h.wd != T(0), [&](auto nesterov, auto decay) {
-    adam_loop<T, decltype(nesterov)::value, decltype(decay)::value>(p, m, v, g, n, h);
+    adam_loop<T, false, decltype(nesterov)::value, decltype(decay)::value>(p, m, v, g, n, step,
+                                                                           PlainGrad<T>{});
   });
 }
 
 // ---------------------------------------------------------------------- Lamb --
 
 template <class T>
-void lamb_plain(T *__restrict p, T *__restrict m, T *__restrict v, const T *__restrict g,
-                int64_t n, const PsHyper<T> &h) {
-  const T b1 = h.beta1, c1 = h.c1, b2 = h.beta2, c2 = h.c2, eps = h.eps, wd = h.wd;
-  const T ib1 = h.inv_bc1, isb2 = h.inv_sqrt_bc2, lr = h.lr;
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    T mi = m[i], vi = v[i];
-    rules::moments(g[i], mi, vi, b1, c1, b2, c2);
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = rules::ps_lamb_apply(p[i], rules::lamb_direction(p[i], mi, vi, ib1, isb2, eps, wd), lr);
-  }
+LambStep<T> lamb_step(const PsHyper<T> &h) {
+  return {h.beta1, h.c1, h.beta2, h.c2, h.eps, h.inv_bc1, h.inv_sqrt_bc2, h.wd};
 }
 
-// Squared sum of len <= kPsNormBlock elements in the 8-lane order of ps_kernels.h.
 template <class T>
-inline double block_sumsq(const T *x, int64_t len) {
-  double acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-  int64_t i = 0;
-  for (; i + 8 <= len; i += 8)
-    for (int j = 0; j < 8; ++j) {
-      const double d = static_cast<double>(x[i + j]);
+void lamb_plain(T *p, T *m, T *v, const T *g, int64_t n, const PsHyper<T> &h) {
+  lamb_plain_loop(p, m, v, g, n, lamb_step(h), h.lr, PlainGrad<T>{});
+}
+
+// The C library's order of Lamb's squared norms (ps_kernels.h): blocks of
+// kPsNormBlock elements, each summed in 8 interleaved lanes.
+struct LaneNorm {
+  static constexpr int64_t kBlock = kPsNormBlock;
+  template <class T>
+  static double sumsq(const T *x, int64_t len) {
+    double acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    int64_t i = 0;
+    for (; i + 8 <= len; i += 8)
+      for (int j = 0; j < 8; ++j) {
+        const double d = static_cast<double>(x[i + j]);
+        acc[j] += d * d;
+      }
+    for (int j = 0; i < len; ++i, ++j) {
+      const double d = static_cast<double>(x[i]);
       acc[j] += d * d;
     }
-  for (int j = 0; i < len; ++i, ++j) {
-    const double d = static_cast<double>(x[i]);
-    acc[j] += d * d;
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   }
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
+};
 
+// Pass one: r of each block goes to a stack buffer, only its norm is kept
+// (pass two recomputes r).
 template <class T>
 void lamb_moments(const T *p, T *m, T *v, const T *g, int64_t n, const PsHyper<T> &h,
                   double *p_sq, double *r_sq) {
-  const T b1 = h.beta1, c1 = h.c1, b2 = h.beta2, c2 = h.c2, eps = h.eps, wd = h.wd;
-  const T ib1 = h.inv_bc1, isb2 = h.inv_sqrt_bc2;
   alignas(64) T rb[kPsNormBlock];
-  for (int64_t lo = 0, b = 0; lo < n; lo += kPsNormBlock, ++b) {
-    const int64_t len = std::min(kPsNormBlock, n - lo);
-    const T *pb = p + lo;
-    T *mb = m + lo, *vb = v + lo;
-    const T *gb = g + lo;
-#pragma omp simd
-    for (int64_t i = 0; i < len; ++i) {
-      T mi = mb[i], vi = vb[i];
-      rules::moments(gb[i], mi, vi, b1, c1, b2, c2);
-      mb[i] = mi;
-      vb[i] = vi;
-      rb[i] = rules::lamb_direction(pb[i], mi, vi, ib1, isb2, eps, wd);
-    }
-    p_sq[b] = block_sumsq(pb, len);
-    r_sq[b] = block_sumsq(rb, len);
-  }
+  lamb_moments_blocks<LaneNorm>(
+      p, m, v, g, n, lamb_step(h), PlainGrad<T>{}, [&rb](int64_t) { return rb; },
+      [p_sq, r_sq](int64_t b, double sp, double sr) {
+        p_sq[b] = sp;
+        r_sq[b] = sr;
+      });
 }
 
 template <class T>
-void lamb_apply(T *__restrict p, const T *__restrict m, const T *__restrict v, int64_t n,
-                const PsHyper<T> &h, T lr_ratio) {
+void lamb_apply(T *p, const T *m, const T *v, int64_t n, const PsHyper<T> &h, T lr_ratio) {
   const T eps = h.eps, wd = h.wd, ib1 = h.inv_bc1, isb2 = h.inv_sqrt_bc2;
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i)
-    p[i] = rules::ps_lamb_apply(p[i], rules::lamb_direction(p[i], m[i], v[i], ib1, isb2, eps, wd),
-                                lr_ratio);
+  lamb_apply_loop(p, n, lr_ratio, [=](int64_t i, T pi) {
+    return rules::lamb_direction(pi, m[i], v[i], ib1, isb2, eps, wd);
+  });
 }
 
 // ------------------------------------------------------------ regularization --

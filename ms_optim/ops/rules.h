@@ -7,10 +7,25 @@
 // floating-point contraction off, results agree bit for bit.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 
 namespace msopt {
 namespace rules {
+
+// Weight decay coupled into the gradient (MindSpore's decay_weight): g + wd * p.
+// Callers skip it when wd == 0, so 0 * p is never formed (NaN for an infinite p).
+template <class T>
+inline T decayed_grad(T g, T p, T wd) {
+  return g + wd * p;
+}
+
+// Lamb's gradient with value clipping (the AOT kernel): scaled, then clamped
+// to [lo, hi].
+template <class T>
+inline T clipped_grad(T g, T scale, T lo, T hi) {
+  return std::min(std::max(g * scale, lo), hi);
+}
 
 // Exponential moving averages of the gradient and its square (Adam, Lamb):
 //   m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g * g
@@ -29,6 +44,21 @@ inline T adam_direction(T g, T m, T v, T beta1, T c1, T eps) {
   return num / (std::sqrt(v) + eps);
 }
 
+// Adam's bias-corrected step size lr * sqrt(1 - beta2^t) / (1 - beta1^t)
+// (MindSpore), from beta1_power = beta1^t and beta2_power = beta2^t.
+template <class T>
+inline T adam_step_size(T lr, T beta1_power, T beta2_power) {
+  return lr * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
+}
+
+// Lamb's bias corrections as lamb_direction takes them: 1 / (1 - beta1^t)
+// and 1 / sqrt(1 - beta2^t).
+template <class T>
+inline void lamb_bias_corrections(T beta1_power, T beta2_power, T &inv_bc1, T &inv_sqrt_bc2) {
+  inv_bc1 = T(1) / (T(1) - beta1_power);
+  inv_sqrt_bc2 = T(1) / std::sqrt(T(1) - beta2_power);
+}
+
 // Lamb's (PaddlePaddle's) update direction, m and v already updated:
 //   r = (m / bc1) / (sqrt(v / bc2) + eps) + wd * p,  bc1 = 1 - beta1^t, bc2 = 1 - beta2^t
 // evaluated as (m * inv_bc1) / (sqrt(v) * inv_sqrt_bc2 + eps) + wd * p with the
@@ -39,6 +69,12 @@ inline T adam_direction(T g, T m, T v, T beta1, T c1, T eps) {
 template <class T>
 inline T lamb_direction(T p, T m, T v, T inv_bc1, T inv_sqrt_bc2, T eps, T wd) {
   return (m * inv_bc1) / (std::sqrt(v) * inv_sqrt_bc2 + eps) + wd * p;
+}
+
+// Lamb's parameter step with its trust ratio: p - (lr * ratio) * r.
+template <class T>
+inline T lamb_apply(T p, T r, T lr_ratio) {
+  return p - lr_ratio * r;
 }
 
 // Lamb's trust ratio from the squared norms of p and r (PaddlePaddle's rule):
@@ -86,14 +122,7 @@ inline T dgc_dense_momentum(T g, T &u, T momentum) {
 // ---------------------------------------------------------------------------
 // Rules of the C library for parameter servers (capi.cpp, ps_kernels_impl.h),
 // mirrored by the ps_* functions at the end of ms_optim/reference.py.  Adam and
-// Lamb there use moments / adam_direction / lamb_direction above.
-
-// Weight decay coupled into the gradient (MindSpore's decay_weight): g + wd * p.
-// Callers skip it when wd == 0, so 0 * p is never formed (NaN for an infinite p).
-template <class T>
-inline T ps_decayed_grad(T g, T p, T wd) {
-  return g + wd * p;
-}
+// Lamb there use the rules above, as the AOT kernels do.
 
 // Plain SGD (MindSpore's SGD without momentum): p - lr * g.
 template <class T>
@@ -115,18 +144,6 @@ template <class T>
 inline T ps_adagrad(T p, T g, T &a, T lr, T eps) {
   a = a + g * g;
   return p - lr * g / (std::sqrt(a) + eps);
-}
-
-// Adam's bias-corrected step size lr * sqrt(1 - beta2^t) / (1 - beta1^t) (MindSpore).
-template <class T>
-inline T ps_adam_step_size(T lr, T beta1_power, T beta2_power) {
-  return lr * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
-}
-
-// Lamb's parameter step with its trust ratio: p - (lr * ratio) * r.
-template <class T>
-inline T ps_lamb_apply(T p, T r, T lr_ratio) {
-  return p - lr_ratio * r;
 }
 
 // Decoupled elastic-net regularization, applied to every row after each step

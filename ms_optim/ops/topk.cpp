@@ -195,9 +195,9 @@ struct TopkJob {
 };
 
 int check_sizes(int64_t n, int64_t k) {
-  if (n < 1 || n > INT32_MAX) return fail(-1, "topk: n = %lld is outside [1, 2^31)", (long long)n);
-  if (k < 1 || k > n) return fail(-1, "topk: k = %lld is outside [1, n = %lld]", (long long)k, (long long)n);
-  return 0;
+  if (n < 1 || n > INT32_MAX) return fail(kErrSize, "topk: n = %lld is outside [1, 2^31)", (long long)n);
+  if (k < 1 || k > n) return fail(kErrSize, "topk: k = %lld is outside [1, n = %lld]", (long long)k, (long long)n);
+  return kOk;
 }
 
 }  // namespace
@@ -213,9 +213,9 @@ int topk_abs(const TopkSource &src, int64_t n, int64_t k, int32_t *idx, float *v
     else
       kt.gather_abs_f32(src.x, n, &job.g);
     job.finish(idx, val);
-    return 0;
+    return kOk;
   } catch (const std::bad_alloc &) {
-    return fail(-2, "topk: out of memory (n = %lld, k = %lld)", (long long)n, (long long)k);
+    return fail(kErrNoMem, "topk: out of memory (n = %lld, k = %lld)", (long long)n, (long long)k);
   }
 }
 
@@ -223,12 +223,12 @@ int topk_abs_multi(const TopkSource *srcs, const int64_t *n, const int64_t *k,
                    const int64_t *off, int count, int32_t *idx, float *val) {
   int64_t total = 0;
   for (int j = 0; j < count; ++j) {
-    if (srcs[j].u == nullptr) return fail(-1, "topk: tensor %d is not a DGC source", j);
+    if (srcs[j].u == nullptr) return fail(kErrNull, "topk: tensor %d is not a DGC source", j);
     if (int rc = check_sizes(n[j], k[j])) return rc;
     total += n[j];
   }
   const KernelTable &kt = kernels();
-  int status = 0;  // the first failure
+  int status = kOk;  // kErrNoMem once a thread ran out of memory
   try {
     // largest first, so that the dynamic schedule ends balanced
     std::vector<int> order(static_cast<size_t>(count));
@@ -249,7 +249,7 @@ int topk_abs_multi(const TopkSource *srcs, const int64_t *n, const int64_t *k,
           kt.dgc_accumulate_range_f32(s.u, s.v, s.grad, 0, n[j], s.momentum, s.nesterov, &job.g);
           job.finish(idx + off[j], val + off[j]);
         } catch (const std::bad_alloc &) {
-          mine = -2;
+          mine = kErrNoMem;
         }
       }
       if (mine != 0) {
@@ -258,11 +258,11 @@ int topk_abs_multi(const TopkSource *srcs, const int64_t *n, const int64_t *k,
       }
     }
   } catch (const std::bad_alloc &) {
-    status = -2;
+    status = kErrNoMem;
   }
-  if (status != 0)
-    return fail(status, "topk: out of memory selecting from %d tensors", count);
-  return 0;
+  if (status != kOk)  // (recorded on this thread: the failing one may be another)
+    return fail(kErrNoMem, "topk: out of memory selecting from %d tensors", count);
+  return kOk;
 }
 
 }  // namespace msopt

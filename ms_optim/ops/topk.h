@@ -23,8 +23,7 @@ struct TopkSource {
 // The k entries of largest |x| (ties broken by the lower index), written in
 // ascending index order: idx[0..k), val[i] = x[idx[i]].  For a DGC source
 // the residuals are updated first, in the same pass that gathers candidates.
-// Returns 0, or a negative code with msopt_last_error() set (bad sizes, no
-// memory).  Never throws.
+// Returns kOk, or kErrSize / kErrNoMem with msopt_last_error() set.  Never throws.
 int topk_abs(const TopkSource &src, int64_t n, int64_t k, int32_t *idx, float *val);
 
 // topk_abs of `count` DGC sources (u != nullptr) in one parallel region, each

@@ -1,0 +1,85 @@
+"""The step skeleton shared by the ms_optim optimizers.
+
+One vocabulary of implementations, resolved in one place:
+
+- ``"native"``: the fused native kernels on the host CPU update the
+  parameters in place (the choice on a CPU device target);
+- ``"delta"``: AdamOffload on GPU/Ascend: the host kernel updates the moments
+  and returns the step; the device only adds it (the moments never occupy
+  device memory);
+- ``"ops"``: the same rule from plain MindSpore ops, run wherever the
+  parameters are (Lamb and DGCMomentum on GPU/Ascend);
+- ``"auto"``: ``"native"`` on a CPU device target, else the optimizer's
+  device choice.
+
+One order of gradient preprocessing, for every optimizer and path: the loss
+scale is divided out first, then the gradient is clipped (Lamb's
+``grad_clip``, DGC's local clip), then weight decay applies (coupled into the
+gradient for AdamOffload and DGC, decoupled in Lamb's direction).  A native
+kernel that fuses these steps keeps that order inside its loop, with
+MindSpore's one exception: AdamOffload matches ``nn.AdamOffload``, which adds
+the decay to the still-scaled gradient with a weight decay premultiplied by
+the loss scale (the same value up to rounding).
+
+Per-parameter values (learning rate and weight decay with parameter groups)
+reach a multi-tensor op as one tensor per bucket (``per_tensor``); the
+ops paths map their per-parameter rule with ``map_params``.
+"""
+from mindspore import context, ops
+from mindspore.ops import composite as C
+from mindspore.ops import functional as F
+
+from . import _checks
+
+_scale = C.MultitypeFuncGraph("ms_optim_scale_grad")
+
+
+@_scale.register("Tensor", "Tensor")
+def _run_scale(factor, grad):
+    return grad * F.cast(factor, F.dtype(grad))
+
+IMPLS = ("native", "delta", "ops")
+
+
+def resolve_impl(cls, impl, supported, device_choice, aliases=None):
+    """The implementation to run: `impl` checked against "auto" + `supported` (and the
+    `aliases`, old names mapped to new ones), "auto" resolved by the device target."""
+    aliases = aliases or {}
+    _checks.check_choice(cls, "impl", impl, ("auto",) + tuple(supported) + tuple(aliases))
+    impl = aliases.get(impl, impl)
+    if impl == "auto":
+        impl = "native" if context.get_context("device_target") == "CPU" else device_choice
+    return impl
+
+
+class StepSkeleton:
+    """Mixin of the graph-side helpers (placed before ``nn.Optimizer`` in the bases)."""
+
+    def _init_skeleton(self):
+        self.stack = ops.Stack()
+
+    def unscale_and_clip(self, gradients, scaled, inv_scale, clip):
+        """The first two steps of the one preprocessing order, for the paths that run them
+        as graph ops: the loss scale divided out (``g * inv_scale`` when `scaled`), then
+        `clip` (an ``ms_optim.clip`` Cell, or None).  Decay comes after, in each rule."""
+        if scaled:
+            gradients = self.map_(F.partial(_scale, inv_scale), gradients)
+        if clip is not None:
+            gradients = clip(gradients)
+        return gradients
+
+    def per_tensor(self, values, lo, hi, each):
+        """Parameters lo..hi's values as one input of a multi-tensor op: a float32[hi - lo]
+        stack of the per-parameter values when `each`, else the shared value."""
+        if each:
+            return self.stack(values[lo:hi])
+        return values
+
+    def map_params(self, fn, lr, weight_decay, *per_param):
+        """``fn(lr, weight_decay, *per_param_i)`` for every parameter i, in reverse order as
+        MindSpore's optimizers map; lr and weight decay per parameter with groups, else
+        shared.  One call instead of a ``map_reverse`` per group layout."""
+        count = len(per_param[0])
+        lrs = lr if self.is_group_lr else (lr,) * count
+        wds = weight_decay if self.is_group else (weight_decay,) * count
+        return self.map_reverse(fn, lrs, wds, *per_param)

@@ -1,0 +1,211 @@
+"""Where a MindSpore optimizer step's time goes, measured piece by piece.
+
+Each line times one GRAPH_MODE cell call (median of --steps calls) on the
+host CPU, for a parameter layout (ResNet-50's 161 tensors scaled to about
+--size parameters, as scripts/bench_optimizers.py):
+
+- the floor of a graph call (a cell that returns a constant);
+- the graph ops an optimizer runs around its kernel (beta powers, concat);
+- a no-op AOT Custom op (a probe compiled by this script, doing nothing)
+  with 1 input, and with all the tensors as inputs of one op, and one probe
+  op per tensor: MindSpore's cost per Custom op and per op input;
+- the same with the inputs marked as written in place (side_effect_mem);
+- the native Adam kernel alone (ctypes, no MindSpore) and inside MindSpore;
+- OpenMP: a 2-thread kernel call on a small tensor against a 1-thread one.
+
+The findings are written up in docs/PROFILE.md.  Run:
+    python scripts/profile_step.py [--size 1e6] [--steps 50]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import mindspore as ms
+from mindspore import nn, ops
+from mindspore.ops import CustomRegOp, DataType
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_optimizers import layout_sizes  # noqa: E402
+
+from ms_optim import _native, kernels  # noqa: E402
+
+_PROBE = r"""
+#include <cstdint>
+extern "C" int probe_noop(int, void **, int *, int64_t **, const char **, void *, void *) {
+  return 0;
+}
+"""
+
+
+def build_probe(tmp):
+    src, lib = os.path.join(tmp, "probe.cpp"), os.path.join(tmp, "libprobe.so")
+    with open(src, "w") as fh:
+        fh.write(_PROBE)
+    subprocess.check_call(["g++", "-std=c++17", "-O2", "-shared", "-fPIC", src, "-o", lib])
+    return lib
+
+
+def probe_op(lib, k, inplace):
+    reg = CustomRegOp(f"probe_noop_{k}_{int(inplace)}")
+    for i in range(k):
+        reg = reg.input(i, f"x{i}")
+    reg = reg.output(0, "y").dtype_format(*([DataType.F32_Default] * (k + 1)))
+    op = ops.Custom(f"{lib}:probe_noop", out_shape=lambda *s: [1],
+                    out_dtype=lambda *d: ms.float32, func_type="aot",
+                    reg_info=reg.target("CPU").get_op_info())
+    if inplace:
+        op.add_prim_attr("side_effect_mem", True)
+    op.set_device("CPU")
+    return op
+
+
+class Const(nn.Cell):
+    def construct(self):
+        return True
+
+
+class GraphOps(nn.Cell):
+    """What AdamOffload's construct computes besides its kernel: lr, global step, powers."""
+
+    def __init__(self, opt):
+        super().__init__()
+        self.opt = opt
+
+    def construct(self):
+        opt = self.opt
+        lr = opt.get_lr()
+        opt.assignadd(opt.global_step, opt.global_step_increase_tensor)
+        b1, b2 = opt._advance_beta_powers()
+        return ops.concat((b1, b2)) + lr
+
+
+class OneOp(nn.Cell):
+    def __init__(self, op, params):
+        super().__init__()
+        self.op, self.params = op, params
+
+    def construct(self):
+        return self.op(*self.params)
+
+
+class OpEach(nn.Cell):
+    def __init__(self, op, params):
+        super().__init__()
+        self.op, self.params = op, params
+
+    def construct(self):
+        done = ()
+        for p in self.params:
+            done = done + (self.op(p),)
+        return done
+
+
+class Step(nn.Cell):
+    def __init__(self, opt, grads):
+        super().__init__()
+        self.opt, self.grads = opt, grads
+
+    def construct(self):
+        return self.opt(self.grads)
+
+
+def median_ms(fn, steps):
+    fn()
+    fn()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) * 1e3
+
+
+def params_of(sizes, tag):
+    rng = np.random.default_rng(0)
+    return ms.ParameterTuple(ms.Parameter(ms.Tensor(rng.standard_normal(s, dtype=np.float32)),
+                                          name=f"{tag}{i}") for i, s in enumerate(sizes))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", type=float, default=1e6, help="total parameters (default 1e6)")
+    ap.add_argument("--steps", type=int, default=50, help="timed calls per line")
+    args = ap.parse_args(argv)
+    if args.size < 1000 or args.steps < 1:
+        ap.error("--size must be >= 1000 and --steps >= 1")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    import ms_optim
+
+    sizes, described = layout_sizes("resnet50", int(args.size))
+    n, K = sum(sizes), len(sizes)
+    print(f"layout: {described}; {K} tensors, {n:,} parameters; isa {_native.isa()}, "
+          f"threads {_native.native_info()['kernel_threads']}")
+    rows = []
+
+    def row(what, value_ms, per=None):
+        extra = f"   ({value_ms * 1e3 / per:.1f} us each of {per})" if per else ""
+        rows.append((what, value_ms))
+        print(f"  {what:<58s} {value_ms:8.3f} ms{extra}", flush=True)
+
+    row("graph call floor (a cell returning a constant)", median_ms(Const(), args.steps))
+    params = params_of(sizes, "p")
+    opt = ms_optim.AdamOffload(params_of(sizes, "q"), learning_rate=1e-3)
+    row("graph ops around a kernel (lr, step, beta powers)", median_ms(GraphOps(opt), args.steps))
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = build_probe(tmp)
+        for inplace in (False, True):
+            tag = " in place" if inplace else ""
+            row(f"one no-op op, 1 input{tag}",
+                median_ms(OneOp(probe_op(lib, 1, inplace), params[:1]), args.steps))
+            row(f"one no-op op, {K} inputs{tag}",
+                median_ms(OneOp(probe_op(lib, K, inplace), params), args.steps), per=K)
+            row(f"{K} no-op ops, 1 input each{tag}",
+                median_ms(OpEach(probe_op(lib, 1, inplace), params), args.steps), per=K)
+        four = params_of(sizes, "r")[:4]
+        row(f"one no-op op, 4 x {K} inputs in place",
+            median_ms(OneOp(probe_op(lib, 4 * K, True), tuple(params) + tuple(params_of(
+                sizes, "s")) + tuple(params_of(sizes, "t")) + tuple(params_of(sizes, "u"))),
+                args.steps), per=4 * K)
+        del four
+
+    # the Adam kernel alone: one multi-tensor call through ctypes on numpy buffers
+    rng = np.random.default_rng(1)
+    bufs = [[(rng.standard_normal(s) * (j != 1 and j != 2)).astype(np.float32) for s in sizes]
+            for j in range(4)]  # p, m = 0, v = 0, g
+    hyper = [np.array([1e-3], np.float32), np.array([0.0], np.float32),
+             np.array([0.9, 0.999], np.float32),
+             kernels.consts_array("adam", beta1=0.9, beta2=0.999, eps=1e-8, inv_scale=1.0,
+                                  nesterov=0)]
+    done = np.zeros(1, np.float32)
+    arrays = [a for group in bufs for a in group] + hyper + [done]
+    row("native Adam kernel alone (ctypes, one multi-tensor call)",
+        median_ms(_native.prepare_aot("ms_optim_adam_inplace", arrays), args.steps))
+    for name, make in (("ms_optim.AdamOffload step in MindSpore",
+                        lambda p: ms_optim.AdamOffload(p, learning_rate=1e-3)),
+                       ("ms_optim.Lamb step in MindSpore",
+                        lambda p: ms_optim.Lamb(p, learning_rate=1e-3)),
+                       ("nn.Adam step in MindSpore", lambda p: nn.Adam(p, learning_rate=1e-3))):
+        grads = ms.ParameterTuple(ms.Parameter(ms.Tensor(b), name=f"g{name[:4]}{i}",
+                                               requires_grad=False)
+                                  for i, b in enumerate(bufs[3]))
+        row(name, median_ms(Step(make(params_of(sizes, name[:6])), grads), args.steps))
+
+    # OpenMP start-up: one small tensor through the 2-thread and the 1-thread path
+    small = [np.abs(rng.standard_normal(1 << 15)).astype(np.float32) for _ in range(4)]
+    one = small + hyper + [done]
+    row("Adam kernel, one 32K tensor (goes parallel)",
+        median_ms(_native.prepare_aot("ms_optim_adam_inplace", one), 200))
+    tiny = [a[:(1 << 15) - 64].copy() for a in small] + hyper + [done]
+    row("Adam kernel, one 32K-64 tensor (stays on one thread)",
+        median_ms(_native.prepare_aot("ms_optim_adam_inplace", tiny), 200))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
