@@ -28,19 +28,16 @@ MOMENTUM = 0.9
 LR = 1e-3
 
 
-def _buffers(sizes, seed):
-    """Parameters, residuals and gradients (the gradient scale the bench uses)."""
+def _step_calls(sizes, seed, grads=None):
+    """The kernel calls of one step, as a list of (entry, arrays); `grads` (float32 arrays of
+    `sizes`) default to random ones of the scale the bench uses."""
+    plan = dgc_plan.DGCPlan(sizes, [True] * len(sizes), (SPARSITY,), 0, 1)
     rng = np.random.default_rng(seed)
     params = [rng.standard_normal(n, dtype=np.float32) for n in sizes]
-    grads = [rng.standard_normal(n, dtype=np.float32) * np.float32(1e-2) for n in sizes]
+    if grads is None:
+        grads = [rng.standard_normal(n, dtype=np.float32) * np.float32(1e-2) for n in sizes]
+    grads = [np.ascontiguousarray(g, np.float32).reshape(-1) for g in grads]
     u = [np.zeros(n, np.float32) for n in sizes]
-    return params, grads, u
-
-
-def _step_calls(sizes, seed):
-    """The kernel calls of one step, as a list of (entry, arrays)."""
-    plan = dgc_plan.DGCPlan(sizes, [True] * len(sizes), (SPARSITY,), 0, 1)
-    params, grads, u = _buffers(sizes, seed)
     comp, dense = plan.comp_ids, plan.dense_ids
     v = [np.zeros(sizes[i], np.float32) for i in comp]
     ks = plan.stage_k[0]
@@ -69,18 +66,24 @@ def _step_calls(sizes, seed):
     return calls
 
 
+def dgc_kernel_alone_step(sizes, grads=None, seed=0):
+    """A callable running one DGC step's native kernels on buffers of `sizes` (with these
+    gradient arrays when given), checked once through call_aot, then with the ctypes
+    arguments prepared once (``_native.prepare_aot``): the kernels' time only."""
+    calls = _step_calls([int(n) for n in sizes], seed, grads)
+    for entry, arrays in calls:  # checked (and the buffers' pages touched) once
+        _native.call_aot(entry, arrays)
+    runs = [_native.prepare_aot(entry, arrays) for entry, arrays in calls]
+    return lambda: [run() for run in runs]
+
+
 def dgc_kernel_alone(sizes, steps=10, seed=0):
     """Median seconds of one DGC step's native kernels on tensors of `sizes` elements."""
-    calls = _step_calls([int(n) for n in sizes], seed)
-    for entry, arrays in calls:  # checked once through call_aot (and pages touched)
-        _native.call_aot(entry, arrays)
-    # the same calls with their ctypes arguments built once: the kernels' time only
-    runs = [_native.prepare_aot(entry, arrays) for entry, arrays in calls]
+    step = dgc_kernel_alone_step(sizes, seed=seed)
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
-        for run in runs:
-            run()
+        step()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
