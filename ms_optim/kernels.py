@@ -163,29 +163,6 @@ def topk_abs_op(k):
         outputs=("idx", "val"), dtype_formats=[(_F32, _I32, _F32)], inplace=False)
 
 
-def dgc_select_op(k):
-    """DGC's local step for one parameter: u, v, grad (float32), consts float32[2]
-    (momentum, nesterov) -> (idx int32[k], val float32[k]), u and v updated in place."""
-    op = _native.aot_op(
-        "ms_optim_dgc_select", out_shape=lambda *shapes: ([k], [k]),
-        out_dtype=lambda *dtypes: (mstype.int32, mstype.float32),
-        inputs=("u", "v", "grad", "consts"), outputs=("idx", "val"),
-        dtype_formats=[(_F32, _F32, _F32, _F32, _I32, _F32)], inplace=True)
-    # Ops that differ only in their output-shape function compare equal, and under msrun
-    # MindSpore merged two of them (the second's k used for both): k becomes an attribute.
-    op.add_prim_attr("ms_optim_k", k)
-    return op
-
-
-def dgc_apply_op(dtype):
-    """p -= lr * scatter_add(every worker's values) / R for one parameter of `dtype`."""
-    return _native.aot_op(
-        "ms_optim_dgc_apply", out_shape=lambda *shapes: [1],
-        out_dtype=lambda *dtypes: mstype.float32,
-        inputs=("param", "idx", "val", "lr", "layout"), outputs=("done",),
-        dtype_formats=[(_fmt(dtype), _I32, _F32, _F32, _I32, _F32)], inplace=True)
-
-
 def dgc_select_multi_op(ks):
     """DGC's local step for len(ks) = K parameters in one op: u[K], v[K], grad[K] (float32),
     consts float32[2] (momentum, nesterov), ks int32[K] -> (idx int32[L], val float32[L]),
@@ -197,7 +174,8 @@ def dgc_select_multi_op(ks):
         out_dtype=lambda *dtypes: (mstype.int32, mstype.float32),
         inputs=_names(n, "u", "v", "grad") + ("consts", "ks"), outputs=("idx", "val"),
         dtype_formats=[(_F32,) * (3 * n + 1) + (_I32, _I32, _F32)], inplace=True)
-    # ops that differ only in their output-shape function compare equal (see dgc_select_op)
+    # Ops that differ only in their output-shape function compare equal, and under msrun
+    # MindSpore merged two of them (the second's k used for both): the ks become an attribute.
     op.add_prim_attr("ms_optim_ks", tuple(int(k) for k in ks))
     return op
 
