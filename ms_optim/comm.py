@@ -108,7 +108,10 @@ def model_signature(shapes, dtypes, extra):
 
 
 class SparseExchange(nn.Cell):
-    """One worker's selections -> (all indices, all values), gathered in rank order."""
+    """One worker's selections -> (all indices, all values), gathered in rank order.
+
+    The selections come as blocks (one per parameter, or one per bucket of the
+    native multi-tensor select) and are concatenated, unless there is one."""
 
     def __init__(self, nranks):
         super().__init__()
@@ -117,8 +120,9 @@ class SparseExchange(nn.Cell):
             self.all_gather = ops.AllGather()
 
     def construct(self, indices, values):
-        idx = ops.concat(indices)
-        val = ops.concat(values)
+        # one block (the native multi-tensor select of one bucket) is the buffer itself
+        idx = indices[0] if len(indices) == 1 else ops.concat(indices)
+        val = values[0] if len(values) == 1 else ops.concat(values)
         if self.nranks > 1:
             # the second collective waits for the first: every worker must issue them in
             # the same order

@@ -3,24 +3,27 @@ import numbers
 import warnings
 
 import mindspore
+import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, context, log as logger, nn, ops
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
+from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
 from . import _checks, comm, kernels
 from ._api import OptimizerAPI
 from .clip import ClipGradByNorm, check_grad_clip
+from .dgc_plan import MIN_COMPRESSED_NUMEL, DGCPlan
 from .regularizer import L1Decay, L2Decay
 
-MIN_COMPRESSED_NUMEL = 16384
 # dtypes of the parameters DGC compresses (residuals u, v and exchanged values are float32)
 COMPRESSED_DTYPES = (mstype.float32, mstype.float16)
 
 
-# MindSpore's graph compiler counts nested calls while it evaluates the step's
+# MindSpore's graph compiler counts nested calls while it evaluates impl="ops"'s
 # per-parameter loops: about 10 per parameter (ResNet-50's 161 parameters need
-# between 1,500 and 2,000), against a default limit of 1,000.
+# between 1,500 and 2,000), against a default limit of 1,000.  The native step
+# has no such loops on one worker and needs no raise (measured, 161 parameters).
 _CALL_DEPTH_PER_PARAM = 16
 _CALL_DEPTH_BASE = 1000
 # The highest recursion limit this package set: mindspore.set_recursion_limit has no
@@ -101,6 +104,83 @@ def _check_sparsity(cls, sparsity):
     return tuple(float(s) for s in sparsity)
 
 
+def _validate(cls, learning_rate, momentum, rampup_begin_step, rampup_step, sparsity,
+              use_nesterov, local_grad_clip_norm, num_trainers, regularization, grad_clip,
+              weight_decay, loss_scale, impl, exchange):
+    """DGCMomentum's argument checks; returns (momentum, sparsity, local_grad_clip_norm,
+    loss_scale) normalized."""
+    _checks.check_learning_rate(cls, learning_rate)
+    momentum = _checks.check_open_unit(
+        cls, "momentum", _checks.check_float(cls, "momentum", momentum, allow_int=True),
+        include_zero=True)
+    _checks.check_non_negative(cls, "rampup_begin_step",
+                               _checks.check_int(cls, "rampup_begin_step", rampup_begin_step))
+    if _checks.check_int(cls, "rampup_step", rampup_step) < 1:
+        raise ValueError(f"For '{cls}', the 'rampup_step' must be >= 1, but got {rampup_step}.")
+    sparsity = _check_sparsity(cls, sparsity)
+    _checks.check_bool(cls, "use_nesterov", use_nesterov)
+    if local_grad_clip_norm is not None:
+        local_grad_clip_norm = _checks.check_positive(
+            cls, "local_grad_clip_norm",
+            _checks.check_float(cls, "local_grad_clip_norm", local_grad_clip_norm, True))
+    check_grad_clip(cls, grad_clip, allowed=(ClipGradByNorm,))
+    if grad_clip is not None and local_grad_clip_norm is not None:
+        raise ValueError(f"For '{cls}', give either 'grad_clip' or 'local_grad_clip_norm', "
+                         f"not both.")
+    if num_trainers is not None and _checks.check_int(cls, "num_trainers", num_trainers) < 1:
+        raise ValueError(f"For '{cls}', the 'num_trainers' must be >= 1, but got {num_trainers}.")
+    if regularization is not None and not isinstance(regularization, (L1Decay, L2Decay)):
+        raise TypeError(f"For '{cls}', the 'regularization' must be None, "
+                        f"ms_optim.regularizer.L1Decay or L2Decay, but got "
+                        f"{type(regularization).__name__}.")
+    _checks.check_weight_decay(cls, weight_decay)
+    if regularization is not None and (isinstance(weight_decay, nn.Cell) or weight_decay != 0):
+        raise ValueError(f"For '{cls}', set either 'weight_decay' or 'regularization', not both.")
+    loss_scale = _checks.check_loss_scale(cls, loss_scale)
+    _checks.check_choice(cls, "impl", impl, ("auto", "native", "ops"))
+    _checks.check_choice(cls, "exchange", exchange, ("auto", "allgather", "allreduce"))
+    return momentum, sparsity, local_grad_clip_norm, loss_scale
+
+
+_prepare = C.MultitypeFuncGraph("ms_optim_dgc_prepare")
+_regularize = C.MultitypeFuncGraph("ms_optim_dgc_regularize")
+
+
+@_prepare.register("Tensor", "Bool", "Bool", "Tensor")
+def _prepare_grad(inv_scale, scale, widened, g):
+    """A widened parameter's gradient in float32, then divided by the loss scale."""
+    if widened:
+        g = F.cast(g, mstype.float32)
+    if scale:
+        g = g * F.cast(inv_scale, F.dtype(g))
+    return g
+
+
+def _regularized(l2, l1, use_l2, use_l1, wd, decay, widened, p, g):
+    if widened:
+        p = F.cast(p, mstype.float32)
+    if decay:
+        g = g + p * F.cast(wd, F.dtype(p))
+    if use_l2:
+        g = g + p * F.cast(l2, F.dtype(p))
+    if use_l1:
+        g = g + ops.sign(p) * F.cast(l1, F.dtype(p))
+    return g
+
+
+@_regularize.register("Tensor", "Tensor", "Bool", "Bool", "Tensor", "Bool", "Bool", "Tensor",
+                      "Tensor")
+def _regularize_tensor_wd(l2, l1, use_l2, use_l1, wd, decay, widened, p, g):
+    """MindSpore's weight decay (`decay`: this parameter's flag), then L2Decay, then L1Decay."""
+    return _regularized(l2, l1, use_l2, use_l1, wd, decay, widened, p, g)
+
+
+@_regularize.register("Tensor", "Tensor", "Bool", "Bool", "Number", "Bool", "Bool", "Tensor",
+                      "Tensor")
+def _regularize_number_wd(l2, l1, use_l2, use_l1, wd, decay, widened, p, g):
+    return _regularized(l2, l1, use_l2, use_l1, wd, decay, widened, p, g)
+
+
 class DGCMomentum(OptimizerAPI, nn.Optimizer):
     r"""Momentum SGD with Deep Gradient Compression (PaddlePaddle's ``DGCMomentumOptimizer``).
 
@@ -151,9 +231,15 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
     ``impl="native"`` (auto on CPU) runs the residual update, an exact top-k
     (threshold from a sample, candidates gathered in the same pass, exact
     selection among them, exact fallback if the sample misjudged) and the
-    masking in one native kernel per parameter; ``impl="ops"`` builds the same
-    step from MindSpore ops (``ops.topk``) for GPU/Ascend -- its choice among
-    entries tied at the k-th magnitude is ``ops.topk``'s.
+    masking in one multi-tensor native op per bucket of compressed parameters
+    (its outputs are the fused exchange buffer), the update from every
+    worker's selections in one op per bucket of one dtype, and the dense
+    momentum in one op per bucket (float16 and float64 parameters too small
+    to compress step in graph code); ``impl="ops"`` builds the same step from
+    MindSpore ops (``ops.topk``) for GPU/Ascend -- its choice among entries
+    tied at the k-th magnitude is ``ops.topk``'s.  The layout (which
+    parameters are compressed, k per stage, buffer offsets, the stage of a
+    step) is a ``dgc_plan.DGCPlan``, shared with the numpy reference.
 
     Args:
         params (Union[list[Parameter], list[dict]]): parameters or groups.
@@ -182,9 +268,11 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
     step's rate as a float (one per group when groups set their own 'lr') and
     ``set_lr(value)`` sets a fixed rate for all groups (RuntimeError while a
     schedule drives it), as on every ms_optim optimizer (see ``ms_optim._api``).
-    Building one raises MindSpore's recursion limit (``mindspore.set_recursion_limit``)
-    to what the step's graph needs (about 1000 + 16 per parameter), never lowering a
-    limit set by ``set_context(max_call_depth=...)`` or by an earlier DGCMomentum.
+    With ``impl="ops"``, building one raises MindSpore's recursion limit
+    (``mindspore.set_recursion_limit``) to what the step's per-parameter graph
+    needs (about 1000 + 16 per parameter), never lowering a limit set by
+    ``set_context(max_call_depth=...)`` or by an earlier DGCMomentum; the
+    native step's graph compiles within the default limit.
 
     Example:
         >>> import ms_optim
@@ -205,36 +293,10 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
                  loss_scale=1.0, impl="auto", exchange="auto"):
         cls = self._NAME
         params = _checks.check_params(cls, params)
-        _checks.check_learning_rate(cls, learning_rate)
-        momentum = _checks.check_open_unit(
-            cls, "momentum", _checks.check_float(cls, "momentum", momentum, allow_int=True),
-            include_zero=True)
-        _checks.check_non_negative(cls, "rampup_begin_step",
-                                   _checks.check_int(cls, "rampup_begin_step", rampup_begin_step))
-        if _checks.check_int(cls, "rampup_step", rampup_step) < 1:
-            raise ValueError(f"For '{cls}', the 'rampup_step' must be >= 1, but got {rampup_step}.")
-        sparsity = _check_sparsity(cls, sparsity)
-        _checks.check_bool(cls, "use_nesterov", use_nesterov)
-        if local_grad_clip_norm is not None:
-            local_grad_clip_norm = _checks.check_positive(
-                cls, "local_grad_clip_norm",
-                _checks.check_float(cls, "local_grad_clip_norm", local_grad_clip_norm, True))
-        check_grad_clip(cls, grad_clip, allowed=(ClipGradByNorm,))
-        if grad_clip is not None and local_grad_clip_norm is not None:
-            raise ValueError(f"For '{cls}', give either 'grad_clip' or 'local_grad_clip_norm', "
-                             f"not both.")
-        if num_trainers is not None and _checks.check_int(cls, "num_trainers", num_trainers) < 1:
-            raise ValueError(f"For '{cls}', the 'num_trainers' must be >= 1, but got {num_trainers}.")
-        if regularization is not None and not isinstance(regularization, (L1Decay, L2Decay)):
-            raise TypeError(f"For '{cls}', the 'regularization' must be None, "
-                            f"ms_optim.regularizer.L1Decay or L2Decay, but got "
-                            f"{type(regularization).__name__}.")
-        _checks.check_weight_decay(cls, weight_decay)
-        if regularization is not None and (isinstance(weight_decay, nn.Cell) or weight_decay != 0):
-            raise ValueError(f"For '{cls}', set either 'weight_decay' or 'regularization', not both.")
-        loss_scale = _checks.check_loss_scale(cls, loss_scale)
-        _checks.check_choice(cls, "impl", impl, ("auto", "native", "ops"))
-        _checks.check_choice(cls, "exchange", exchange, ("auto", "allgather", "allreduce"))
+        momentum, sparsity, local_grad_clip_norm, loss_scale = _validate(
+            cls, learning_rate, momentum, rampup_begin_step, rampup_step, sparsity, use_nesterov,
+            local_grad_clip_norm, num_trainers, regularization, grad_clip, weight_decay,
+            loss_scale, impl, exchange)
         # the loss scale is divided out here, before clipping (the base class would fold it
         # into the weight decay)
         super().__init__(learning_rate, params, weight_decay, 1.0)
@@ -259,26 +321,40 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
                           local_grad_clip_norm=local_grad_clip_norm, regularization=regularization,
                           grad_clip=grad_clip, weight_decay=weight_decay, loss_scale=loss_scale,
                           impl=impl, exchange=exchange, nranks=self.nranks)
-        _raise_call_depth(len(self._parameters))
+        if impl == "ops":  # its per-parameter loops nest deeper than MindSpore's default allows
+            _raise_call_depth(len(self._parameters))
         self.use_nesterov = use_nesterov
         self.rampup_begin_step, self.rampup_step, self.sparsity = (rampup_begin_step, rampup_step,
                                                                     sparsity)
         clip = grad_clip.clip_norm if grad_clip is not None else local_grad_clip_norm
         self.clip_norm = None if clip is None else clip * self.nranks ** -0.5
+        # per tensor, before regularization: clip.py's norm clip at c / sqrt(nranks)
+        self.local_clip = None if clip is None else ClipGradByNorm(self.clip_norm)
         self.l1 = regularization.coeff if isinstance(regularization, L1Decay) else 0.0
         self.l2 = regularization.coeff if isinstance(regularization, L2Decay) else 0.0
 
-        self.is_compressed = tuple(p.dtype in COMPRESSED_DTYPES and p.size >= MIN_COMPRESSED_NUMEL
-                                   for p in self._parameters)
+        self.plan = DGCPlan([p.size for p in self._parameters],
+                            [p.dtype in COMPRESSED_DTYPES for p in self._parameters],
+                            sparsity, rampup_begin_step, rampup_step)
+        plan = self.plan
+        self.is_compressed, self.comp_ids, self.dense_ids = (plan.is_compressed, plan.comp_ids,
+                                                             plan.dense_ids)
+        self.stage_k, self.stage_offsets = plan.stage_k, plan.stage_offsets
         # compressed parameters narrower than float32: gradient, residuals and update in float32
         self.widened = tuple(c and p.dtype != mstype.float32
                              for c, p in zip(self.is_compressed, self._parameters))
         _warn_uncompressed(cls, self._parameters, self.is_compressed)
-        self.dense_ids = tuple(i for i, c in enumerate(self.is_compressed) if not c)
-        self.comp_ids = tuple(i for i, c in enumerate(self.is_compressed) if c)
-        # k per sparsity stage, per compressed parameter (at least one entry is sent)
-        self.stage_k = tuple(tuple(max(1, int(self._parameters[i].size * (1 - s)))
-                                   for i in self.comp_ids) for s in sparsity)
+        self.any_widened = any(self.widened)
+        self.no_decay = (False,) * len(self._parameters)
+        # the dtypes of the local gradients (_local_grads)
+        self.grad_dtypes = tuple(mstype.float32 if w else p.dtype
+                                 for w, p in zip(self.widened, self._parameters))
+        # the graph's stage branches: (stage, first step, first step of the next stage), for
+        # the stages some step reaches
+        last = 2 ** 31 - 1
+        self.stage_bounds = tuple(
+            (s, plan.stage_starts[s], plan.stage_starts[s + 1] if s + 1 < plan.stages else last)
+            for s in range(plan.stages) if plan.reached(s))
         self.u = ParameterTuple(_residual(p, "dgc_u", w)
                                 for p, w in zip(self._parameters, self.widened))
         self.v = ParameterTuple(
@@ -287,17 +363,21 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
 
         self.momentum = Tensor(momentum, mstype.float32)
         self.inv_scale = Tensor(1.0 / loss_scale, mstype.float32)
-        self.clip_t = Tensor(self.clip_norm or 0.0, mstype.float32)
         self.l1_t = Tensor(self.l1, mstype.float32)
         self.l2_t = Tensor(self.l2, mstype.float32)
         self.nranks_t = Tensor(float(self.nranks), mstype.float32)
         self.select_consts = Tensor([momentum, 1.0 if use_nesterov else 0.0], mstype.float32)
-        # the fused exchange buffers: at stage s, compressed parameter j's k entries start at
-        # stage_offsets[s][j] in each worker's block
-        self.stage_offsets = tuple(tuple(sum(ks[:j]) for j in range(len(ks))) for ks in self.stage_k)
-        self.layouts = tuple(tuple(Tensor([self.nranks, off, k], mstype.int32)
-                                   for off, k in zip(offs, ks))
-                             for offs, ks in zip(self.stage_offsets, self.stage_k))
+        self._build_exchanges(exchange)
+        if impl == "native":
+            self._build_native_ops()
+        self.dense_groups = self._momentum_groups(self.dense_ids)
+        self.warmup_groups = self._momentum_groups(self.comp_ids)
+        self.has_warmup = bool(self.comp_ids) and rampup_begin_step > 0
+        self.all_ids = tuple(range(len(self._parameters)))
+        self.all_groups = (self._momentum_groups(self.all_ids)
+                           if self.has_warmup and self.nranks == 1 else None)
+
+    def _build_exchanges(self, exchange):
         shapes = [p.shape for p in self._parameters]
         self.sparse_exchange = comm.SparseExchange(self.nranks)
         self.dense_exchange = comm.DenseExchange(self.nranks, [shapes[i] for i in self.dense_ids])
@@ -307,17 +387,51 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
                                     for s in range(len(self.sparsity)))
         self.replicas = comm.ReplicaSync(self.nranks, comm.model_signature(
             shapes, [p.dtype for p in self._parameters],
-            (self.stage_k, rampup_begin_step, rampup_step, self.is_compressed,
+            (self.stage_k, self.rampup_begin_step, self.rampup_step, self.is_compressed,
              self.stage_exchange)), self._parameters)
-        if impl == "native":
-            self.select_ops = tuple(tuple(kernels.dgc_select_op(k) for k in ks)
-                                    for ks in self.stage_k)
-            # one op per parameter dtype: an op registered for both dtypes launched 15%
-            # slower (ResNet-50 layout at 1M parameters, measured)
-            apply_ops = {dtype: kernels.dgc_apply_op(dtype)
-                         for dtype in (mstype.float32, mstype.float16)
-                         if any(self._parameters[i].dtype == dtype for i in self.comp_ids)}
-            self.apply_ops = tuple(apply_ops[self._parameters[i].dtype] for i in self.comp_ids)
+
+    def _build_native_ops(self):
+        """The multi-tensor ops of impl="native": per stage one select op per bucket of
+        compressed parameters (their outputs side by side are the fused exchange buffer),
+        one apply op per bucket of one dtype, and the dense momentum in buckets."""
+        plan, params = self.plan, self._parameters
+        ncomp = len(self.comp_ids)
+        self.select_ranges = kernels.buckets((mstype.float32,) * ncomp)
+        self.select_ops = tuple(tuple(kernels.dgc_select_multi_op(ks[lo:hi])
+                                      for lo, hi in self.select_ranges) for ks in plan.stage_k)
+        self.select_ks = tuple(tuple(Tensor(np.array(ks[lo:hi], np.int32))
+                                     for lo, hi in self.select_ranges) for ks in plan.stage_k)
+        comp_dtypes = tuple(params[i].dtype for i in self.comp_ids)
+        self.apply_ranges = kernels.buckets(comp_dtypes)
+        self.apply_ops = tuple(kernels.dgc_apply_multi_op(hi - lo, comp_dtypes[lo])
+                               for lo, hi in self.apply_ranges)
+        self.apply_layouts = tuple(
+            tuple(Tensor(np.array((self.nranks,) + offs[lo:hi] + ks[lo:hi], np.int32))
+                  for lo, hi in self.apply_ranges)
+            for offs, ks in zip(plan.stage_offsets, plan.stage_k))
+
+    def _momentum_groups(self, ids):
+        """The dense momentum's plan for the parameters `ids`: ((lo, hi, op, gidx) per run
+        of positions in `ids` that the native op steps, (position, source) of the others,
+        ParameterTuple of the parameters, of their u).  The gradients come from the whole
+        tuple of local gradients with one worker, else from the exchange's output (in the
+        order of `ids`); `gidx`/source say where.  With impl="native", the parameters whose
+        residual u is float32 (float32 parameters, widened float16 ones) take the native
+        op, in buckets of contiguous positions; the others (float16 and float64 parameters
+        below the compression size, every parameter with impl="ops") step in graph code."""
+        native = [self.impl == "native" and self.u[i].dtype == mstype.float32 for i in ids]
+        source = ids if self.nranks == 1 else tuple(range(len(ids)))
+        src_dtypes = self.grad_dtypes if self.nranks == 1 else [self.grad_dtypes[i] for i in ids]
+        runs, others = [], []
+        for lo, hi in kernels.buckets(native):
+            if native[lo]:
+                runs.append((lo, hi, kernels.dgc_momentum_op(
+                    [self._parameters[i].dtype for i in ids[lo:hi]], src_dtypes),
+                             Tensor(np.array(source[lo:hi], np.int32))))
+            else:
+                others.extend((j, source[j]) for j in range(lo, hi))
+        return (tuple(runs), tuple(others), ParameterTuple(self._parameters[i] for i in ids),
+                ParameterTuple(self.u[i] for i in ids))
 
     # ----------------------------------------------------------- reporting --
 
@@ -328,10 +442,7 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
 
     def stage(self, step):
         """Index into `sparsity` used at `step` (counted from 0), or None before compression."""
-        if step < self.rampup_begin_step:
-            return None
-        i = int((step - self.rampup_begin_step) * len(self.sparsity) / self.rampup_step)
-        return min(i, len(self.sparsity) - 1)
+        return self.plan.stage(step)
 
     def _plan_exchange(self, stage, workers):
         """How stage `stage`'s selections cross `workers` workers: 'allgather' of
@@ -393,61 +504,102 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
     def _lr(self, lr, i):
         return lr[i] if self.is_group_lr else lr
 
+    def _lrs(self, lr, ids):
+        """The learning rate input of a multi-tensor op over parameters `ids`: one, or one
+        per parameter (float32[len(ids)]) with group learning rates."""
+        if self.is_group_lr:
+            return ops.stack([lr[i] for i in ids])
+        return lr
+
     def _local_grads(self, gradients, weight_decay):
         """Loss scale, local clipping and regularization of this worker's gradients
-        (in float32 for a widened parameter: its gradient and value are cast first)."""
-        out = ()
-        for i in range(self.param_length):
-            p, g = self._parameters[i], gradients[i]
-            if self.widened[i]:
-                p, g = F.cast(p, mstype.float32), F.cast(g, mstype.float32)
-            if self.loss_scale != 1.0:
-                g = g * F.cast(self.inv_scale, F.dtype(g))
-            if self.clip_norm is not None:
-                g32 = F.cast(g, mstype.float32)
-                norm = ops.sqrt(ops.reduce_sum(g32 * g32))
-                factor = ops.select(norm > self.clip_t, self.clip_t / norm, ops.ones_like(norm))
-                g = g * F.cast(factor, F.dtype(g))
-            if self.exec_weight_decay and self.decay_flags[i]:
-                wd = weight_decay[i] if self.is_group else weight_decay
-                g = g + p * F.cast(wd, F.dtype(p))
-            if self.l2 > 0:
-                g = g + p * F.cast(self.l2_t, F.dtype(p))
-            if self.l1 > 0:
-                g = g + ops.sign(p) * F.cast(self.l1_t, F.dtype(p))
-            out = out + (g,)
-        return out
+        (in float32 for a widened parameter: its gradient and value are cast first).
+        Each stage is one map over the tuple (a Python loop would cost the graph
+        compiler about 10 ms and 10 levels of call depth per parameter)."""
+        grads = gradients
+        if self.loss_scale != 1.0 or self.any_widened:
+            grads = self.hyper_map(F.partial(_prepare, self.inv_scale, self.loss_scale != 1.0),
+                                   self.widened, grads)
+        if self.local_clip is not None:
+            grads = self.local_clip(grads)
+        if self.exec_weight_decay:
+            if self.is_group:
+                return self.hyper_map(F.partial(_regularize, self.l2_t, self.l1_t, self.l2 > 0,
+                                                self.l1 > 0), weight_decay, self.decay_flags,
+                                      self.widened, self._parameters, grads)
+            return self.hyper_map(F.partial(_regularize, self.l2_t, self.l1_t, self.l2 > 0,
+                                            self.l1 > 0, weight_decay), self.decay_flags,
+                                  self.widened, self._parameters, grads)
+        if self.l2 > 0 or self.l1 > 0:
+            return self.hyper_map(F.partial(_regularize, self.l2_t, self.l1_t, self.l2 > 0,
+                                            self.l1 > 0, self.l2_t), self.no_decay,
+                                  self.widened, self._parameters, grads)
+        return grads
 
-    def _dense_step(self, ids, exchange, lr, grads):
-        """Dense exchange and plain momentum for the parameters `ids`."""
-        dense = ()
-        for i in ids:
-            dense = dense + (grads[i],)
-        dense = exchange(dense)
+    def _dense_step(self, ids, exchange, groups, lr, grads):
+        """Dense exchange and plain momentum for the parameters `ids` (`groups`: their
+        plan from _momentum_groups)."""
+        runs, others, params, us = groups
+        src = grads
+        if self.nranks > 1:
+            dense = ()
+            for i in ids:
+                dense = dense + (grads[i],)
+            src = exchange(dense)
         done = True
-        for j in range(len(ids)):
-            i = ids[j]
-            p, u, g = self._parameters[i], self.u[ids[j]], dense[j]
-            # in u's dtype: the parameter's, or float32 for a widened one (g is float32 too)
-            lr_i = F.cast(self._lr(lr, i), F.dtype(u))
-            m = F.cast(self.momentum, F.dtype(u))
-            next_u = m * u + g
-            # (not P.ApplyMomentum: its CPU kernel ignores use_nesterov in MindSpore 2.10)
-            update = g + m * next_u if self.use_nesterov else next_u
-            done = F.depend(done, F.assign(u, next_u))
-            if self.widened[i]:  # float32 math, one rounding to the parameter's dtype
-                done = F.depend(done, F.assign(
-                    p, F.cast(F.cast(p, mstype.float32) - lr_i * update, F.dtype(p))))
-            else:
-                done = F.depend(done, F.assign(p, p - lr_i * update))
+        for lo, hi, op, gidx in runs:
+            args = params[lo:hi] + us[lo:hi] + src \
+                + (self._lrs(lr, ids[lo:hi]), self.select_consts, gidx)
+            done = F.depend(done, op(*args))
+        for j, g in others:
+            done = F.depend(done, self._momentum(ids[j], lr, src[g]))
+        return done
+
+    def _momentum(self, i, lr, g):
+        """u = m*u + g; p -= lr * u (Nesterov: lr * (g + m*u)) for parameter i in graph code."""
+        p, u = self._parameters[i], self.u[i]
+        # in u's dtype: the parameter's, or float32 for a widened one (g is float32 too)
+        lr_i = F.cast(self._lr(lr, i), F.dtype(u))
+        m = F.cast(self.momentum, F.dtype(u))
+        next_u = m * u + g
+        # (not P.ApplyMomentum: its CPU kernel ignores use_nesterov in MindSpore 2.10)
+        update = g + m * next_u if self.use_nesterov else next_u
+        done = F.assign(u, next_u)
+        if self.widened[i]:  # float32 math, one rounding to the parameter's dtype
+            return F.depend(done, F.assign(
+                p, F.cast(F.cast(p, mstype.float32) - lr_i * update, F.dtype(p))))
+        return F.depend(done, F.assign(p, p - lr_i * update))
+
+    def _select_native(self, stage, grads):
+        """One select op per bucket of compressed parameters (`grads`: theirs, in order; not
+        the whole tuple with indices as the dense momentum takes it: MindSpore ran a step
+        ten times slower when two in-place ops took the same gradient Parameters): the
+        (idx, val) outputs, in order, are this worker's block of the fused buffer."""
+        idxs, vals = (), ()
+        for b in range(len(self.select_ranges)):
+            lo, hi = self.select_ranges[b]
+            args = self.warmup_groups[3][lo:hi] + self.v[lo:hi] + grads[lo:hi] \
+                + (self.select_consts, self.select_ks[stage][b])
+            idx, val = self.select_ops[stage][b](*args)
+            idxs = idxs + (idx,)
+            vals = vals + (val,)
+        return idxs, vals
+
+    def _apply_native(self, stage, lr, idx_all, val_all):
+        """One apply op per bucket of compressed parameters of one dtype."""
+        done = True
+        for b in range(len(self.apply_ranges)):
+            lo, hi = self.apply_ranges[b]
+            args = self.warmup_groups[2][lo:hi] \
+                + (idx_all, val_all, self._lrs(lr, self.comp_ids[lo:hi]),
+                   self.apply_layouts[stage][b])
+            done = F.depend(done, self.apply_ops[b](*args))
         return done
 
     def _select(self, stage, j, grad):
-        """Residual update, exact top-k and masking for compressed parameter j."""
+        """Residual update, exact top-k and masking for compressed parameter j (impl="ops")."""
         i = self.comp_ids[j]
         u, v = self.u[i], self.v[j]
-        if self.impl == "native":
-            return self.select_ops[stage][j](u, v, grad, self.select_consts)
         k = self.stage_k[stage][j]
         if self.use_nesterov:
             next_u = self.momentum * (u + grad)
@@ -467,13 +619,12 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
         return idx, val
 
     def _apply(self, stage, j, lr, idx_all, val_all):
-        """p -= lr * scatter_add(every worker's values) / nranks for compressed parameter j."""
+        """p -= lr * scatter_add(every worker's values) / nranks for compressed parameter j
+        (impl="ops")."""
         i = self.comp_ids[j]
         p = self._parameters[i]
         lr_i = self._lr(lr, i)
-        if self.impl == "native":
-            return self.apply_ops[j](p, idx_all, val_all, lr_i, self.layouts[stage][j])
-        block = sum(self.stage_k[stage])
+        block = self.plan.block[stage]
         lo, k = self.stage_offsets[stage][j], self.stage_k[stage][j]
         idx, val = (), ()
         for r in range(self.nranks):
@@ -497,13 +648,27 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
         return F.assign(p, F.cast(F.cast(p, mstype.float32) - step, F.dtype(p)))
 
     def _sparse_step(self, stage, lr, grads):
-        idxs, vals = (), ()
-        for j in range(len(self.comp_ids)):
-            idx, val = self._select(stage, j, grads[self.comp_ids[j]])
-            idxs = idxs + (idx,)
-            vals = vals + (val,)
+        if self.impl == "native":
+            comp_grads = ()
+            for i in self.comp_ids:
+                comp_grads = comp_grads + (grads[i],)
+            idxs, vals = self._select_native(stage, comp_grads)
+        else:
+            idxs, vals = (), ()
+            for j in range(len(self.comp_ids)):
+                idx, val = self._select(stage, j, grads[self.comp_ids[j]])
+                idxs = idxs + (idx,)
+                vals = vals + (val,)
         done = True
         if self.stage_exchange[stage] == "allreduce":
+            if self.impl == "native":  # per parameter again, from the fused buffer
+                idx_f = idxs[0] if len(idxs) == 1 else ops.concat(idxs)
+                val_f = vals[0] if len(vals) == 1 else ops.concat(vals)
+                idxs, vals = (), ()
+                for j in range(len(self.comp_ids)):
+                    lo, k = self.stage_offsets[stage][j], self.stage_k[stage][j]
+                    idxs = idxs + (idx_f[lo:lo + k],)
+                    vals = vals + (val_f[lo:lo + k],)
             sparse = ()
             for j in range(len(self.comp_ids)):
                 size = (self._parameters[self.comp_ids[j]].size,)
@@ -513,6 +678,8 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
                 done = F.depend(done, self._apply_summed(j, lr, summed[j]))
             return done
         idx_all, val_all = self.sparse_exchange(idxs, vals)
+        if self.impl == "native":
+            return self._apply_native(stage, lr, idx_all, val_all)
         for j in range(len(self.comp_ids)):
             done = F.depend(done, self._apply(stage, j, lr, idx_all, val_all))
         return done
@@ -531,15 +698,32 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
             if step == 0:
                 synced = self.replicas.sync_params(self._parameters, synced)
             grads = F.depend(grads, synced)
-        done = self._dense_step(self.dense_ids, self.dense_exchange, lr, grads)
-        if self.comp_ids:
+        if self.has_warmup:
             if step < self.rampup_begin_step:
-                done = F.depend(done, self._dense_step(self.comp_ids, self.warmup_exchange, lr,
-                                                       grads))
+                done = self._warmup_step(lr, grads)
             else:
-                stage = (step - self.rampup_begin_step) * len(self.sparsity) // self.rampup_step
-                stage = ops.minimum(stage, len(self.sparsity) - 1)
-                for s in range(len(self.sparsity)):
-                    if stage == s:
-                        done = F.depend(done, self._sparse_step(s, lr, grads))
+                done = self._compressing_step(step, lr, grads)
+        else:
+            done = self._compressing_step(step, lr, grads)
+        return done
+
+    def _warmup_step(self, lr, grads):
+        """Before rampup_begin_step: dense momentum for every parameter."""
+        if self.nranks == 1:
+            # one op for every parameter (MindSpore ran a step ten times slower when two
+            # in-place ops took the same gradient Parameters)
+            return self._dense_step(self.all_ids, None, self.all_groups, lr, grads)
+        done = self._dense_step(self.dense_ids, self.dense_exchange, self.dense_groups, lr, grads)
+        return F.depend(done, self._dense_step(self.comp_ids, self.warmup_exchange,
+                                               self.warmup_groups, lr, grads))
+
+    def _compressing_step(self, step, lr, grads):
+        """From rampup_begin_step on: dense momentum for the small parameters, and the
+        compressed ones in the stage of `step`."""
+        done = self._dense_step(self.dense_ids, self.dense_exchange, self.dense_groups, lr, grads)
+        if self.comp_ids:
+            # the plan's stages as step ranges (dgc_plan.DGCPlan.stage_starts)
+            for s, first, end in self.stage_bounds:
+                if step >= first and step < end:
+                    done = F.depend(done, self._sparse_step(s, lr, grads))
         return done

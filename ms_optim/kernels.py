@@ -163,27 +163,48 @@ def topk_abs_op(k):
         outputs=("idx", "val"), dtype_formats=[(_F32, _I32, _F32)], inplace=False)
 
 
-def dgc_select_op(k):
-    """DGC's local step for one parameter: u, v, grad (float32), consts float32[2]
-    (momentum, nesterov) -> (idx int32[k], val float32[k]), u and v updated in place."""
+def dgc_select_multi_op(ks):
+    """DGC's local step for len(ks) = K parameters in one op: u[K], v[K], grad[K] (float32),
+    consts float32[2] (momentum, nesterov), ks int32[K] -> (idx int32[L], val float32[L]),
+    L = sum(ks): parameter j's k_j selections side by side, the bucket's block of the fused
+    exchange buffer.  u and v updated in place."""
+    n, total = len(ks), int(sum(ks))
     op = _native.aot_op(
-        "ms_optim_dgc_select", out_shape=lambda *shapes: ([k], [k]),
+        "ms_optim_dgc_select_multi", out_shape=lambda *shapes: ([total], [total]),
         out_dtype=lambda *dtypes: (mstype.int32, mstype.float32),
-        inputs=("u", "v", "grad", "consts"), outputs=("idx", "val"),
-        dtype_formats=[(_F32, _F32, _F32, _F32, _I32, _F32)], inplace=True)
+        inputs=_names(n, "u", "v", "grad") + ("consts", "ks"), outputs=("idx", "val"),
+        dtype_formats=[(_F32,) * (3 * n + 1) + (_I32, _I32, _F32)], inplace=True)
     # Ops that differ only in their output-shape function compare equal, and under msrun
-    # MindSpore merged two of them (the second's k used for both): k becomes an attribute.
-    op.add_prim_attr("ms_optim_k", k)
+    # MindSpore merged two of them (the second's k used for both): the ks become an attribute.
+    op.add_prim_attr("ms_optim_ks", tuple(int(k) for k in ks))
     return op
 
 
-def dgc_apply_op(dtype):
-    """p -= lr * scatter_add(every worker's values) / R for one parameter of `dtype`."""
+def dgc_apply_multi_op(k, dtype):
+    """p -= lr * scatter_add(every worker's values) / R for k parameters of `dtype`: inputs
+    param[k], idx int32[R*L], val float32[R*L], lr float32 (1 or k), layout int32[1 + 2k]
+    (R, the k offsets, the k counts); output float32[1]."""
     return _native.aot_op(
-        "ms_optim_dgc_apply", out_shape=lambda *shapes: [1],
+        "ms_optim_dgc_apply_multi", out_shape=lambda *shapes: [1],
         out_dtype=lambda *dtypes: mstype.float32,
-        inputs=("param", "idx", "val", "lr", "layout"), outputs=("done",),
-        dtype_formats=[(_fmt(dtype), _I32, _F32, _F32, _I32, _F32)], inplace=True)
+        inputs=_names(k, "param") + ("idx", "val", "lr", "layout"), outputs=("done",),
+        dtype_formats=[(_fmt(dtype),) * k + (_I32, _F32, _F32, _I32, _F32)], inplace=True)
+
+
+def dgc_momentum_op(dtypes, src_dtypes):
+    """DGC's dense momentum for K parameters of `dtypes` (float32, or float16 stepped in
+    float32): inputs param[K], u[K] (float32), src (gradients of `src_dtypes`, parameter
+    j's is src[gidx[j]], float32), lr float32 (1 or K), consts float32[2] (momentum,
+    nesterov), gidx int32[K]; output float32[1]."""
+    k = len(dtypes)
+    return _native.aot_op(
+        "ms_optim_dgc_momentum", out_shape=lambda *shapes: [1],
+        out_dtype=lambda *dtypes: mstype.float32,
+        inputs=_names(k, "param", "u") + _names(len(src_dtypes), "src") + ("lr", "consts", "gidx"),
+        outputs=("done",),
+        dtype_formats=[tuple(_fmt(d) for d in dtypes) + (_F32,) * k
+                       + tuple(_fmt(d) for d in src_dtypes) + (_F32, _F32, _I32, _F32)],
+        inplace=True)
 
 
 def check_replicas_op():

@@ -8,6 +8,8 @@ place; the functions return what the optimizer would send elsewhere.
 """
 import numpy as np
 
+from . import dgc_plan
+
 f32 = np.float32
 
 
@@ -115,9 +117,10 @@ def topk_abs(x, k):
 
 
 def dgc_k(numel, step, rampup_begin_step, rampup_step, sparsity):
-    """Elements a compressed parameter sends at `step` (counted from 0), once compressing."""
-    i = min(int((step - rampup_begin_step) * len(sparsity) / rampup_step), len(sparsity) - 1)
-    return max(1, int(numel * (1 - sparsity[i])))
+    """Elements a compressed parameter sends at `step` (counted from 0), once compressing
+    (the stage and k formulas of ms_optim.dgc_plan, which DGCMomentum uses too)."""
+    stage = dgc_plan.stage_index(step, rampup_begin_step, rampup_step, len(sparsity))
+    return dgc_plan.selected_k(numel, sparsity[stage])
 
 
 def dgc_select(u, v, g, momentum, k, nesterov=False):
@@ -144,6 +147,15 @@ def dgc_aggregate(numel, selections):
     return G / f32(len(selections))
 
 
+def dgc_momentum(p, u, g, lr, momentum, nesterov=False):
+    """DGC's dense momentum on float32 u, g in place: u = m*u + g; p -= lr * step with
+    step = u (Nesterov: g + m*u), in float32, rounded once to p's dtype."""
+    m = f32(momentum)
+    u[...] = m * u + g
+    step = g + m * u if nesterov else u
+    p[...] = (p.astype(f32) - f32(lr) * step).astype(p.dtype)
+
+
 class DGCReference:
     """Data-parallel DGCMomentum (docs/ALGORITHMS.md §3) over `nranks` workers in numpy.
 
@@ -158,7 +170,7 @@ class DGCReference:
 
     def __init__(self, params, momentum, rampup_begin_step, rampup_step=1, sparsity=(0.999,),
                  nesterov=False, clip_norm=None, l1=0.0, wd=None, nranks=1, loss_scale=1.0,
-                 min_numel=16384):
+                 min_numel=dgc_plan.MIN_COMPRESSED_NUMEL):
         self.params = params
         self.momentum, self.nesterov = f32(momentum), nesterov
         self.begin, self.rampup_step, self.sparsity = rampup_begin_step, rampup_step, sparsity

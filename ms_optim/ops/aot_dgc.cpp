@@ -229,6 +229,212 @@ MSOPT_API int ms_optim_dgc_apply(int nparam, void **params, int *ndims, int64_t 
   return msopt::kOk;
 }
 
+// ------------------------------------------------- multi-tensor DGC steps --
+//
+// One op per bucket of parameters instead of one per parameter: a MindSpore
+// launch costs more than the work on a small tensor.
+
+// The dense momentum takes the gradients as a list of M tensors (the step's
+// whole gradient tuple) and an int32[K] `gidx`: tensor j's gradient is
+// src[gidx[j]].  MindSpore's graph compiler builds a sub-tuple element by
+// element (about 10 ms a parameter); passing the whole tuple costs nothing.
+
+// Checks gidx (input gi, K entries into M sources starting at input s0): each
+// chosen source float32 of `numel` elements as tensor j (sizes from input j).
+int check_sources(const AotArgs &a, int K, int s0, int M, int gi, const char *fn) {
+  if (!a.is(gi, "int32") || a.numel(gi) != K)
+    return fail(msopt::kErrSize, "%s: gidx must be int32[%d]", fn, K);
+  const int32_t *g = a.ptr<int32_t>(gi);
+  for (int j = 0; j < K; ++j) {
+    if (g[j] < 0 || g[j] >= M)
+      return fail(msopt::kErrSize, "%s: gidx[%d] = %d is outside [0, %d)", fn, j, g[j], M);
+    if (!a.is(s0 + g[j], "float32"))
+      return fail(msopt::kErrDtype, "%s: the gradient of tensor %d must be float32, got %s", fn,
+                  j, a.dtypes[s0 + g[j]]);
+    if (a.numel(s0 + g[j]) != a.numel(j))
+      return fail(msopt::kErrSize, "%s: the gradient of tensor %d has %lld elements, not %lld",
+                  fn, j, (long long)a.numel(s0 + g[j]), (long long)a.numel(j));
+  }
+  return msopt::kOk;
+}
+
+// Inputs: u[K], v[K], grad[K] (float32, tensor j of n_j elements), consts
+// float32[2] = (momentum, use_nesterov), ks int32[K].  Outputs: idx int32[L],
+// val float32[L], L = sum(ks): tensor j's k_j selections (as
+// ms_optim_dgc_select) side by side, so the outputs are the bucket's block of
+// the fused exchange buffer (indices local to each tensor).  u, v in place.
+// One parallel region for the whole bucket (msopt::topk_abs_multi): each
+// tensor whole on one thread.
+MSOPT_API int ms_optim_dgc_select_multi(int nparam, void **params, int *ndims, int64_t **shapes,
+                                        const char **dtypes, void *, void *) {
+  static const char *fn = "ms_optim_dgc_select_multi";
+  if (nparam < 7 || (nparam - 4) % 3 != 0)
+    return fail(msopt::kErrSize, "%s: expected 3K + 4 tensors (K >= 1), got %d", fn, nparam);
+  const AotArgs a{nparam, params, ndims, shapes, dtypes};
+  const int K = (nparam - 4) / 3, ci = 3 * K, ki = 3 * K + 1, oi = 3 * K + 2;
+  if (!a.is(ci, "float32") || a.numel(ci) != 2)
+    return fail(msopt::kErrSize, "%s: consts must be float32[2]", fn);
+  if (!a.is(ki, "int32") || a.numel(ki) != K)
+    return fail(msopt::kErrSize, "%s: ks must be int32[%d]", fn, K);
+  if (int rc = check_outputs(a, oi, fn)) return rc;
+  const int32_t *ks = a.ptr<int32_t>(ki);
+  int64_t total_k = 0, total_n = 0;
+  for (int j = 0; j < K; ++j) {
+    const int64_t n = a.numel(j);
+    for (int t = 0; t < 3; ++t) {
+      if (!a.is(t * K + j, "float32"))
+        return fail(msopt::kErrDtype, "%s: u, v, grad of tensor %d must be float32", fn, j);
+      if (a.numel(t * K + j) != n)
+        return fail(msopt::kErrSize, "%s: u, v, grad sizes of tensor %d differ", fn, j);
+    }
+    if (ks[j] < 1 || ks[j] > n)
+      return fail(msopt::kErrSize, "%s: k = %d of tensor %d is outside [1, %lld]", fn, ks[j], j,
+                  (long long)n);
+    total_k += ks[j];
+    total_n += n;
+  }
+  if (total_k != a.numel(oi))
+    return fail(msopt::kErrSize, "%s: the ks sum to %lld, the outputs hold %lld", fn,
+                (long long)total_k, (long long)a.numel(oi));
+  const float *c = a.ptr<float>(ci);
+  int32_t *idx = a.ptr<int32_t>(oi);
+  float *val = a.ptr<float>(oi + 1);
+  try {
+    std::vector<msopt::TopkSource> srcs;
+    std::vector<int64_t> n(K), k(K), off(K);
+    srcs.reserve(K);
+    for (int j = 0; j < K; ++j) {
+      float *u = a.ptr<float>(j), *v = a.ptr<float>(K + j);
+      srcs.push_back({v, u, v, a.ptr<float>(2 * K + j), c[0], c[1] != 0.0f});
+      n[j] = a.numel(j);
+      k[j] = ks[j];
+      off[j] = j == 0 ? 0 : off[j - 1] + k[j - 1];
+    }
+    const msopt::ParallelSection section(total_n);
+    if (int rc = msopt::topk_abs_multi(srcs.data(), n.data(), k.data(), off.data(), K, idx, val))
+      return rc;
+    for (int j = 0; j < K; ++j)  // momentum factor masking
+      for (int64_t e = off[j]; e < off[j] + k[j]; ++e) {
+        srcs[j].u[idx[e]] = 0.0f;
+        srcs[j].v[idx[e]] = 0.0f;
+      }
+  } catch (const std::bad_alloc &) {
+    return fail(msopt::kErrNoMem, "%s: out of memory", fn);
+  }
+  return msopt::kOk;
+}
+
+// Inputs: param[K] (all float32 or all float16), idx int32[R*L] and val
+// float32[R*L] (every worker's fused selection buffer, gathered in rank
+// order), lr float32[1] or float32[K], layout int32[1 + 2K] = (R, offset_0..,
+// k_0..): tensor j's k_j entries start at r*L + offset_j in worker r's block.
+// Output: done float32[1].  Per tensor, ms_optim_dgc_apply's update.
+MSOPT_API int ms_optim_dgc_apply_multi(int nparam, void **params, int *ndims, int64_t **shapes,
+                                       const char **dtypes, void *, void *) {
+  static const char *fn = "ms_optim_dgc_apply_multi";
+  if (nparam < 6) return fail(msopt::kErrSize, "%s: expected K + 5 tensors (K >= 1), got %d", fn, nparam);
+  const AotArgs a{nparam, params, ndims, shapes, dtypes};
+  const int K = nparam - 5, ii = K, vi = K + 1, li = K + 2, yi = K + 3, oi = K + 4;
+  const bool half = a.is(0, "float16");
+  for (int j = 0; j < K; ++j)
+    if (!a.is(j, half ? "float16" : "float32"))
+      return fail(msopt::kErrDtype, "%s: params must be all float32 or all float16, got %s", fn,
+                  dtypes[j]);
+  if (!a.is(ii, "int32") || !a.is(vi, "float32") || !a.is(li, "float32") || !a.is(yi, "int32") ||
+      !a.is(oi, "float32"))
+    return fail(msopt::kErrDtype, "%s: expected int32 idx, float32 val/lr, int32 layout, "
+                "float32 done", fn);
+  const int64_t total = a.numel(ii);
+  if (a.numel(vi) != total || (a.numel(li) != 1 && a.numel(li) != K) || a.numel(yi) != 1 + 2 * K ||
+      a.numel(oi) != 1)
+    return fail(msopt::kErrSize, "%s: idx/val sizes differ, or lr/layout/done malformed", fn);
+  const int32_t *layout = a.ptr<int32_t>(yi);
+  const int64_t r = layout[0];
+  if (r < 1 || total % r != 0)
+    return fail(msopt::kErrSize, "%s: %lld entries are not %lld workers' blocks", fn,
+                (long long)total, (long long)r);
+  const int64_t block = total / r;
+  const int32_t *idx = a.ptr<int32_t>(ii);
+  const float *val = a.ptr<float>(vi), *lr = a.ptr<float>(li);
+  for (int j = 0; j < K; ++j) {
+    const int64_t offset = layout[1 + j], k = layout[1 + K + j], n = a.numel(j);
+    if (offset < 0 || k < 0 || offset + k > block)
+      return fail(msopt::kErrSize, "%s: tensor %d's entries (offset %lld, k %lld) do not fit "
+                  "a block of %lld", fn, j, (long long)offset, (long long)k, (long long)block);
+    for (int64_t w = 0; w < r; ++w)
+      for (int64_t e = 0; e < k; ++e) {
+        const int32_t i = idx[w * block + offset + e];
+        if (i < 0 || i >= n)
+          return fail(msopt::kErrSize, "%s: tensor %d: index %d outside [0, %lld)", fn, j, i,
+                      (long long)n);
+      }
+  }
+  const msopt::KernelTable &kt = msopt::kernels();
+  for (int j = 0; j < K; ++j) {
+    const int64_t offset = layout[1 + j], k = layout[1 + K + j];
+    const float lr_j = lr[a.numel(li) == 1 ? 0 : j];
+    const int rc = half
+        ? dgc_apply_entries(F16Param{a.ptr<msopt::half_bits>(j), kt}, idx, val, r, block, offset,
+                            k, lr_j, a.numel(j), fn)
+        : dgc_apply_entries(F32Param{a.ptr<float>(j)}, idx, val, r, block, offset, k, lr_j,
+                            a.numel(j), fn);
+    if (rc != msopt::kOk) return rc;
+  }
+  *a.ptr<float>(oi) = 0.0f;
+  return msopt::kOk;
+}
+
+// Inputs: param[K] (float32, or float16 updated in float32 and rounded once),
+// u[K] (float32), src[M] (gradients; tensor j's is src[gidx[j]], float32), lr
+// float32[1] or float32[K], consts float32[2] = (momentum, use_nesterov), gidx
+// int32[K].  Output: done float32[1].  DGC's dense momentum
+// (rules::dgc_dense_momentum; p -= lr * step), u and p in place.
+MSOPT_API int ms_optim_dgc_momentum(int nparam, void **params, int *ndims, int64_t **shapes,
+                                    const char **dtypes, void *, void *) {
+  static const char *fn = "ms_optim_dgc_momentum";
+  if (nparam < 7) return fail(msopt::kErrSize, "%s: expected 2K + M + 4 tensors, got %d", fn, nparam);
+  const AotArgs a{nparam, params, ndims, shapes, dtypes};
+  const int gi = nparam - 2, ci = nparam - 3, li = nparam - 4, oi = nparam - 1;
+  const int64_t k64 = a.numel(gi);
+  if (k64 < 1 || 2 * k64 + 1 > li)
+    return fail(msopt::kErrSize, "%s: gidx of %lld tensors does not fit %d tensors", fn,
+                (long long)k64, nparam);
+  const int K = static_cast<int>(k64), M = li - 2 * K;
+  if (!a.is(li, "float32") || (a.numel(li) != 1 && a.numel(li) != K))
+    return fail(msopt::kErrSize, "%s: lr must be float32[1] or float32[%d]", fn, K);
+  if (!a.is(ci, "float32") || a.numel(ci) != 2)
+    return fail(msopt::kErrSize, "%s: consts must be float32[2]", fn);
+  if (!a.is(oi, "float32") || a.numel(oi) != 1)
+    return fail(msopt::kErrSize, "%s: done must be float32[1]", fn);
+  if (int rc = check_sources(a, K, 2 * K, M, gi, fn)) return rc;
+  const float *lr = a.ptr<float>(li), *c = a.ptr<float>(ci);
+  const int32_t *gidx = a.ptr<int32_t>(gi);
+  try {
+    std::vector<msopt::DgcDenseTensor> ts(static_cast<size_t>(K));
+    int64_t total = 0;
+    for (int j = 0; j < K; ++j) {
+      const bool half = a.is(j, "float16");
+      if (!half && !a.is(j, "float32"))
+        return fail(msopt::kErrDtype, "%s: param %d must be float32 or float16, got %s", fn, j,
+                    dtypes[j]);
+      if (!a.is(K + j, "float32"))
+        return fail(msopt::kErrDtype, "%s: u of tensor %d must be float32", fn, j);
+      const int64_t n = a.numel(j);
+      if (a.numel(K + j) != n)
+        return fail(msopt::kErrSize, "%s: param and u sizes of tensor %d differ", fn, j);
+      ts[j] = {params[j], half, a.ptr<float>(K + j), a.ptr<float>(2 * K + gidx[j]), n,
+               lr[a.numel(li) == 1 ? 0 : j]};
+      total += n;
+    }
+    const msopt::ParallelSection section(total);
+    msopt::kernels().dgc_momentum(ts.data(), K, c[0], c[1] != 0.0f);
+  } catch (const std::bad_alloc &) {
+    return fail(msopt::kErrNoMem, "%s: out of memory", fn);
+  }
+  *a.ptr<float>(oi) = 0.0f;
+  return msopt::kOk;
+}
+
 // Input: int32[R*W], every worker's model signature (W values each) gathered
 // in rank order.  Output: int32[1] = 1.  Fails, after printing every worker's
 // signature to stderr, when the workers disagree: their exchange buffers would

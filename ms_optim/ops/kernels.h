@@ -83,6 +83,18 @@ struct Gather {
   int64_t counts[kMaxThreads];
 };
 
+// One tensor of DGC's dense momentum step (KernelTable::dgc_momentum): u, p
+// updated in place.  p is float32, or float16 (`half`) updated in float32 and
+// rounded once; u and g are float32.
+struct DgcDenseTensor {
+  void *p;
+  bool half;
+  float *u;
+  const float *g;
+  int64_t n;
+  float lr;
+};
+
 // One instruction set's kernels.
 struct KernelTable {
   const char *isa;
@@ -115,6 +127,15 @@ struct KernelTable {
   double (*sumsq_f32)(const float *x, int64_t n);
   void (*f16_to_f32)(const half_bits *src, float *dst, int64_t n);
   void (*f32_to_f16)(const float *src, half_bits *dst, int64_t n);
+  // DGC's dense momentum on `count` tensors (rules::dgc_dense_momentum, then
+  // p -= lr * step), in one parallel region: tensors of kParallelMin elements
+  // or more split over the threads, smaller ones whole, handed out dynamically.
+  void (*dgc_momentum)(const DgcDenseTensor *tensors, int64_t count, float momentum,
+                       bool nesterov);
+  // dgc_accumulate_f32 over [lo, hi) only, on the calling thread (for a team of threads
+  // already running: the candidates go to the slots of omp_get_thread_num()).
+  void (*dgc_accumulate_range_f32)(float *u, float *v, const float *grad, int64_t lo,
+                                   int64_t hi, float momentum, bool nesterov, Gather *g);
 };
 
 namespace scalar { extern const KernelTable kTable; }

@@ -108,6 +108,17 @@ inline void dgc_accumulate(T g, T &u, T &v, T momentum) {
   }
 }
 
+// DGC's dense momentum (uncompressed parameters, and every parameter before
+// compression starts), as DGCMomentum's graph computes it, each operation
+// rounded to T:
+//   u = momentum * u + g;   step = u  (Nesterov: g + momentum * u)
+// and the caller does p -= lr * step.
+template <class T, bool kNesterov>
+inline T dgc_dense_momentum(T g, T &u, T momentum) {
+  u = momentum * u + g;
+  return kNesterov ? g + momentum * u : u;
+}
+
 // ---------------------------------------------------------------------------
 // Rules of the C library for parameter servers (capi.cpp, ps_kernels_impl.h),
 // mirrored by the ps_* functions at the end of ms_optim/reference.py.  Adam and

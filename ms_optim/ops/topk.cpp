@@ -143,28 +143,35 @@ void radix_select(const float *x, int64_t n, int64_t k, int32_t *idx, float *val
 
 }  // namespace
 
-int topk_abs(const TopkSource &src, int64_t n, int64_t k, int32_t *idx, float *val) {
-  if (n < 1 || n > INT32_MAX) return fail(kErrSize, "topk: n = %lld is outside [1, 2^31)", (long long)n);
-  if (k < 1 || k > n) return fail(kErrSize, "topk: k = %lld is outside [1, n = %lld]", (long long)k, (long long)n);
-  const KernelTable &kt = kernels();
-  try {
+namespace {
+
+// One selection split in phases: prepare (sample, buffers) on one thread, the
+// gathering pass (whole, or per thread of a team), finish on one thread.
+struct TopkJob {
+  const TopkSource *src = nullptr;
+  int64_t n = 0, k = 0, cap = 0;
+  int nthreads = 1;
+  std::vector<int32_t> slots;
+  Gather g;
+
+  void prepare(const TopkSource &s, int64_t n_, int64_t k_, int threads) {
+    src = &s;
+    n = n_;
+    k = k_;
     int64_t expect = 0;
-    const float thr = estimate_threshold(src, n, k, &expect);
-    const int nthreads = std::min(omp_get_max_threads(), kMaxThreads);
+    const float thr = estimate_threshold(s, n, k, &expect);
+    nthreads = std::min(threads, kMaxThreads);
     // room for twice the expected candidates per thread: overflow means the
     // sample misjudged badly (or ties), and the exact fallback takes over
-    const int64_t cap = std::min(n, 2 * expect + 4096);
-    std::vector<int32_t> slots(static_cast<size_t>(cap) * nthreads);
-    Gather g;
+    cap = std::min(n, 2 * expect + 4096);
+    slots.assign(static_cast<size_t>(cap) * nthreads, 0);
     g.threshold = thr;
     g.cap = cap;
     g.slots = slots.data();
     std::fill(g.counts, g.counts + kMaxThreads, int64_t{0});
-    if (src.u != nullptr)
-      kt.dgc_accumulate_f32(src.u, src.v, src.grad, n, src.momentum, src.nesterov, &g);
-    else
-      kt.gather_abs_f32(src.x, n, &g);
+  }
 
+  void finish(int32_t *idx, float *val) {
     int64_t total = 0;
     bool overflow = false;
     for (int t = 0; t < kMaxThreads; ++t) {
@@ -172,8 +179,8 @@ int topk_abs(const TopkSource &src, int64_t n, int64_t k, int32_t *idx, float *v
       overflow |= g.counts[t] > cap;
     }
     if (overflow || total < k) {
-      radix_select(src.x, n, k, idx, val);
-      return kOk;
+      radix_select(src->x, n, k, idx, val);
+      return;
     }
     // compact the per-thread runs (thread order = index order)
     int64_t c = 0;
@@ -183,11 +190,79 @@ int topk_abs(const TopkSource &src, int64_t n, int64_t k, int32_t *idx, float *v
         std::memmove(slots.data() + c, run, static_cast<size_t>(g.counts[t]) * sizeof(int32_t));
       c += g.counts[t];
     }
-    select_from_candidates(src.x, slots.data(), c, k, idx, val);
+    select_from_candidates(src->x, slots.data(), c, k, idx, val);
+  }
+};
+
+int check_sizes(int64_t n, int64_t k) {
+  if (n < 1 || n > INT32_MAX) return fail(kErrSize, "topk: n = %lld is outside [1, 2^31)", (long long)n);
+  if (k < 1 || k > n) return fail(kErrSize, "topk: k = %lld is outside [1, n = %lld]", (long long)k, (long long)n);
+  return kOk;
+}
+
+}  // namespace
+
+int topk_abs(const TopkSource &src, int64_t n, int64_t k, int32_t *idx, float *val) {
+  if (int rc = check_sizes(n, k)) return rc;
+  const KernelTable &kt = kernels();
+  try {
+    TopkJob job;
+    job.prepare(src, n, k, omp_get_max_threads());
+    if (src.u != nullptr)
+      kt.dgc_accumulate_f32(src.u, src.v, src.grad, n, src.momentum, src.nesterov, &job.g);
+    else
+      kt.gather_abs_f32(src.x, n, &job.g);
+    job.finish(idx, val);
     return kOk;
   } catch (const std::bad_alloc &) {
     return fail(kErrNoMem, "topk: out of memory (n = %lld, k = %lld)", (long long)n, (long long)k);
   }
+}
+
+int topk_abs_multi(const TopkSource *srcs, const int64_t *n, const int64_t *k,
+                   const int64_t *off, int count, int32_t *idx, float *val) {
+  int64_t total = 0;
+  for (int j = 0; j < count; ++j) {
+    if (srcs[j].u == nullptr) return fail(kErrNull, "topk: tensor %d is not a DGC source", j);
+    if (int rc = check_sizes(n[j], k[j])) return rc;
+    total += n[j];
+  }
+  const KernelTable &kt = kernels();
+  int status = kOk;  // kErrNoMem once a thread ran out of memory
+  try {
+    // largest first, so that the dynamic schedule ends balanced
+    std::vector<int> order(static_cast<size_t>(count));
+    for (int j = 0; j < count; ++j) order[j] = j;
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return n[x] > n[y]; });
+    const int threads = total >= kParallelMin ? kernel_threads() : 1;
+#pragma omp parallel num_threads(threads)
+    {
+      int mine = 0;
+#pragma omp for schedule(dynamic, 1) nowait
+      for (int q = 0; q < count; ++q) {
+        if (mine != 0) continue;
+        const int j = order[q];
+        const TopkSource &s = srcs[j];
+        try {
+          TopkJob job;  // the whole tensor on this thread: its candidates in this thread's slots
+          job.prepare(s, n[j], k[j], omp_get_thread_num() + 1);
+          kt.dgc_accumulate_range_f32(s.u, s.v, s.grad, 0, n[j], s.momentum, s.nesterov, &job.g);
+          job.finish(idx + off[j], val + off[j]);
+        } catch (const std::bad_alloc &) {
+          mine = kErrNoMem;
+        }
+      }
+      if (mine != 0) {
+#pragma omp critical(msopt_topk_multi_status)
+        if (status == 0) status = mine;
+      }
+    }
+  } catch (const std::bad_alloc &) {
+    status = kErrNoMem;
+  }
+  if (status != kOk)  // (recorded on this thread: the failing one may be another)
+    return fail(kErrNoMem, "topk: out of memory selecting from %d tensors", count);
+  return kOk;
 }
 
 }  // namespace msopt

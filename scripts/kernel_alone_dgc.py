@@ -1,0 +1,107 @@
+"""DGCMomentum's native kernels alone, without a MindSpore graph.
+
+``dgc_kernel_alone(sizes)`` times the work of one DGCMomentum step (impl="native",
+one worker, sparsity 0.999, float32 parameters) done by calling the kernels directly
+on numpy buffers through ``ms_optim._native.call_aot`` (checked once, then timed with
+the ctypes arguments prepared once, ``_native.prepare_aot``): the multi-tensor select over
+the compressed parameters (writing the fused exchange buffer), the multi-tensor apply
+from it, and the dense momentum of the small parameters, bucketed as the optimizer
+buckets them.  The step's floor: what the optimizer inside MindSpore adds on top is
+launch and graph overhead.
+
+    python scripts/kernel_alone_dgc.py --sizes 1e6 2.56e7
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from ms_optim import _native, dgc_plan, kernels  # noqa: E402
+
+SPARSITY = 0.999
+MOMENTUM = 0.9
+LR = 1e-3
+
+
+def _step_calls(sizes, seed, grads=None):
+    """The kernel calls of one step, as a list of (entry, arrays); `grads` (float32 arrays of
+    `sizes`) default to random ones of the scale the bench uses."""
+    plan = dgc_plan.DGCPlan(sizes, [True] * len(sizes), (SPARSITY,), 0, 1)
+    rng = np.random.default_rng(seed)
+    params = [rng.standard_normal(n, dtype=np.float32) for n in sizes]
+    if grads is None:
+        grads = [rng.standard_normal(n, dtype=np.float32) * np.float32(1e-2) for n in sizes]
+    grads = [np.ascontiguousarray(g, np.float32).reshape(-1) for g in grads]
+    u = [np.zeros(n, np.float32) for n in sizes]
+    comp, dense = plan.comp_ids, plan.dense_ids
+    v = [np.zeros(sizes[i], np.float32) for i in comp]
+    ks = plan.stage_k[0]
+    consts = np.array([MOMENTUM, 0.0], np.float32)
+    lr = np.array([LR], np.float32)
+    calls = []
+    idx = np.zeros(plan.block[0], np.int32)
+    val = np.zeros(plan.block[0], np.float32)
+    for lo, hi in kernels.buckets((0,) * len(comp)):
+        ids = comp[lo:hi]
+        off = plan.stage_offsets[0][lo]
+        width = sum(ks[lo:hi])
+        calls.append(("ms_optim_dgc_select_multi",
+                      [u[i] for i in ids] + v[lo:hi] + [grads[i] for i in ids]
+                      + [consts, np.array(ks[lo:hi], np.int32), idx[off:off + width],
+                         val[off:off + width]]))
+    for lo, hi in kernels.buckets((0,) * len(comp)):
+        ids = comp[lo:hi]
+        layout = np.array((1,) + plan.stage_offsets[0][lo:hi] + ks[lo:hi], np.int32)
+        calls.append(("ms_optim_dgc_apply_multi", [params[i] for i in ids]
+                      + [idx, val, lr, layout, np.zeros(1, np.float32)]))
+    for lo, hi in kernels.buckets((0,) * len(dense)):
+        ids = dense[lo:hi]
+        calls.append(("ms_optim_dgc_momentum", [params[i] for i in ids] + [u[i] for i in ids]
+                      + grads + [lr, consts, np.array(ids, np.int32), np.zeros(1, np.float32)]))
+    return calls
+
+
+def dgc_kernel_alone_step(sizes, grads=None, seed=0):
+    """A callable running one DGC step's native kernels on buffers of `sizes` (with these
+    gradient arrays when given), checked once through call_aot, then with the ctypes
+    arguments prepared once (``_native.prepare_aot``): the kernels' time only."""
+    calls = _step_calls([int(n) for n in sizes], seed, grads)
+    for entry, arrays in calls:  # checked (and the buffers' pages touched) once
+        _native.call_aot(entry, arrays)
+    runs = [_native.prepare_aot(entry, arrays) for entry, arrays in calls]
+    return lambda: [run() for run in runs]
+
+
+def dgc_kernel_alone(sizes, steps=10, seed=0):
+    """Median seconds of one DGC step's native kernels on tensors of `sizes` elements."""
+    step = dgc_kernel_alone_step(sizes, seed=seed)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", type=float, default=[1e6, 2.56e7],
+                        help="total parameters; ResNet-50's layout scaled to each")
+    parser.add_argument("--steps", type=int, default=10)
+    args = parser.parse_args(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_optimizers import resnet50_sizes
+    for n in args.sizes:
+        sizes, _ = resnet50_sizes(int(n))
+        t = dgc_kernel_alone(sizes, args.steps)
+        print(f"N = {sum(sizes):,} ({len(sizes)} tensors): kernel alone {t * 1e3:.3f} ms/step, "
+              f"{t * 1e9 / sum(sizes):.3f} ns/param")
+
+
+if __name__ == "__main__":
+    main()
