@@ -494,7 +494,8 @@ inline uint64_t mix64(uint64_t x) {
 uint64_t digest_bytes(const unsigned char *data, int64_t bytes, uint64_t salt) {
   const int64_t words = bytes / 8;
   uint64_t sum = 0;
-#pragma omp parallel for reduction(+ : sum) schedule(static) if (words >= msopt::kParallelMin)
+#pragma omp parallel for reduction(+ : sum) schedule(static) \
+    num_threads(msopt::kernel_threads()) if (words >= msopt::kParallelMin)
   for (int64_t i = 0; i < words; ++i) {
     uint64_t w;
     std::memcpy(&w, data + 8 * i, 8);

@@ -207,7 +207,7 @@ int topk_abs(const TopkSource &src, int64_t n, int64_t k, int32_t *idx, float *v
   const KernelTable &kt = kernels();
   try {
     TopkJob job;
-    job.prepare(src, n, k, omp_get_max_threads());
+    job.prepare(src, n, k, kernel_threads());
     if (src.u != nullptr)
       kt.dgc_accumulate_f32(src.u, src.v, src.grad, n, src.momentum, src.nesterov, &job.g);
     else
