@@ -12,6 +12,7 @@ from mindspore.ops import functional as F
 
 from . import _checks, comm, kernels
 from ._api import OptimizerAPI
+from ._step import resolve_impl
 from .clip import ClipGradByNorm, check_grad_clip
 from .dgc_plan import MIN_COMPRESSED_NUMEL, DGCPlan
 from .regularizer import L1Decay, L2Decay
@@ -137,7 +138,7 @@ def _validate(cls, learning_rate, momentum, rampup_begin_step, rampup_step, spar
     if regularization is not None and (isinstance(weight_decay, nn.Cell) or weight_decay != 0):
         raise ValueError(f"For '{cls}', set either 'weight_decay' or 'regularization', not both.")
     loss_scale = _checks.check_loss_scale(cls, loss_scale)
-    _checks.check_choice(cls, "impl", impl, ("auto", "native", "ops"))
+    _checks.check_choice(cls, "impl", impl, ("auto", "native", "ops"))  # resolved later
     _checks.check_choice(cls, "exchange", exchange, ("auto", "allgather", "allreduce"))
     return momentum, sparsity, local_grad_clip_norm, loss_scale
 
@@ -312,9 +313,7 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
         if num_trainers is not None and num_trainers != self.nranks:
             raise ValueError(f"For '{cls}', 'num_trainers' is {num_trainers} but the world group has "
                              f"{self.nranks} worker(s).")
-        if impl == "auto":
-            impl = "native" if target == "CPU" else "ops"
-        self.impl = impl
+        self.impl = impl = resolve_impl(cls, impl, ("native", "ops"), "ops")
         self._record_args(params, learning_rate=learning_rate, momentum=momentum,
                           rampup_begin_step=rampup_begin_step, rampup_step=rampup_step,
                           sparsity=sparsity, use_nesterov=use_nesterov,
@@ -366,7 +365,7 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
         self.l1_t = Tensor(self.l1, mstype.float32)
         self.l2_t = Tensor(self.l2, mstype.float32)
         self.nranks_t = Tensor(float(self.nranks), mstype.float32)
-        self.select_consts = Tensor([momentum, 1.0 if use_nesterov else 0.0], mstype.float32)
+        self.select_consts = kernels.consts("dgc", momentum=momentum, nesterov=use_nesterov)
         self._build_exchanges(exchange)
         if impl == "native":
             self._build_native_ops()

@@ -35,6 +35,7 @@ _FORMATS = {mstype.float32: _F32, mstype.float16: _F16, mstype.float64: DataType
 LAYOUTS = {
     "adam": ("beta1", "beta2", "eps", "inv_scale", "nesterov"),
     "lamb": ("beta1", "beta2", "eps", "clip_norm", "clip_lo", "clip_hi", "always_adapt"),
+    "dgc": ("momentum", "nesterov"),
     "powers": ("beta1_power", "beta2_power"),
 }
 _checked = set()

@@ -8,7 +8,7 @@ import mindspore as ms
 from mindspore import Parameter, Tensor
 
 import ms_optim
-from ms_optim import _native, reference
+from ms_optim import _native, kernels, reference
 from ms_optim.clip import ClipGradByGlobalNorm, ClipGradByNorm
 from ms_optim.regularizer import L1Decay, L2Decay
 from conftest import (assert_checkpoint_resumes, assert_close_to_mindspore, assert_trained, batch,
@@ -180,7 +180,7 @@ MULTI_SIZES = [1, 7, 16383, 16385, 40_001]
 
 
 def _consts(nesterov):
-    return np.array([0.9, float(nesterov)], np.float32)
+    return kernels.consts_array("dgc", momentum=0.9, nesterov=nesterov)
 
 
 @pytest.mark.parametrize("isa", ISAS)

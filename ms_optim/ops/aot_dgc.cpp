@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common.h"
+#include "contract.h"
 #include "kernels.h"
 #include "topk.h"
 
@@ -41,7 +42,7 @@ MSOPT_API int ms_optim_topk_abs(int nparam, void **params, int *ndims, int64_t *
   return msopt::topk_abs(src, a.numel(0), a.numel(1), a.ptr<int32_t>(1), a.ptr<float>(2));
 }
 
-// Inputs: u, v, grad (float32[n]), consts float32[2] = (momentum, use_nesterov).
+// Inputs: u, v, grad (float32[n]), consts float32[2]: contract.h DgcConsts.
 // Outputs: idx int32[k], val float32[k].
 // One step of DGC's local part: momentum correction into u and v, exact top-k
 // of |v|, and momentum factor masking (u[idx] = v[idx] = 0) -- u, v in place.
@@ -54,12 +55,12 @@ MSOPT_API int ms_optim_dgc_select(int nparam, void **params, int *ndims, int64_t
     if (!a.is(i, "float32")) return fail(msopt::kErrDtype, "%s: u, v, grad must be float32", fn);
     if (a.numel(i) != a.numel(0)) return fail(msopt::kErrSize, "%s: u, v, grad sizes differ", fn);
   }
-  if (!a.is(3, "float32") || a.numel(3) != 2)
-    return fail(msopt::kErrSize, "%s: consts must be float32[2]", fn);
+  if (!a.is(3, "float32") || a.numel(3) != msopt::DgcConsts::kCount)
+    return fail(msopt::kErrSize, "%s: consts must be float32[%d]", fn, msopt::DgcConsts::kCount);
   if (int rc = check_outputs(a, 4, fn)) return rc;
-  const float *c = a.ptr<float>(3);
+  const msopt::DgcConsts &c = *a.ptr<const msopt::DgcConsts>(3);
   float *u = a.ptr<float>(0), *v = a.ptr<float>(1);
-  msopt::TopkSource src{v, u, v, a.ptr<float>(2), c[0], c[1] != 0.0f};
+  msopt::TopkSource src{v, u, v, a.ptr<float>(2), c.momentum, c.nesterov != 0.0f};
   const int64_t k = a.numel(4);
   int32_t *idx = a.ptr<int32_t>(4);
   const msopt::ParallelSection section(a.numel(0));
@@ -272,8 +273,8 @@ MSOPT_API int ms_optim_dgc_select_multi(int nparam, void **params, int *ndims, i
     return fail(msopt::kErrSize, "%s: expected 3K + 4 tensors (K >= 1), got %d", fn, nparam);
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
   const int K = (nparam - 4) / 3, ci = 3 * K, ki = 3 * K + 1, oi = 3 * K + 2;
-  if (!a.is(ci, "float32") || a.numel(ci) != 2)
-    return fail(msopt::kErrSize, "%s: consts must be float32[2]", fn);
+  if (!a.is(ci, "float32") || a.numel(ci) != msopt::DgcConsts::kCount)
+    return fail(msopt::kErrSize, "%s: consts must be float32[%d]", fn, msopt::DgcConsts::kCount);
   if (!a.is(ki, "int32") || a.numel(ki) != K)
     return fail(msopt::kErrSize, "%s: ks must be int32[%d]", fn, K);
   if (int rc = check_outputs(a, oi, fn)) return rc;
@@ -296,7 +297,7 @@ MSOPT_API int ms_optim_dgc_select_multi(int nparam, void **params, int *ndims, i
   if (total_k != a.numel(oi))
     return fail(msopt::kErrSize, "%s: the ks sum to %lld, the outputs hold %lld", fn,
                 (long long)total_k, (long long)a.numel(oi));
-  const float *c = a.ptr<float>(ci);
+  const msopt::DgcConsts &c = *a.ptr<const msopt::DgcConsts>(ci);
   int32_t *idx = a.ptr<int32_t>(oi);
   float *val = a.ptr<float>(oi + 1);
   try {
@@ -305,7 +306,7 @@ MSOPT_API int ms_optim_dgc_select_multi(int nparam, void **params, int *ndims, i
     srcs.reserve(K);
     for (int j = 0; j < K; ++j) {
       float *u = a.ptr<float>(j), *v = a.ptr<float>(K + j);
-      srcs.push_back({v, u, v, a.ptr<float>(2 * K + j), c[0], c[1] != 0.0f});
+      srcs.push_back({v, u, v, a.ptr<float>(2 * K + j), c.momentum, c.nesterov != 0.0f});
       n[j] = a.numel(j);
       k[j] = ks[j];
       off[j] = j == 0 ? 0 : off[j - 1] + k[j - 1];
@@ -402,12 +403,13 @@ MSOPT_API int ms_optim_dgc_momentum(int nparam, void **params, int *ndims, int64
   const int K = static_cast<int>(k64), M = li - 2 * K;
   if (!a.is(li, "float32") || (a.numel(li) != 1 && a.numel(li) != K))
     return fail(msopt::kErrSize, "%s: lr must be float32[1] or float32[%d]", fn, K);
-  if (!a.is(ci, "float32") || a.numel(ci) != 2)
-    return fail(msopt::kErrSize, "%s: consts must be float32[2]", fn);
+  if (!a.is(ci, "float32") || a.numel(ci) != msopt::DgcConsts::kCount)
+    return fail(msopt::kErrSize, "%s: consts must be float32[%d]", fn, msopt::DgcConsts::kCount);
   if (!a.is(oi, "float32") || a.numel(oi) != 1)
     return fail(msopt::kErrSize, "%s: done must be float32[1]", fn);
   if (int rc = check_sources(a, K, 2 * K, M, gi, fn)) return rc;
-  const float *lr = a.ptr<float>(li), *c = a.ptr<float>(ci);
+  const float *lr = a.ptr<float>(li);
+  const msopt::DgcConsts &c = *a.ptr<const msopt::DgcConsts>(ci);
   const int32_t *gidx = a.ptr<int32_t>(gi);
   try {
     std::vector<msopt::DgcDenseTensor> ts(static_cast<size_t>(K));
@@ -427,7 +429,7 @@ MSOPT_API int ms_optim_dgc_momentum(int nparam, void **params, int *ndims, int64
       total += n;
     }
     const msopt::ParallelSection section(total);
-    msopt::kernels().dgc_momentum(ts.data(), K, c[0], c[1] != 0.0f);
+    msopt::kernels().dgc_momentum(ts.data(), K, c.momentum, c.nesterov != 0.0f);
   } catch (const std::bad_alloc &) {
     return fail(msopt::kErrNoMem, "%s: out of memory", fn);
   }

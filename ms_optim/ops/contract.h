@@ -26,6 +26,9 @@ namespace msopt {
 #define MSOPT_LAMB_CONSTS(X) \
   X(beta1) X(beta2) X(eps) X(clip_norm) X(clip_lo) X(clip_hi) X(always_adapt)
 
+// DGC (select and dense momentum): the momentum, and nesterov as 0 or 1.
+#define MSOPT_DGC_CONSTS(X) X(momentum) X(nesterov)
+
 // The beta powers of this step, beta1^t and beta2^t (Adam and Lamb): an input
 // of its own, float32[2], since it changes every step.
 #define MSOPT_POWERS(X) X(beta1_power) X(beta2_power)
@@ -44,6 +47,7 @@ namespace msopt {
 
 MSOPT_DECLARE_CONSTS(AdamConsts, MSOPT_ADAM_CONSTS)
 MSOPT_DECLARE_CONSTS(LambConsts, MSOPT_LAMB_CONSTS)
+MSOPT_DECLARE_CONSTS(DgcConsts, MSOPT_DGC_CONSTS)
 MSOPT_DECLARE_CONSTS(Powers, MSOPT_POWERS)
 
 // Every layout by kernel name, the field names space-separated (for
@@ -55,6 +59,7 @@ struct ConstsLayout {
 inline constexpr ConstsLayout kConstsLayouts[] = {
     {"adam", MSOPT_ADAM_CONSTS(MSOPT_CONTRACT_NAME)},
     {"lamb", MSOPT_LAMB_CONSTS(MSOPT_CONTRACT_NAME)},
+    {"dgc", MSOPT_DGC_CONSTS(MSOPT_CONTRACT_NAME)},
     {"powers", MSOPT_POWERS(MSOPT_CONTRACT_NAME)},
 };
 

@@ -196,7 +196,7 @@ MSOPT_API int msopt_kernel_threads(void) { return msopt::kernel_threads(); }
 
 MSOPT_API const char *msopt_build_flags(void) { return MSOPT_BUILD_FLAGS; }
 
-// The constants layout of an AOT kernel ("adam", "lamb", "powers"): its field
+// The constants layout of an AOT kernel ("adam", "lamb", "dgc", "powers"): its field
 // names space-separated, in order (contract.h); NULL for an unknown name.
 MSOPT_API const char *msopt_consts_layout(const char *kernel) {
   if (kernel == nullptr) return nullptr;
