@@ -185,70 +185,277 @@ constexpr int64_t kHalfBlock = 1024;
 // kDelta: write d to `out`; otherwise add d to p (`out` is p).  Delta kernels
 // take the decay already applied (their parameter lives elsewhere).  kDecay is
 // false when wd == 0, so the rule never forms 0 * p (NaN for an infinite p).
-template <bool kDelta, bool kNesterov, bool kDecay>
+// kDecoupled: AdamW, d = -lr_t * (direction + wd * p) (loops_impl.h).
+template <bool kDelta, bool kNesterov, bool kDecay, bool kDecoupled>
 inline void adam_block(float *out, float *m, float *v, const float *g, int64_t n,
                        const AdamArgs &a) {
   const AdamStep<float> step{a.beta1, 1.0f - a.beta1, a.beta2, 1.0f - a.beta2,
                              a.eps,   -a.lr_t,        a.weight_decay};
-  adam_loop<float, kDelta, kNesterov, kDecay>(out, m, v, g, n, step,
-                                              ScaledGrad<float>{a.inv_scale});
+  adam_loop<float, kDelta, kNesterov, kDecay, ScaledGrad<float>, kDecoupled>(
+      out, m, v, g, n, step, ScaledGrad<float>{a.inv_scale});
 }
 
 template <bool kDelta>
 inline void adam_f32_range(float *out, float *m, float *v, const float *g, int64_t n,
                            const AdamArgs &a) {
   with_flags(a.nesterov, !kDelta && a.weight_decay != 0.0f, [&](auto nesterov, auto decay) {
-    adam_block<kDelta, decltype(nesterov)::value, decltype(decay)::value>(out, m, v, g, n, a);
+    constexpr bool kN = decltype(nesterov)::value, kD = decltype(decay)::value;
+    if (a.decoupled)
+      adam_block<kDelta, kN, kD, true>(out, m, v, g, n, a);
+    else
+      adam_block<kDelta, kN, kD, false>(out, m, v, g, n, a);
   });
 }
 
-template <bool kDelta>
-inline void adam_f16_range(half_bits *out, float *m, float *v, const half_bits *g, int64_t n,
-                           const AdamArgs &a) {
+// ------------------------------------------------------- compact moments --
+// Each codec decodes a chunk of a tensor's moments [lo, lo + len) into float32
+// buffers and encodes them back after the step (docs/ALGORITHMS.md §1.1; the
+// numpy rules are reference.py's bf16_* and q8_*).  kChunk: the elements per
+// chunk; kBlock: the unit a thread's share must be made of (1: any split).
+
+inline uint32_t f32_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+
+inline float bits_f32(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+// bfloat16: the top 16 bits of a float32, rounded to nearest even; a NaN keeps
+// its sign and top payload bits and is made quiet.
+inline uint16_t f32_to_bf16(float x) {
+  const uint32_t u = f32_bits(x);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+}
+
+inline float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
+
+struct Bf16Codec {
+  static constexpr int64_t kChunk = kHalfBlock;
+  static constexpr int64_t kBlock = 1;
+  static void load(const AdamTensor &x, int64_t lo, int64_t len, float *m, float *v) {
+    const uint16_t *mq = static_cast<const uint16_t *>(x.m) + lo;
+    const uint16_t *vq = static_cast<const uint16_t *>(x.v) + lo;
+#pragma omp simd
+    for (int64_t j = 0; j < len; ++j) {
+      m[j] = bf16_to_f32(mq[j]);
+      v[j] = bf16_to_f32(vq[j]);
+    }
+  }
+  static void store(const AdamTensor &x, int64_t lo, int64_t len, const float *m, const float *v) {
+    uint16_t *mq = static_cast<uint16_t *>(x.m) + lo;
+    uint16_t *vq = static_cast<uint16_t *>(x.v) + lo;
+#pragma omp simd
+    for (int64_t j = 0; j < len; ++j) {
+      mq[j] = f32_to_bf16(m[j]);
+      vq[j] = f32_to_bf16(v[j]);
+    }
+  }
+};
+
+// int8: a magnitude y in [0, 1] (x / absmax) as a small float with kExp exponent
+// and kMan mantissa bits: value(c) = c * 2^-T below 2^(kMan+1) (the linear
+// range, subnormal-like), else (2^kMan + c % 2^kMan) * 2^(c / 2^kMan - 1 - T),
+// with T = kMan + 2^kExp - 1, so the largest code is 1 - 2^-(kMan+1).  Encoding
+// rounds to nearest even with integer arithmetic on the float32 bits (the
+// normal range, as float_to_half_sw) or an exact scaling (the linear range),
+// and saturates at the largest code.
+template <int kExp, int kMan>
+struct SmallFloat {
+  static constexpr int kT = kMan + (1 << kExp) - 1;
+  static constexpr uint32_t kMaxCode = (1u << (kExp + kMan)) - 1u;
+  static constexpr float kScaleUp = static_cast<float>(1ull << kT);   // 2^T
+  static constexpr float kScaleDown = 1.0f / kScaleUp;                 // 2^-T
+  static constexpr float kMinNormal = static_cast<float>(1u << kMan) * kScaleDown;  // 2^(kMan-T)
+
+  static uint32_t encode(float y) {
+    const uint32_t ax = f32_bits(y);
+    const uint32_t odd = (ax >> (23 - kMan)) & 1u;
+    const uint32_t normal =
+        (ax - (static_cast<uint32_t>(127 - (1 << kExp)) << 23) + ((1u << (22 - kMan)) - 1u) + odd) >>
+        (23 - kMan);
+    const uint32_t linear = f32_bits(y * kScaleUp + 8388608.0f) - 0x4b000000u;
+    const uint32_t code = y < kMinNormal ? linear : normal;
+    return code < kMaxCode ? code : kMaxCode;
+  }
+  static float decode(uint32_t c) {
+    const uint32_t e = c >> kMan, f = c & ((1u << kMan) - 1u);
+    const float normal =
+        bits_f32(((e + static_cast<uint32_t>(127 - (1 << kExp))) << 23) | (f << (23 - kMan)));
+    return e == 0 ? static_cast<float>(f) * kScaleDown : normal;
+  }
+};
+static_assert(SmallFloat<4, 3>::kMinNormal == 1.0f / 32768.0f, "2^(1 - 2^E)");
+
+using Q8MCode = SmallFloat<kQ8MExp, kQ8MMan>;
+using Q8VCode = SmallFloat<kQ8VExp, kQ8VMan>;
+
+// The absmax of a block's float32 values (NaN ignored); 0 when below the
+// smallest normal float32, so that its reciprocal is finite.
+inline float block_absmax(const float *x, int64_t len) {
+  float am = 0.0f;
+#pragma omp simd reduction(max : am)
+  for (int64_t j = 0; j < len; ++j) am = std::max(am, std::fabs(x[j]));
+  return am < 1.17549435e-38f ? 0.0f : am;
+}
+
+struct Q8Codec {
+  static constexpr int64_t kChunk = kQ8Block;
+  static constexpr int64_t kBlock = kQ8Block;
+  // lo is a multiple of kQ8Block: one chunk is one block.
+  static void load(const AdamTensor &x, int64_t lo, int64_t len, float *m, float *v) {
+    const int8_t *mq = static_cast<const int8_t *>(x.m) + lo;
+    const uint8_t *vq = static_cast<const uint8_t *>(x.v) + lo;
+    const float ms = x.m_scale[lo / kQ8Block], vs = x.v_scale[lo / kQ8Block];
+#pragma omp simd
+    for (int64_t j = 0; j < len; ++j) {
+      const int32_t c = mq[j];
+      const float mag = Q8MCode::decode(static_cast<uint32_t>(c < 0 ? -c : c)) * ms;
+      m[j] = c < 0 ? -mag : mag;
+      v[j] = Q8VCode::decode(vq[j]) * vs;
+    }
+  }
+  static void store(const AdamTensor &x, int64_t lo, int64_t len, const float *m, const float *v) {
+    int8_t *mq = static_cast<int8_t *>(x.m) + lo;
+    uint8_t *vq = static_cast<uint8_t *>(x.v) + lo;
+    const float ms = block_absmax(m, len), vs = block_absmax(v, len);
+    x.m_scale[lo / kQ8Block] = ms;
+    x.v_scale[lo / kQ8Block] = vs;
+    const float mi = ms > 0.0f ? 1.0f / ms : 0.0f, vi = vs > 0.0f ? 1.0f / vs : 0.0f;
+#pragma omp simd
+    for (int64_t j = 0; j < len; ++j) {
+      const int32_t c = static_cast<int32_t>(Q8MCode::encode(std::fabs(m[j]) * mi));
+      mq[j] = static_cast<int8_t>(std::signbit(m[j]) ? -c : c);
+      vq[j] = static_cast<uint8_t>(Q8VCode::encode(std::fabs(v[j]) * vi));
+    }
+  }
+};
+
+// A piece [lo, hi) of one tensor of a multi-tensor Adam call, float32 moments
+// used in place.
+template <bool kDelta, bool kHalf>
+inline void adam_piece_f32(const AdamTensor &x, int64_t lo, int64_t hi) {
+  float *m = static_cast<float *>(x.m) + lo, *v = static_cast<float *>(x.v) + lo;
+  if (!kHalf) {
+    adam_f32_range<kDelta>(static_cast<float *>(x.out) + lo, m, v,
+                           static_cast<const float *>(x.g) + lo, hi - lo, x.a);
+    return;
+  }
+  half_bits *out = static_cast<half_bits *>(x.out) + lo;
+  const half_bits *g = static_cast<const half_bits *>(x.g) + lo;
   alignas(64) float gb[kHalfBlock];
   alignas(64) float ob[kHalfBlock];
-  for (int64_t lo = 0; lo < n; lo += kHalfBlock) {
-    const int64_t len = std::min(kHalfBlock, n - lo);
-    f16_to_f32(g + lo, gb, len);
-    if (!kDelta) f16_to_f32(out + lo, ob, len);
-    adam_f32_range<kDelta>(ob, m + lo, v + lo, gb, len, a);
-    f32_to_f16(ob, out + lo, len);
+  for (int64_t c = 0; c < hi - lo; c += kHalfBlock) {
+    const int64_t len = std::min(kHalfBlock, hi - lo - c);
+    f16_to_f32(g + c, gb, len);
+    if (!kDelta) f16_to_f32(out + c, ob, len);
+    adam_f32_range<kDelta>(ob, m + c, v + c, gb, len, x.a);
+    f32_to_f16(ob, out + c, len);
   }
 }
 
-// A piece [lo, hi) of one tensor of a multi-tensor Adam call.
-template <bool kDelta, bool kHalf>
-inline void adam_piece(const AdamTensor &x, int64_t lo, int64_t hi) {
-  if (kHalf)
-    adam_f16_range<kDelta>(static_cast<half_bits *>(x.out) + lo, x.m + lo, x.v + lo,
-                           static_cast<const half_bits *>(x.g) + lo, hi - lo, x.a);
-  else
-    adam_f32_range<kDelta>(static_cast<float *>(x.out) + lo, x.m + lo, x.v + lo,
-                           static_cast<const float *>(x.g) + lo, hi - lo, x.a);
+// The same with compact moments: per chunk, decode, step, encode (one pass
+// over memory; the chunk stays in L1).
+template <bool kDelta, bool kHalf, class Codec>
+inline void adam_piece_coded(const AdamTensor &x, int64_t lo, int64_t hi) {
+  alignas(64) float mb[Codec::kChunk];
+  alignas(64) float vb[Codec::kChunk];
+  alignas(64) float gb[kHalf ? Codec::kChunk : 1];
+  alignas(64) float ob[kHalf ? Codec::kChunk : 1];
+  for (int64_t c = lo; c < hi; c += Codec::kChunk) {
+    const int64_t len = std::min(Codec::kChunk, hi - c);
+    Codec::load(x, c, len, mb, vb);
+    if (kHalf) {
+      half_bits *out = static_cast<half_bits *>(x.out) + c;
+      f16_to_f32(static_cast<const half_bits *>(x.g) + c, gb, len);
+      if (!kDelta) f16_to_f32(out, ob, len);
+      adam_f32_range<kDelta>(ob, mb, vb, gb, len, x.a);
+      f32_to_f16(ob, out, len);
+    } else {
+      adam_f32_range<kDelta>(static_cast<float *>(x.out) + c, mb, vb,
+                             static_cast<const float *>(x.g) + c, len, x.a);
+    }
+    Codec::store(x, c, len, mb, vb);
+  }
 }
 
-// Every tensor's elements as one range [0, total), split once over the
-// threads: each thread walks the tensors its share overlaps.  Adam has no
+struct F32Moments {
+  static constexpr int64_t kBlock = 1;
+  template <bool kDelta, bool kHalf>
+  static void piece(const AdamTensor &x, int64_t lo, int64_t hi) {
+    adam_piece_f32<kDelta, kHalf>(x, lo, hi);
+  }
+};
+
+template <class Codec>
+struct CodedMoments {
+  static constexpr int64_t kBlock = Codec::kBlock;
+  template <bool kDelta, bool kHalf>
+  static void piece(const AdamTensor &x, int64_t lo, int64_t hi) {
+    adam_piece_coded<kDelta, kHalf, Codec>(x, lo, hi);
+  }
+};
+
+// Every tensor's elements as one range, split once over the threads: each
+// thread walks the tensors its share overlaps.  The range is counted in units
+// of Store::kBlock elements (each tensor's last unit may be partial), so a
+// quantization block never straddles two threads.  Adam has no other
 // reduction, so no thread waits for another and the bits do not depend on
 // the split.
-template <bool kDelta, bool kHalf>
+template <bool kDelta, bool kHalf, class Store>
 void adam_multi_impl(const AdamTensor *ts, int64_t count) {
-  int64_t total = 0;
-  for (int64_t i = 0; i < count; ++i) total += ts[i].n;
-  parallel_ranges(total, [&](int64_t lo, int64_t hi) {
+  constexpr int64_t B = Store::kBlock;
+  int64_t units = 0, total = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    units += (ts[i].n + B - 1) / B;
+    total += ts[i].n;
+  }
+  const auto body = [&](int64_t lo, int64_t hi) {  // units [lo, hi)
     int64_t off = 0;
-    for (int64_t i = 0; i < count && off < hi; off += ts[i].n, ++i) {
-      const int64_t a = std::max(lo, off), b = std::min(hi, off + ts[i].n);
-      if (a < b) adam_piece<kDelta, kHalf>(ts[i], a - off, b - off);
+    for (int64_t i = 0; i < count && off < hi; ++i) {
+      const int64_t nu = (ts[i].n + B - 1) / B;
+      const int64_t a = std::max(lo, off), b = std::min(hi, off + nu);
+      if (a < b)
+        Store::template piece<kDelta, kHalf>(ts[i], (a - off) * B, std::min(ts[i].n, (b - off) * B));
+      off += nu;
     }
-  });
+  };
+  const int nthreads = kernel_threads();
+  if (total < kParallelMin || nthreads < 2) {
+    body(int64_t{0}, units);
+    return;
+  }
+#pragma omp parallel num_threads(nthreads)
+  {
+    const Range r = thread_range(units, omp_get_num_threads(), omp_get_thread_num());
+    if (r.lo < r.hi) body(r.lo, r.hi);
+  }
 }
 
-void adam_multi(const AdamTensor *ts, int64_t count, bool delta, bool half) {
+template <class Store>
+void adam_multi_store(const AdamTensor *ts, int64_t count, bool delta, bool half) {
   if (delta)
-    (half ? adam_multi_impl<true, true> : adam_multi_impl<true, false>)(ts, count);
+    (half ? adam_multi_impl<true, true, Store> : adam_multi_impl<true, false, Store>)(ts, count);
   else
-    (half ? adam_multi_impl<false, true> : adam_multi_impl<false, false>)(ts, count);
+    (half ? adam_multi_impl<false, true, Store> : adam_multi_impl<false, false, Store>)(ts, count);
+}
+
+void adam_multi(const AdamTensor *ts, int64_t count, bool delta, bool half, Moments moments) {
+  switch (moments) {
+    case Moments::kBf16:
+      adam_multi_store<CodedMoments<Bf16Codec>>(ts, count, delta, half);
+      break;
+    case Moments::kQ8:
+      adam_multi_store<CodedMoments<Q8Codec>>(ts, count, delta, half);
+      break;
+    default:
+      adam_multi_store<F32Moments>(ts, count, delta, half);
+  }
 }
 
 // --------------------------------------------------------------------- Lamb --
