@@ -73,31 +73,25 @@ def bf16_value(bits):
 
 
 def q8_encode(y, fmt):
-    """Codes of magnitudes y in [0, 1] (float32) in the small float fmt = (E, M): value(c) =
-    c * 2^-T below 2^(M+1), else (2^M + c mod 2^M) * 2^(c div 2^M - 1 - T), T = M + 2^E - 1;
-    round to nearest even, saturating at the largest code (1 - 2^-(M+1))."""
+    """Codes of magnitudes y in [0, 1] (float32) in the small float fmt = (E, M) without
+    subnormals: code 0 is 0, code c > 0 is 2^(c div 2^M - 2^E) * (1 + (c mod 2^M) / 2^M).
+    Integer arithmetic on the float32 bits: the exponent rebiased, the dropped mantissa bits
+    rounded to nearest even, the result clamped to [0, 2^(E+M) - 1] (values below about
+    2^-2^E become 0; the largest code, 1 - 2^-(M+1), saturates)."""
     e_bits, m_bits = fmt
-    t = m_bits + (1 << e_bits) - 1
-    y = np.ascontiguousarray(y, f32)
-    ax = y.view(np.uint32)
-    shift = np.uint32(23 - m_bits)
-    odd = (ax >> shift) & np.uint32(1)
-    normal = (ax - np.uint32((127 - (1 << e_bits)) << 23) + np.uint32((1 << (22 - m_bits)) - 1)
-              + odd) >> shift
-    sub = (y * f32(2.0 ** t) + f32(2.0 ** 23)).view(np.uint32) - np.uint32(0x4b000000)
-    code = np.where(y < f32(2.0 ** (1 - (1 << e_bits))), sub, normal)
-    return np.minimum(code, np.uint32((1 << (e_bits + m_bits)) - 1))
+    shift = 23 - m_bits
+    ax = np.ascontiguousarray(y, f32).view(np.uint32).astype(np.int64)
+    odd = (ax >> shift) & 1
+    code = (ax - ((127 - (1 << e_bits)) << 23) + ((1 << (shift - 1)) - 1) + odd) >> shift
+    return np.clip(code, 0, (1 << (e_bits + m_bits)) - 1).astype(np.uint32)
 
 
 def q8_value(code, fmt):
     """float32 magnitudes of codes (the inverse of q8_encode on its grid), exact."""
     e_bits, m_bits = fmt
-    t = m_bits + (1 << e_bits) - 1
     c = np.asarray(code).astype(np.uint32)
-    e, f = c >> np.uint32(m_bits), c & np.uint32((1 << m_bits) - 1)
-    normal = (((e + np.uint32(127 - (1 << e_bits))) << np.uint32(23))
-              | (f << np.uint32(23 - m_bits))).view(f32)
-    return np.where(e == 0, f.astype(f32) * f32(2.0 ** -t), normal)
+    bits = (c << np.uint32(23 - m_bits)) + np.uint32((127 - (1 << e_bits)) << 23)
+    return np.where(c == 0, np.uint32(0), bits).astype(np.uint32).view(f32)
 
 
 def _blocks(x):

@@ -236,7 +236,11 @@ def test_q8_code_is_monotone_and_rounds_to_nearest_even(fmt):
     np.testing.assert_array_equal(got[exact], np.where(codes[:-1] % 2 == 0, codes[:-1],
                                                        codes[1:])[exact])
     above = np.nextafter(mids, np.float32(2))
-    np.testing.assert_array_equal(reference.q8_encode(above, fmt), codes[1:])
+    # between 0 and the smallest code (2^-2^E (1 + 2^-M)) everything flushes to 0
+    np.testing.assert_array_equal(reference.q8_encode(above, fmt)[1:], codes[2:])
+    tiny = np.float32(2.0 ** -(1 << fmt[0]))
+    np.testing.assert_array_equal(reference.q8_encode(np.float32([tiny * 0.99, tiny * 1.2]), fmt),
+                                  [0, 2])
     np.testing.assert_array_equal(reference.q8_encode(np.float32([1.0, 1.5]), fmt), codes[[-1, -1]])
 
 

@@ -259,38 +259,33 @@ struct Bf16Codec {
 };
 
 // int8: a magnitude y in [0, 1] (x / absmax) as a small float with kExp exponent
-// and kMan mantissa bits: value(c) = c * 2^-T below 2^(kMan+1) (the linear
-// range, subnormal-like), else (2^kMan + c % 2^kMan) * 2^(c / 2^kMan - 1 - T),
-// with T = kMan + 2^kExp - 1, so the largest code is 1 - 2^-(kMan+1).  Encoding
-// rounds to nearest even with integer arithmetic on the float32 bits (the
-// normal range, as float_to_half_sw) or an exact scaling (the linear range),
-// and saturates at the largest code.
+// and kMan mantissa bits and no subnormals: code 0 is 0, code c > 0 is
+// 2^(c / 2^kMan - 2^kExp) * (1 + (c % 2^kMan) / 2^kMan), up to 1 - 2^-(kMan+1).
+// The code's bits are a float32's exponent and top mantissa bits with the
+// exponent rebiased, so encoding is integer arithmetic on the float32 bits
+// (rounding the dropped mantissa bits to nearest even, as float_to_half_sw),
+// clamped to [0, largest code]: values below 2^-2^kExp (about) become 0,
+// values at or above the largest code saturate.  Decoding is a shift and an add.
 template <int kExp, int kMan>
 struct SmallFloat {
-  static constexpr int kT = kMan + (1 << kExp) - 1;
-  static constexpr uint32_t kMaxCode = (1u << (kExp + kMan)) - 1u;
-  static constexpr float kScaleUp = static_cast<float>(1ull << kT);   // 2^T
-  static constexpr float kScaleDown = 1.0f / kScaleUp;                 // 2^-T
-  static constexpr float kMinNormal = static_cast<float>(1u << kMan) * kScaleDown;  // 2^(kMan-T)
+  static constexpr int kShift = 23 - kMan;
+  static constexpr uint32_t kRebias = static_cast<uint32_t>(127 - (1 << kExp)) << 23;
+  static constexpr int32_t kMaxCode = (1 << (kExp + kMan)) - 1;
 
   static uint32_t encode(float y) {
     const uint32_t ax = f32_bits(y);
-    const uint32_t odd = (ax >> (23 - kMan)) & 1u;
-    const uint32_t normal =
-        (ax - (static_cast<uint32_t>(127 - (1 << kExp)) << 23) + ((1u << (22 - kMan)) - 1u) + odd) >>
-        (23 - kMan);
-    const uint32_t linear = f32_bits(y * kScaleUp + 8388608.0f) - 0x4b000000u;
-    const uint32_t code = y < kMinNormal ? linear : normal;
-    return code < kMaxCode ? code : kMaxCode;
+    const uint32_t odd = (ax >> kShift) & 1u;
+    // below 2^-2^kExp the difference wraps negative (as int32): code 0
+    const int32_t code = static_cast<int32_t>(ax - kRebias + ((1u << (kShift - 1)) - 1u) + odd) >> kShift;
+    return static_cast<uint32_t>(std::min(std::max(code, 0), kMaxCode));
   }
-  static float decode(uint32_t c) {
-    const uint32_t e = c >> kMan, f = c & ((1u << kMan) - 1u);
-    const float normal =
-        bits_f32(((e + static_cast<uint32_t>(127 - (1 << kExp))) << 23) | (f << (23 - kMan)));
-    return e == 0 ? static_cast<float>(f) * kScaleDown : normal;
+  // The float32 bits of value(c) (integer operations only, so that loops vectorize).
+  static uint32_t decode_bits(uint32_t c) {
+    return ((c << kShift) + kRebias) & (0u - static_cast<uint32_t>(c != 0));
   }
+  static float decode(uint32_t c) { return bits_f32(decode_bits(c)); }
 };
-static_assert(SmallFloat<4, 3>::kMinNormal == 1.0f / 32768.0f, "2^(1 - 2^E)");
+static_assert(SmallFloat<4, 3>::kRebias == 111u << 23, "127 - 2^4");
 
 using Q8MCode = SmallFloat<kQ8MExp, kQ8MMan>;
 using Q8VCode = SmallFloat<kQ8VExp, kQ8VMan>;
@@ -305,33 +300,43 @@ inline float block_absmax(const float *x, int64_t len) {
 }
 
 struct Q8Codec {
-  static constexpr int64_t kChunk = kQ8Block;
+  static constexpr int64_t kChunk = 4 * kQ8Block;  // whole blocks (a tensor's last one partial)
   static constexpr int64_t kBlock = kQ8Block;
-  // lo is a multiple of kQ8Block: one chunk is one block.
+  // lo is a multiple of kQ8Block.
   static void load(const AdamTensor &x, int64_t lo, int64_t len, float *m, float *v) {
-    const int8_t *mq = static_cast<const int8_t *>(x.m) + lo;
-    const uint8_t *vq = static_cast<const uint8_t *>(x.v) + lo;
-    const float ms = x.m_scale[lo / kQ8Block], vs = x.v_scale[lo / kQ8Block];
+    for (int64_t b = 0; b < len; b += kQ8Block) {
+      const int8_t *mq = static_cast<const int8_t *>(x.m) + lo + b;
+      const uint8_t *vq = static_cast<const uint8_t *>(x.v) + lo + b;
+      const float ms = x.m_scale[(lo + b) / kQ8Block], vs = x.v_scale[(lo + b) / kQ8Block];
+      const int64_t bl = std::min(kQ8Block, len - b);
+      float *mb = m + b, *vb = v + b;
 #pragma omp simd
-    for (int64_t j = 0; j < len; ++j) {
-      const int32_t c = mq[j];
-      const float mag = Q8MCode::decode(static_cast<uint32_t>(c < 0 ? -c : c)) * ms;
-      m[j] = c < 0 ? -mag : mag;
-      v[j] = Q8VCode::decode(vq[j]) * vs;
+      for (int64_t j = 0; j < bl; ++j) {
+        const int32_t c = mq[j];
+        const uint32_t sign = static_cast<uint32_t>(c) & 0x80000000u;
+        const uint32_t mag = static_cast<uint32_t>((c ^ (c >> 31)) - (c >> 31));  // |c|
+        mb[j] = bits_f32(f32_bits(Q8MCode::decode(mag) * ms) | sign);
+        vb[j] = Q8VCode::decode(vq[j]) * vs;
+      }
     }
   }
   static void store(const AdamTensor &x, int64_t lo, int64_t len, const float *m, const float *v) {
-    int8_t *mq = static_cast<int8_t *>(x.m) + lo;
-    uint8_t *vq = static_cast<uint8_t *>(x.v) + lo;
-    const float ms = block_absmax(m, len), vs = block_absmax(v, len);
-    x.m_scale[lo / kQ8Block] = ms;
-    x.v_scale[lo / kQ8Block] = vs;
-    const float mi = ms > 0.0f ? 1.0f / ms : 0.0f, vi = vs > 0.0f ? 1.0f / vs : 0.0f;
+    for (int64_t b = 0; b < len; b += kQ8Block) {
+      int8_t *mq = static_cast<int8_t *>(x.m) + lo + b;
+      uint8_t *vq = static_cast<uint8_t *>(x.v) + lo + b;
+      const int64_t bl = std::min(kQ8Block, len - b);
+      const float *mb = m + b, *vb = v + b;
+      const float ms = block_absmax(mb, bl), vs = block_absmax(vb, bl);
+      x.m_scale[(lo + b) / kQ8Block] = ms;
+      x.v_scale[(lo + b) / kQ8Block] = vs;
+      const float mi = ms > 0.0f ? 1.0f / ms : 0.0f, vi = vs > 0.0f ? 1.0f / vs : 0.0f;
 #pragma omp simd
-    for (int64_t j = 0; j < len; ++j) {
-      const int32_t c = static_cast<int32_t>(Q8MCode::encode(std::fabs(m[j]) * mi));
-      mq[j] = static_cast<int8_t>(std::signbit(m[j]) ? -c : c);
-      vq[j] = static_cast<uint8_t>(Q8VCode::encode(std::fabs(v[j]) * vi));
+      for (int64_t j = 0; j < bl; ++j) {
+        const int32_t c = static_cast<int32_t>(Q8MCode::encode(std::fabs(mb[j]) * mi));
+        const int32_t neg = static_cast<int32_t>(f32_bits(mb[j]) >> 31);  // 1: sign bit set
+        mq[j] = static_cast<int8_t>((c ^ -neg) + neg);                    // -c when negative
+        vq[j] = static_cast<uint8_t>(Q8VCode::encode(std::fabs(vb[j]) * vi));
+      }
     }
   }
 };
