@@ -235,26 +235,16 @@ inline uint16_t f32_to_bf16(float x) {
 
 inline float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
 
-struct Bf16Codec {
-  static constexpr int64_t kChunk = kHalfBlock;
-  static constexpr int64_t kBlock = 1;
-  static void load(const AdamTensor &x, int64_t lo, int64_t len, float *m, float *v) {
-    const uint16_t *mq = static_cast<const uint16_t *>(x.m) + lo;
-    const uint16_t *vq = static_cast<const uint16_t *>(x.v) + lo;
-#pragma omp simd
-    for (int64_t j = 0; j < len; ++j) {
-      m[j] = bf16_to_f32(mq[j]);
-      v[j] = bf16_to_f32(vq[j]);
-    }
+// A chunk's bfloat16 moments, read and written in place element by element.
+struct Bf16View {
+  uint16_t *mq, *vq;
+  void get(int64_t i, float &m, float &v) const {
+    m = bf16_to_f32(mq[i]);
+    v = bf16_to_f32(vq[i]);
   }
-  static void store(const AdamTensor &x, int64_t lo, int64_t len, const float *m, const float *v) {
-    uint16_t *mq = static_cast<uint16_t *>(x.m) + lo;
-    uint16_t *vq = static_cast<uint16_t *>(x.v) + lo;
-#pragma omp simd
-    for (int64_t j = 0; j < len; ++j) {
-      mq[j] = f32_to_bf16(m[j]);
-      vq[j] = f32_to_bf16(v[j]);
-    }
+  void put(int64_t i, float m, float v) const {
+    mq[i] = f32_to_bf16(m);
+    vq[i] = f32_to_bf16(v);
   }
 };
 
@@ -290,54 +280,118 @@ static_assert(SmallFloat<4, 3>::kRebias == 111u << 23, "127 - 2^4");
 using Q8MCode = SmallFloat<kQ8MExp, kQ8MMan>;
 using Q8VCode = SmallFloat<kQ8VExp, kQ8VMan>;
 
-// The absmax of a block's float32 values (NaN ignored); 0 when below the
-// smallest normal float32, so that its reciprocal is finite.
-inline float block_absmax(const float *x, int64_t len) {
-  float am = 0.0f;
-#pragma omp simd reduction(max : am)
-  for (int64_t j = 0; j < len; ++j) am = std::max(am, std::fabs(x[j]));
-  return am < 1.17549435e-38f ? 0.0f : am;
+// A block's int8 moments: read from the codes and scales, the new float32 values
+// kept in buffers until the block's new absmax is known (q8_encode_block).
+struct Q8View {
+  const int8_t *mq;
+  const uint8_t *vq;
+  float ms, vs;
+  float *mb, *vb;
+  void get(int64_t i, float &m, float &v) const {
+    const int32_t c = mq[i];
+    const uint32_t sign = static_cast<uint32_t>(c) & 0x80000000u;
+    const uint32_t mag = static_cast<uint32_t>((c ^ (c >> 31)) - (c >> 31));  // |c|
+    m = bits_f32(f32_bits(Q8MCode::decode(mag) * ms) | sign);
+    v = Q8VCode::decode(vq[i]) * vs;
+  }
+  void put(int64_t i, float m, float v) const {
+    mb[i] = m;
+    vb[i] = v;
+  }
+};
+
+// The block's scales from the absmax of its new moments (0 below the smallest
+// normal float32, so that the reciprocal is finite), then its codes.
+inline void q8_encode_block(const float *m, const float *v, int64_t len, float am, float av,
+                            int8_t *mq, uint8_t *vq, float &m_scale, float &v_scale) {
+  const float ms = am < 1.17549435e-38f ? 0.0f : am, vs = av < 1.17549435e-38f ? 0.0f : av;
+  m_scale = ms;
+  v_scale = vs;
+  const float mi = ms > 0.0f ? 1.0f / ms : 0.0f, vi = vs > 0.0f ? 1.0f / vs : 0.0f;
+#pragma omp simd
+  for (int64_t j = 0; j < len; ++j) {
+    const int32_t c = static_cast<int32_t>(Q8MCode::encode(std::fabs(m[j]) * mi));
+    const int32_t neg = static_cast<int32_t>(f32_bits(m[j]) >> 31);  // 1: sign bit set
+    mq[j] = static_cast<int8_t>((c ^ -neg) + neg);                   // -c when negative
+    vq[j] = static_cast<uint8_t>(Q8VCode::encode(std::fabs(v[j]) * vi));
+  }
 }
 
+// Adam over n float32 elements whose moments live in a codec's view:
+// io.get(i, m, v) gives element i's moments as float32, io.put(i, m, v) takes
+// the new ones; am / av return the largest |m|, |v| of the new moments (NaN
+// ignored).  The per-element math and its order are adam_loop's (rules.h); it
+// is one loop so that the codec's integer work overlaps the square root and
+// the division (the step is otherwise bound by them).
+template <bool kDelta, bool kNesterov, bool kDecay, bool kDecoupled, class IO>
+inline void adam_view_loop(float *__restrict out, const float *__restrict g, int64_t n,
+                           const AdamStep<float> &a, ScaledGrad<float> grad, const IO io,
+                           float &am, float &av) {
+  const float b1 = a.beta1, c1 = a.c1, b2 = a.beta2, c2 = a.c2, eps = a.eps;
+  const float nlr = a.neg_lr, wd = a.wd;
+  float amx = 0.0f, avx = 0.0f;
+#pragma omp simd reduction(max : amx, avx)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = grad(kDecay && !kDecoupled ? rules::decayed_grad(g[i], out[i], wd) : g[i]);
+    float mi, vi;
+    io.get(i, mi, vi);
+    rules::moments(gi, mi, vi, b1, c1, b2, c2);
+    io.put(i, mi, vi);
+    amx = std::max(amx, std::fabs(mi));
+    avx = std::max(avx, std::fabs(vi));
+    float dir = rules::adam_direction<float, kNesterov>(gi, mi, vi, b1, c1, eps);
+    if (kDecoupled && kDecay) dir = rules::decoupled_decay(dir, out[i], wd);
+    const float d = nlr * dir;
+    if (kDelta)
+      out[i] = d;
+    else
+      out[i] += d;
+  }
+  am = amx;
+  av = avx;
+}
+
+template <bool kDelta, class IO>
+inline void adam_view_range(float *out, const float *g, int64_t n, const AdamArgs &a,
+                            const IO &io, float &am, float &av) {
+  const AdamStep<float> step{a.beta1, 1.0f - a.beta1, a.beta2, 1.0f - a.beta2,
+                             a.eps,   -a.lr_t,        a.weight_decay};
+  const ScaledGrad<float> grad{a.inv_scale};
+  with_flags(a.nesterov, !kDelta && a.weight_decay != 0.0f, [&](auto nesterov, auto decay) {
+    constexpr bool kN = decltype(nesterov)::value, kD = decltype(decay)::value;
+    if (a.decoupled)
+      adam_view_loop<kDelta, kN, kD, true>(out, g, n, step, grad, io, am, av);
+    else
+      adam_view_loop<kDelta, kN, kD, false>(out, g, n, step, grad, io, am, av);
+  });
+}
+
+struct Bf16Codec {
+  static constexpr int64_t kChunk = kHalfBlock;
+  static constexpr int64_t kBlock = 1;
+  template <bool kDelta>
+  static void step(const AdamTensor &x, int64_t lo, int64_t len, float *out, const float *g) {
+    const Bf16View io{static_cast<uint16_t *>(x.m) + lo, static_cast<uint16_t *>(x.v) + lo};
+    float am, av;
+    adam_view_range<kDelta>(out, g, len, x.a, io, am, av);
+  }
+};
+
 struct Q8Codec {
-  static constexpr int64_t kChunk = 4 * kQ8Block;  // whole blocks (a tensor's last one partial)
+  static constexpr int64_t kChunk = kQ8Block;  // one block (a tensor's last one may be partial)
   static constexpr int64_t kBlock = kQ8Block;
   // lo is a multiple of kQ8Block.
-  static void load(const AdamTensor &x, int64_t lo, int64_t len, float *m, float *v) {
-    for (int64_t b = 0; b < len; b += kQ8Block) {
-      const int8_t *mq = static_cast<const int8_t *>(x.m) + lo + b;
-      const uint8_t *vq = static_cast<const uint8_t *>(x.v) + lo + b;
-      const float ms = x.m_scale[(lo + b) / kQ8Block], vs = x.v_scale[(lo + b) / kQ8Block];
-      const int64_t bl = std::min(kQ8Block, len - b);
-      float *mb = m + b, *vb = v + b;
-#pragma omp simd
-      for (int64_t j = 0; j < bl; ++j) {
-        const int32_t c = mq[j];
-        const uint32_t sign = static_cast<uint32_t>(c) & 0x80000000u;
-        const uint32_t mag = static_cast<uint32_t>((c ^ (c >> 31)) - (c >> 31));  // |c|
-        mb[j] = bits_f32(f32_bits(Q8MCode::decode(mag) * ms) | sign);
-        vb[j] = Q8VCode::decode(vq[j]) * vs;
-      }
-    }
-  }
-  static void store(const AdamTensor &x, int64_t lo, int64_t len, const float *m, const float *v) {
-    for (int64_t b = 0; b < len; b += kQ8Block) {
-      int8_t *mq = static_cast<int8_t *>(x.m) + lo + b;
-      uint8_t *vq = static_cast<uint8_t *>(x.v) + lo + b;
-      const int64_t bl = std::min(kQ8Block, len - b);
-      const float *mb = m + b, *vb = v + b;
-      const float ms = block_absmax(mb, bl), vs = block_absmax(vb, bl);
-      x.m_scale[(lo + b) / kQ8Block] = ms;
-      x.v_scale[(lo + b) / kQ8Block] = vs;
-      const float mi = ms > 0.0f ? 1.0f / ms : 0.0f, vi = vs > 0.0f ? 1.0f / vs : 0.0f;
-#pragma omp simd
-      for (int64_t j = 0; j < bl; ++j) {
-        const int32_t c = static_cast<int32_t>(Q8MCode::encode(std::fabs(mb[j]) * mi));
-        const int32_t neg = static_cast<int32_t>(f32_bits(mb[j]) >> 31);  // 1: sign bit set
-        mq[j] = static_cast<int8_t>((c ^ -neg) + neg);                    // -c when negative
-        vq[j] = static_cast<uint8_t>(Q8VCode::encode(std::fabs(vb[j]) * vi));
-      }
-    }
+  template <bool kDelta>
+  static void step(const AdamTensor &x, int64_t lo, int64_t len, float *out, const float *g) {
+    alignas(64) float mb[kQ8Block];
+    alignas(64) float vb[kQ8Block];
+    int8_t *mq = static_cast<int8_t *>(x.m) + lo;
+    uint8_t *vq = static_cast<uint8_t *>(x.v) + lo;
+    const int64_t b = lo / kQ8Block;
+    const Q8View io{mq, vq, x.m_scale[b], x.v_scale[b], mb, vb};
+    float am, av;
+    adam_view_range<kDelta>(out, g, len, x.a, io, am, av);
+    q8_encode_block(mb, vb, len, am, av, mq, vq, x.m_scale[b], x.v_scale[b]);
   }
 };
 
@@ -364,28 +418,24 @@ inline void adam_piece_f32(const AdamTensor &x, int64_t lo, int64_t hi) {
   }
 }
 
-// The same with compact moments: per chunk, decode, step, encode (one pass
-// over memory; the chunk stays in L1).
+// The same with compact moments: per chunk, the codec decodes, steps and
+// encodes (one pass over memory).
 template <bool kDelta, bool kHalf, class Codec>
 inline void adam_piece_coded(const AdamTensor &x, int64_t lo, int64_t hi) {
-  alignas(64) float mb[Codec::kChunk];
-  alignas(64) float vb[Codec::kChunk];
   alignas(64) float gb[kHalf ? Codec::kChunk : 1];
   alignas(64) float ob[kHalf ? Codec::kChunk : 1];
   for (int64_t c = lo; c < hi; c += Codec::kChunk) {
     const int64_t len = std::min(Codec::kChunk, hi - c);
-    Codec::load(x, c, len, mb, vb);
     if (kHalf) {
       half_bits *out = static_cast<half_bits *>(x.out) + c;
       f16_to_f32(static_cast<const half_bits *>(x.g) + c, gb, len);
       if (!kDelta) f16_to_f32(out, ob, len);
-      adam_f32_range<kDelta>(ob, mb, vb, gb, len, x.a);
+      Codec::template step<kDelta>(x, c, len, ob, gb);
       f32_to_f16(ob, out, len);
     } else {
-      adam_f32_range<kDelta>(static_cast<float *>(x.out) + c, mb, vb,
-                             static_cast<const float *>(x.g) + c, len, x.a);
+      Codec::template step<kDelta>(x, c, len, static_cast<float *>(x.out) + c,
+                                   static_cast<const float *>(x.g) + c);
     }
-    Codec::store(x, c, len, mb, vb);
   }
 }
 
