@@ -47,6 +47,11 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
     steps and encodes them again in its one pass; the update math is the
     float32 rule.  ``host_state_nbytes()`` counts the bytes held.
 
+    bfloat16 parameters are refused: MindSpore 2.10 on CPU has no bfloat16
+    MatMul (a bfloat16 ``nn.Dense`` fails forward and backward), AssignAdd
+    (the delta path's update) or Adam kernel, though an AOT op does receive
+    bfloat16 tensors (dtype string "bfloat16").
+
     ``adamw=True`` replaces the coupled L2 decay by ``nn.AdamWeightDecay``'s
     rule: no bias correction, ``p -= lr * (m / (sqrt(v) + eps) + wd * p)``.
 

@@ -41,11 +41,11 @@ inline Range thread_range(int64_t n, int64_t nt, int64_t t) {
 }
 
 // Split [0, n) into one range per thread and run body(lo, hi) on each.  Small
-// inputs stay on the calling thread.
+// inputs (`work` elements, default n) stay on the calling thread.
 template <class Body>
-void parallel_ranges(int64_t n, const Body &body) {
+void parallel_ranges(int64_t n, const Body &body, int64_t work = -1) {
   const int nthreads = kernel_threads();
-  if (n < kParallelMin || nthreads < 2) {
+  if ((work < 0 ? n : work) < kParallelMin || nthreads < 2) {
     body(int64_t{0}, n);
     return;
   }
@@ -480,16 +480,7 @@ void adam_multi_impl(const AdamTensor *ts, int64_t count) {
       off += nu;
     }
   };
-  const int nthreads = kernel_threads();
-  if (total < kParallelMin || nthreads < 2) {
-    body(int64_t{0}, units);
-    return;
-  }
-#pragma omp parallel num_threads(nthreads)
-  {
-    const Range r = thread_range(units, omp_get_num_threads(), omp_get_thread_num());
-    if (r.lo < r.hi) body(r.lo, r.hi);
-  }
+  parallel_ranges(units, body, total);
 }
 
 template <class Store>
