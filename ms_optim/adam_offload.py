@@ -129,10 +129,13 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         super().__init__(learning_rate, params, weight_decay, loss_scale)
         _checks.check_param_dtypes(cls, self._parameters, (mstype.float32, mstype.float16))
 
+        # the options of issue 14 appear in repr only when set
+        extra = {} if moment_dtype == "float32" else {"moment_dtype": moment_dtype}
+        if adamw:
+            extra["adamw"] = True
         self._record_args(params, learning_rate=learning_rate, beta1=beta1, beta2=beta2, eps=eps,
                           use_nesterov=use_nesterov, weight_decay=weight_decay,
-                          loss_scale=loss_scale, impl=impl, moment_dtype=moment_dtype,
-                          adamw=adamw)
+                          loss_scale=loss_scale, impl=impl, **extra)
         self.impl = impl
         self.use_nesterov = use_nesterov
         self.moment_dtype = moment_dtype

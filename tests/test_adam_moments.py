@@ -478,3 +478,10 @@ def test_compact_moments_train_like_float32(kind):
 def test_bad_options_raise_naming_the_argument(kwargs, exc, name):
     with pytest.raises(exc, match=name):
         ms_optim.AdamOffload(make_net().trainable_params(), **kwargs)
+
+
+def test_repr_names_the_options_when_set():
+    params = make_net().trainable_params()
+    assert "moment_dtype" not in repr(ms_optim.AdamOffload(params))
+    text = repr(ms_optim.AdamOffload(params, moment_dtype="int8", adamw=True))
+    assert text.endswith("impl='native', moment_dtype='int8', adamw=True, params=%d)" % len(params))
