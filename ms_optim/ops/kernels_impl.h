@@ -93,6 +93,19 @@ inline void with_flags(bool nesterov, bool decay, const Body &body) {
 
 // ------------------------------------------------------ float16 <-> float32 --
 
+// A float32's bits and back.
+inline uint32_t f32_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+
+inline float bits_f32(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
 // Exact software conversions (round to nearest even), used for tails and by
 // the scalar build.
 inline float half_to_float_sw(half_bits h) {
@@ -110,14 +123,11 @@ inline float half_to_float_sw(half_bits h) {
   } else {
     bits = sign | ((exp + 112u) << 23) | (man << 13);
   }
-  float out;
-  std::memcpy(&out, &bits, 4);
-  return out;
+  return bits_f32(bits);
 }
 
 inline half_bits float_to_half_sw(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
+  const uint32_t x = f32_bits(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t ax = x & 0x7fffffffu;
   if (ax >= 0x7f800000u) {  // inf or nan; nan stays a quiet nan
@@ -212,18 +222,6 @@ inline void adam_f32_range(float *out, float *m, float *v, const float *g, int64
 // buffers and encodes them back after the step (docs/ALGORITHMS.md §1.1; the
 // numpy rules are reference.py's bf16_* and q8_*).  kChunk: the elements per
 // chunk; kBlock: the unit a thread's share must be made of (1: any split).
-
-inline uint32_t f32_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-
-inline float bits_f32(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
 
 // bfloat16: the top 16 bits of a float32, rounded to nearest even; a NaN keeps
 // its sign and top payload bits and is made quiet.
