@@ -28,12 +28,15 @@ from . import _native
 MAX_TENSORS = 256  # parameters per multi-tensor op
 
 _F32, _F16, _I32 = DataType.F32_Default, DataType.F16_Default, DataType.I32_Default
+_BF16, _I8, _U8 = DataType.BF16_Default, DataType.I8_Default, DataType.U8_Default
 _FORMATS = {mstype.float32: _F32, mstype.float16: _F16, mstype.float64: DataType.F64_Default,
-            mstype.bfloat16: DataType.BF16_Default, mstype.int32: _I32}
+            mstype.bfloat16: DataType.BF16_Default, mstype.int32: _I32, mstype.int8: _I8,
+            mstype.uint8: _U8}
 
 # The field names of each constants struct of ops/contract.h, in order.
 LAYOUTS = {
     "adam": ("beta1", "beta2", "eps", "inv_scale", "nesterov"),
+    "adam_ext": ("beta1", "beta2", "eps", "inv_scale", "nesterov", "decoupled"),
     "lamb": ("beta1", "beta2", "eps", "clip_norm", "clip_lo", "clip_hi", "always_adapt"),
     "dgc": ("momentum", "nesterov"),
     "powers": ("beta1_power", "beta2_power"),
@@ -103,32 +106,60 @@ def _fmt(dtype):
 
 # ------------------------------------------------------------------ Adam --
 
-def adam_op(k, dtype, delta):
-    """Multi-tensor Adam step over `k` parameters of `dtype` (float32 or float16).
+MOMENT_DTYPES = ("float32", "bfloat16", "int8")
 
-    In place (``delta=False``): inputs param[k], m[k], v[k], grad[k], lr (1 or k),
-    wd (1 or k), powers float32[2], consts (LAYOUTS["adam"]); output float32[1].
-    Delta: inputs m[k], v[k], grad[k], lr, powers, consts; outputs the k steps,
+
+def q8_block():
+    """Elements per block of int8 moments (one float32 scale each), as the library has it."""
+    handle = _native.lib_with({"ms_optim_q8_block": (ctypes.c_int64, [])}, "ms_optim_q8_block")
+    return int(handle.ms_optim_q8_block())
+
+
+def moment_storage(moment_dtype):
+    """(m dtype, v dtype, scaled) of AdamOffload's moments stored as `moment_dtype`."""
+    return {"float32": (mstype.float32, mstype.float32, False),
+            "bfloat16": (mstype.bfloat16, mstype.bfloat16, False),
+            "int8": (mstype.int8, mstype.uint8, True)}[moment_dtype]
+
+
+def adam_op(k, dtype, delta, moment_dtype="float32"):
+    """Multi-tensor Adam step over `k` parameters of `dtype` (float32 or float16), moments
+    stored as `moment_dtype` (MOMENT_DTYPES; ops/aot_adam.cpp).
+
+    In place (``delta=False``): inputs param[k], m[k], v[k], [m_scale[k], v_scale[k] for int8],
+    grad[k], lr (1 or k), wd (1 or k), powers float32[2], consts (LAYOUTS["adam"] or
+    ["adam_ext"]); output float32[1].
+    Delta: inputs m[k], v[k], [scales], grad[k], lr, powers, consts; outputs the k steps,
     each shaped and typed as its gradient.
     """
     check_layout("adam")
+    check_layout("adam_ext")
     check_layout("powers")
     p = _fmt(dtype)
+    mt, vt, scaled = moment_storage(moment_dtype)
+    mom = (_FORMATS[mt],) * k + (_FORMATS[vt],) * k
+    mom_names = _names(k, "m", "v")
+    if scaled:
+        mom += (_F32,) * (2 * k)
+        mom_names += _names(k, "m_scale", "v_scale")
+    q8 = "_q8" if scaled else ""
+    nin = len(mom_names)
     if delta:
         op = _native.aot_op(
-            "ms_optim_adam_delta",
-            out_shape=lambda *shapes: tuple(shapes[2 * k:3 * k]) if k > 1 else shapes[2 * k],
-            out_dtype=lambda *dtypes: tuple(dtypes[2 * k:3 * k]) if k > 1 else dtypes[2 * k],
-            inputs=_names(k, "m", "v", "grad") + ("lr", "powers", "consts"),
+            f"ms_optim_adam{q8}_delta",
+            out_shape=lambda *shapes: tuple(shapes[nin:nin + k]) if k > 1 else shapes[nin],
+            out_dtype=lambda *dtypes: tuple(dtypes[nin:nin + k]) if k > 1 else dtypes[nin],
+            inputs=mom_names + _names(k, "grad") + ("lr", "powers", "consts"),
             outputs=_names(k, "delta"),
-            dtype_formats=[(_F32,) * (2 * k) + (p,) * k + (_F32,) * 3 + (p,) * k], inplace=True)
+            dtype_formats=[mom + (p,) * k + (_F32,) * 3 + (p,) * k], inplace=True)
     else:
         op = _native.aot_op(
-            "ms_optim_adam_inplace", out_shape=lambda *shapes: [1],
+            f"ms_optim_adam{q8}_inplace", out_shape=lambda *shapes: [1],
             out_dtype=lambda *dtypes: mstype.float32,
-            inputs=_names(k, "param", "m", "v", "grad") + ("lr", "wd", "powers", "consts"),
+            inputs=_names(k, "param") + mom_names + _names(k, "grad") + ("lr", "wd", "powers",
+                                                                         "consts"),
             outputs=("done",),
-            dtype_formats=[(p,) * k + (_F32,) * (2 * k) + (p,) * k + (_F32,) * 5], inplace=True)
+            dtype_formats=[(p,) * k + mom + (p,) * k + (_F32,) * 5], inplace=True)
     return op
 
 

@@ -51,6 +51,128 @@ def adam_offload_step(p, m, v, g, lr, beta1, beta2, eps, beta1_power, beta2_powe
     return delta
 
 
+# ------------------------------------------------ compact AdamOffload moments --
+# docs/ALGORITHMS.md §1.1: bfloat16 by round to nearest even; int8 by blocks of
+# Q8_BLOCK elements, one float32 absmax per block, each element's |x| / absmax
+# coded as a small float (Q8_M: sign + 7 bits, Q8_V: 8 bits, no sign).
+
+Q8_BLOCK = 256
+Q8_M = (4, 3)  # (exponent bits, mantissa bits) of the signed first moment's magnitude
+Q8_V = (5, 3)  # ... of the unsigned second moment
+
+
+def bf16_bits(x):
+    """float32 -> bfloat16 bits (uint16), round to nearest even; a NaN stays a quiet NaN."""
+    u = np.ascontiguousarray(x, f32).view(np.uint32)
+    rounded = (u + np.uint32(0x7fff) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    nan = (u & np.uint32(0x7fffffff)) > np.uint32(0x7f800000)
+    return np.where(nan, (u >> np.uint32(16)) | np.uint32(0x40), rounded).astype(np.uint16)
+
+
+def bf16_value(bits):
+    """bfloat16 bits (uint16) -> float32, exact."""
+    return (np.asarray(bits).astype(np.uint32) << np.uint32(16)).view(f32)
+
+
+def q8_encode(y, fmt):
+    """Codes of magnitudes y in [0, 1] (float32) in the small float fmt = (E, M) without
+    subnormals: code 0 is 0, code c > 0 is 2^(c div 2^M - 2^E) * (1 + (c mod 2^M) / 2^M).
+    Integer arithmetic on the float32 bits: the exponent rebiased, the dropped mantissa bits
+    rounded to nearest even, the result clamped to [0, 2^(E+M) - 1] (values below about
+    2^-2^E become 0; the largest code, 1 - 2^-(M+1), saturates)."""
+    e_bits, m_bits = fmt
+    shift = 23 - m_bits
+    ax = np.ascontiguousarray(y, f32).view(np.uint32).astype(np.int64)
+    odd = (ax >> shift) & 1
+    code = (ax - ((127 - (1 << e_bits)) << 23) + ((1 << (shift - 1)) - 1) + odd) >> shift
+    return np.clip(code, 0, (1 << (e_bits + m_bits)) - 1).astype(np.uint32)
+
+
+def q8_value(code, fmt):
+    """float32 magnitudes of codes (the inverse of q8_encode on its grid), exact."""
+    e_bits, m_bits = fmt
+    c = np.asarray(code).astype(np.uint32)
+    bits = (c << np.uint32(23 - m_bits)) + np.uint32((127 - (1 << e_bits)) << 23)
+    return np.where(c == 0, np.uint32(0), bits).astype(np.uint32).view(f32)
+
+
+def _blocks(x):
+    """x (1-D float32) padded with zeros to whole Q8_BLOCK blocks, shaped [blocks, Q8_BLOCK]."""
+    nb = -(-x.size // Q8_BLOCK)
+    out = np.zeros(nb * Q8_BLOCK, f32)
+    out[:x.size] = x
+    return out.reshape(nb, Q8_BLOCK)
+
+
+def q8_quantize(x, signed):
+    """Block-wise quantization of float32 x: (codes int8 for signed / uint8, scales float32[blocks]).
+
+    scale = max |x| of the block (NaN ignored); a block whose absmax is below the smallest
+    normal float32 (zero included) gets scale 0 and codes 0.  Code = q8_encode(|x| * (1 / scale))
+    with the sign applied as a negative int8 for signed moments.
+    """
+    fmt = Q8_M if signed else Q8_V
+    b = _blocks(np.ravel(x).astype(f32))
+    mag = np.abs(b)
+    scale = np.max(np.where(np.isnan(mag), f32(0), mag), axis=1).astype(f32)
+    scale = np.where(scale < np.finfo(f32).tiny, f32(0), scale)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        inv = np.where(scale > 0, f32(1) / scale, f32(0)).astype(f32)
+        code = q8_encode(mag * inv[:, None], fmt).reshape(-1)[:np.size(x)]
+    if signed:
+        neg = np.signbit(b).reshape(-1)[:np.size(x)]
+        return np.where(neg, -code.astype(np.int32), code.astype(np.int32)).astype(np.int8), scale
+    return code.astype(np.uint8), scale
+
+
+def q8_dequantize(codes, scale, signed):
+    """float32 values of block-quantized codes: value(|code|) * scale, negated for a negative code."""
+    fmt = Q8_M if signed else Q8_V
+    c = np.ravel(codes).astype(np.int32)
+    mag = q8_value(np.abs(c), fmt) * np.repeat(np.asarray(scale, f32), Q8_BLOCK)[:c.size]
+    return np.where(c < 0, -mag, mag).astype(f32)
+
+
+def adam_compact_step(p, m, v, g, lr, beta1, beta2, eps, beta1_power, beta2_power, moment_dtype,
+                      m_scale=None, v_scale=None, weight_decay=0.0, inv_scale=1.0, nesterov=False,
+                      delta=False, decoupled=False):
+    """adam_offload_step (delta=False, p updated) or adam_delta (delta=True, returns the step)
+    with moments stored as `moment_dtype`: "bfloat16" (m, v uint16 bits) or "int8" (m int8, v
+    uint8, m_scale/v_scale float32 per block), all updated in place.  The moments are decoded
+    to float32, stepped by the float32 rule, and encoded again."""
+    if moment_dtype == "bfloat16":
+        m32, v32 = bf16_value(m), bf16_value(v)
+    else:
+        m32, v32 = q8_dequantize(m, m_scale, True), q8_dequantize(v, v_scale, False)
+    if delta:
+        out = adam_delta(m32, v32, g, lr, beta1, beta2, eps, beta1_power, beta2_power, nesterov,
+                         inv_scale)
+    elif decoupled:
+        out = adamw_step(p, m32, v32, g, lr, beta1, beta2, eps, weight_decay, inv_scale)
+    else:
+        out = adam_offload_step(p, m32, v32, g, lr, beta1, beta2, eps, beta1_power, beta2_power,
+                                weight_decay, inv_scale, nesterov)
+    if moment_dtype == "bfloat16":
+        m[...], v[...] = bf16_bits(m32), bf16_bits(v32)
+    else:
+        (m[...], m_scale[...]), (v[...], v_scale[...]) = q8_quantize(m32, True), q8_quantize(v32, False)
+    return out
+
+
+def adamw_step(p, m, v, g, lr, beta1, beta2, eps, weight_decay, inv_scale=1.0):
+    """One step of MindSpore's nn.AdamWeightDecay rule on p (float32 or float16), m, v in place:
+    no bias correction, decoupled decay p -= lr * (m / (sqrt(v) + eps) + wd * p)."""
+    p32 = p.astype(f32)
+    b1, b2 = f32(beta1), f32(beta2)
+    g = g.astype(f32) * f32(inv_scale)
+    m[...] = b1 * m + (f32(1) - b1) * g
+    v[...] = b2 * v + (f32(1) - b2) * g * g
+    update = m / (np.sqrt(v) + f32(eps))
+    if weight_decay != 0:
+        update = update + f32(weight_decay) * p32
+    p[...] = (p32 + -(f32(lr) * update)).astype(p.dtype)
+
+
 def clip_by_global_norm(grads, clip_norm):
     """Paddle's ClipGradByGlobalNorm: every g *= c / max(||all grads||, c) (norm in float64)."""
     gn = np.sqrt(sum(np.sum(np.square(g.astype(np.float64))) for g in grads))

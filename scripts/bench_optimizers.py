@@ -69,6 +69,10 @@ from comm_volume import resnet50_shapes  # noqa: E402
 # given checkout lacks (they are reported as errors, the others still run).
 OPTIMIZERS = [
     ("ms_optim.AdamOffload", lambda p: ms_optim.AdamOffload(p, learning_rate=1e-3)),
+    ("ms_optim.AdamOffload[bf16]", lambda p: ms_optim.AdamOffload(p, learning_rate=1e-3,
+                                                                  moment_dtype="bfloat16")),
+    ("ms_optim.AdamOffload[int8]", lambda p: ms_optim.AdamOffload(p, learning_rate=1e-3,
+                                                                  moment_dtype="int8")),
     ("nn.AdamOffload", lambda p: nn.AdamOffload(p, learning_rate=1e-3)),
     ("nn.Adam", lambda p: nn.Adam(p, learning_rate=1e-3)),
     ("ms_optim.Lamb", lambda p: ms_optim.Lamb(p, learning_rate=1e-3)),
@@ -88,6 +92,10 @@ RATIOS = [
     ("ms_optim.AdamOffload", "nn.Adam", 1.15, None, None),
     ("ms_optim.AdamOffload", "nn.Adam", 0.5, ("resnet50",), ONE_M),
     ("ms_optim.AdamOffload", "nn.Adam", 0.9, ("resnet50",), ABOUT_25M),
+    # compact moments (issue 14), at 25M parameters
+    ("ms_optim.AdamOffload[int8]", "nn.Adam", 0.65, None, ABOUT_25M),
+    ("ms_optim.AdamOffload[int8]", "nn.AdamOffload", 0.5, None, ABOUT_25M),
+    ("ms_optim.AdamOffload[bf16]", "nn.Adam", 0.85, None, ABOUT_25M),
     ("ms_optim.Lamb", "nn.Adam", 1.6, None, None),
     ("ms_optim.Lamb", "nn.Adam", 0.5, ("resnet50",), ONE_M),
     ("ms_optim.Lamb", "nn.Adam", 1.5, ("resnet50",), ABOUT_25M),

@@ -20,6 +20,11 @@ namespace msopt {
 // 1 / loss_scale, applied by the in-place kernel after the weight decay.
 #define MSOPT_ADAM_CONSTS(X) X(beta1) X(beta2) X(eps) X(inv_scale) X(nesterov)
 
+// AdamOffload with options beyond MindSpore's rule: the Adam fields, then
+// decoupled (0 or 1: AdamW, nn.AdamWeightDecay's rule, no bias correction).
+// The Adam kernels take either layout (told apart by their length).
+#define MSOPT_ADAM_EXT_CONSTS(X) MSOPT_ADAM_CONSTS(X) X(decoupled)
+
 // Lamb (PaddlePaddle's rule): clip_norm is the per-tensor norm clip of the
 // scaled gradient (0 = none); clip_lo/clip_hi the value clip after scaling
 // (-inf/+inf = none); always_adapt is 0 or 1.
@@ -46,6 +51,7 @@ namespace msopt {
                 #Struct " must be exactly its float fields, no padding");
 
 MSOPT_DECLARE_CONSTS(AdamConsts, MSOPT_ADAM_CONSTS)
+MSOPT_DECLARE_CONSTS(AdamExtConsts, MSOPT_ADAM_EXT_CONSTS)
 MSOPT_DECLARE_CONSTS(LambConsts, MSOPT_LAMB_CONSTS)
 MSOPT_DECLARE_CONSTS(DgcConsts, MSOPT_DGC_CONSTS)
 MSOPT_DECLARE_CONSTS(Powers, MSOPT_POWERS)
@@ -58,6 +64,7 @@ struct ConstsLayout {
 };
 inline constexpr ConstsLayout kConstsLayouts[] = {
     {"adam", MSOPT_ADAM_CONSTS(MSOPT_CONTRACT_NAME)},
+    {"adam_ext", MSOPT_ADAM_EXT_CONSTS(MSOPT_CONTRACT_NAME)},
     {"lamb", MSOPT_LAMB_CONSTS(MSOPT_CONTRACT_NAME)},
     {"dgc", MSOPT_DGC_CONSTS(MSOPT_CONTRACT_NAME)},
     {"powers", MSOPT_POWERS(MSOPT_CONTRACT_NAME)},

@@ -27,19 +27,33 @@ struct AdamArgs {
   float weight_decay;  // added as wd * p to the (still loss-scaled) gradient
   float inv_scale;     // 1 / loss_scale, applied after the decay (MindSpore order)
   bool nesterov;
+  bool decoupled;      // AdamW (nn.AdamWeightDecay): p -= lr_t * (direction + wd * p)
 };
+
+// How a multi-tensor Adam call stores its moments (docs/ALGORITHMS.md §1.1).
+//   kF32:  m, v float32
+//   kBf16: m, v bfloat16 bits (round to nearest even)
+//   kQ8:   m int8, v uint8 codes in blocks of kQ8Block elements (per tensor, from its
+//          first element), one float32 absmax per block in m_scale / v_scale
+enum class Moments { kF32, kBf16, kQ8 };
+constexpr int64_t kQ8Block = 256;
+// The small-float codes of the int8 moments: magnitude / absmax with these exponent and
+// mantissa bits (m: sign + 7 bits, v: 8 bits).
+constexpr int kQ8MExp = 4, kQ8MMan = 3, kQ8VExp = 5, kQ8VMan = 3;
 
 // One tensor of a multi-tensor Adam call.  `out` is the parameter (updated in
 // place) or the delta buffer; `out` and `g` are float32 or float16 (half_bits)
-// as the call says, m and v float32.  Each tensor has its own hyper-parameters
-// (learning rate and weight decay come per parameter with groups).
+// as the call says, m and v as its Moments say.  Each tensor has its own
+// hyper-parameters (learning rate and weight decay come per parameter with groups).
 struct AdamTensor {
   void *out;
-  float *m;
-  float *v;
+  void *m;
+  void *v;
   const void *g;
   int64_t n;
   AdamArgs a;
+  float *m_scale = nullptr;  // kQ8: (n + kQ8Block - 1) / kQ8Block absmax scales
+  float *v_scale = nullptr;
 };
 
 // Hyper-parameters of one Lamb step shared by the tensors of one call
@@ -102,8 +116,11 @@ struct KernelTable {
   // all their elements, taken as one range, split once over the threads in
   // one parallel region.  delta: write the step to `out` (decay not applied:
   // the caller did it); otherwise update the parameter in place.  half:
-  // `out` and `g` are float16.
-  void (*adam_multi)(const AdamTensor *tensors, int64_t count, bool delta, bool half);
+  // `out` and `g` are float16.  Compact moments are decoded to float32 in
+  // chunks, stepped, and encoded again in the same pass; with kQ8 the threads'
+  // shares are whole blocks, so the bits do not depend on the thread count.
+  void (*adam_multi)(const AdamTensor *tensors, int64_t count, bool delta, bool half,
+                     Moments moments);
   // One Lamb step on `count` tensors (a multi-tensor kernel: one MindSpore op
   // for many parameters).  Per tensor with a trust ratio (weight decay or
   // always_adapt), two passes: pass one updates m, v in place, writes the

@@ -41,11 +41,11 @@ inline Range thread_range(int64_t n, int64_t nt, int64_t t) {
 }
 
 // Split [0, n) into one range per thread and run body(lo, hi) on each.  Small
-// inputs stay on the calling thread.
+// inputs (`work` elements, default n) stay on the calling thread.
 template <class Body>
-void parallel_ranges(int64_t n, const Body &body) {
+void parallel_ranges(int64_t n, const Body &body, int64_t work = -1) {
   const int nthreads = kernel_threads();
-  if (n < kParallelMin || nthreads < 2) {
+  if ((work < 0 ? n : work) < kParallelMin || nthreads < 2) {
     body(int64_t{0}, n);
     return;
   }
@@ -93,6 +93,19 @@ inline void with_flags(bool nesterov, bool decay, const Body &body) {
 
 // ------------------------------------------------------ float16 <-> float32 --
 
+// A float32's bits and back.
+inline uint32_t f32_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+
+inline float bits_f32(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
 // Exact software conversions (round to nearest even), used for tails and by
 // the scalar build.
 inline float half_to_float_sw(half_bits h) {
@@ -110,14 +123,11 @@ inline float half_to_float_sw(half_bits h) {
   } else {
     bits = sign | ((exp + 112u) << 23) | (man << 13);
   }
-  float out;
-  std::memcpy(&out, &bits, 4);
-  return out;
+  return bits_f32(bits);
 }
 
 inline half_bits float_to_half_sw(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
+  const uint32_t x = f32_bits(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t ax = x & 0x7fffffffu;
   if (ax >= 0x7f800000u) {  // inf or nan; nan stays a quiet nan
@@ -185,70 +195,311 @@ constexpr int64_t kHalfBlock = 1024;
 // kDelta: write d to `out`; otherwise add d to p (`out` is p).  Delta kernels
 // take the decay already applied (their parameter lives elsewhere).  kDecay is
 // false when wd == 0, so the rule never forms 0 * p (NaN for an infinite p).
-template <bool kDelta, bool kNesterov, bool kDecay>
+// kDecoupled: AdamW, d = -lr_t * (direction + wd * p) (loops_impl.h).
+template <bool kDelta, bool kNesterov, bool kDecay, bool kDecoupled>
 inline void adam_block(float *out, float *m, float *v, const float *g, int64_t n,
                        const AdamArgs &a) {
   const AdamStep<float> step{a.beta1, 1.0f - a.beta1, a.beta2, 1.0f - a.beta2,
                              a.eps,   -a.lr_t,        a.weight_decay};
-  adam_loop<float, kDelta, kNesterov, kDecay>(out, m, v, g, n, step,
-                                              ScaledGrad<float>{a.inv_scale});
+  adam_loop<float, kDelta, kNesterov, kDecay, ScaledGrad<float>, kDecoupled>(
+      out, m, v, g, n, step, ScaledGrad<float>{a.inv_scale});
 }
 
 template <bool kDelta>
 inline void adam_f32_range(float *out, float *m, float *v, const float *g, int64_t n,
                            const AdamArgs &a) {
   with_flags(a.nesterov, !kDelta && a.weight_decay != 0.0f, [&](auto nesterov, auto decay) {
-    adam_block<kDelta, decltype(nesterov)::value, decltype(decay)::value>(out, m, v, g, n, a);
+    constexpr bool kN = decltype(nesterov)::value, kD = decltype(decay)::value;
+    if (a.decoupled)
+      adam_block<kDelta, kN, kD, true>(out, m, v, g, n, a);
+    else
+      adam_block<kDelta, kN, kD, false>(out, m, v, g, n, a);
   });
 }
 
-template <bool kDelta>
-inline void adam_f16_range(half_bits *out, float *m, float *v, const half_bits *g, int64_t n,
-                           const AdamArgs &a) {
-  alignas(64) float gb[kHalfBlock];
-  alignas(64) float ob[kHalfBlock];
-  for (int64_t lo = 0; lo < n; lo += kHalfBlock) {
-    const int64_t len = std::min(kHalfBlock, n - lo);
-    f16_to_f32(g + lo, gb, len);
-    if (!kDelta) f16_to_f32(out + lo, ob, len);
-    adam_f32_range<kDelta>(ob, m + lo, v + lo, gb, len, a);
-    f32_to_f16(ob, out + lo, len);
+// ------------------------------------------------------- compact moments --
+// Each codec decodes a chunk of a tensor's moments [lo, lo + len) into float32
+// buffers and encodes them back after the step (docs/ALGORITHMS.md §1.1; the
+// numpy rules are reference.py's bf16_* and q8_*).  kChunk: the elements per
+// chunk; kBlock: the unit a thread's share must be made of (1: any split).
+
+// bfloat16: the top 16 bits of a float32, rounded to nearest even; a NaN keeps
+// its sign and top payload bits and is made quiet.
+inline uint16_t f32_to_bf16(float x) {
+  const uint32_t u = f32_bits(x);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+}
+
+inline float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
+
+// A chunk's bfloat16 moments, read and written in place element by element.
+struct Bf16View {
+  uint16_t *mq, *vq;
+  void get(int64_t i, float &m, float &v) const {
+    m = bf16_to_f32(mq[i]);
+    v = bf16_to_f32(vq[i]);
+  }
+  void put(int64_t i, float m, float v) const {
+    mq[i] = f32_to_bf16(m);
+    vq[i] = f32_to_bf16(v);
+  }
+};
+
+// int8: a magnitude y in [0, 1] (x / absmax) as a small float with kExp exponent
+// and kMan mantissa bits and no subnormals: code 0 is 0, code c > 0 is
+// 2^(c / 2^kMan - 2^kExp) * (1 + (c % 2^kMan) / 2^kMan), up to 1 - 2^-(kMan+1).
+// The code's bits are a float32's exponent and top mantissa bits with the
+// exponent rebiased, so encoding is integer arithmetic on the float32 bits
+// (rounding the dropped mantissa bits to nearest even, as float_to_half_sw),
+// clamped to [0, largest code]: values below 2^-2^kExp (about) become 0,
+// values at or above the largest code saturate.  Decoding is a shift and an add.
+template <int kExp, int kMan>
+struct SmallFloat {
+  static constexpr int kShift = 23 - kMan;
+  static constexpr uint32_t kRebias = static_cast<uint32_t>(127 - (1 << kExp)) << 23;
+  static constexpr int32_t kMaxCode = (1 << (kExp + kMan)) - 1;
+
+  static uint32_t encode(float y) {
+    const uint32_t ax = f32_bits(y);
+    const uint32_t odd = (ax >> kShift) & 1u;
+    // below 2^-2^kExp the difference wraps negative (as int32): code 0
+    const int32_t code = static_cast<int32_t>(ax - kRebias + ((1u << (kShift - 1)) - 1u) + odd) >> kShift;
+    return static_cast<uint32_t>(std::min(std::max(code, 0), kMaxCode));
+  }
+  // The float32 bits of value(c) (integer operations only, so that loops vectorize).
+  static uint32_t decode_bits(uint32_t c) {
+    return ((c << kShift) + kRebias) & (0u - static_cast<uint32_t>(c != 0));
+  }
+  static float decode(uint32_t c) { return bits_f32(decode_bits(c)); }
+};
+static_assert(SmallFloat<4, 3>::kRebias == 111u << 23, "127 - 2^4");
+
+using Q8MCode = SmallFloat<kQ8MExp, kQ8MMan>;
+using Q8VCode = SmallFloat<kQ8VExp, kQ8VMan>;
+
+// A block's int8 moments: read from the codes and scales, the new float32 values
+// kept in buffers until the block's new absmax is known (q8_encode_block).
+struct Q8View {
+  const int8_t *mq;
+  const uint8_t *vq;
+  float ms, vs;
+  float *mb, *vb;
+  void get(int64_t i, float &m, float &v) const {
+    const int32_t c = mq[i];
+    const uint32_t sign = static_cast<uint32_t>(c) & 0x80000000u;
+    const uint32_t mag = static_cast<uint32_t>((c ^ (c >> 31)) - (c >> 31));  // |c|
+    m = bits_f32(f32_bits(Q8MCode::decode(mag) * ms) | sign);
+    v = Q8VCode::decode(vq[i]) * vs;
+  }
+  void put(int64_t i, float m, float v) const {
+    mb[i] = m;
+    vb[i] = v;
+  }
+};
+
+// The block's scales from the absmax of its new moments (0 below the smallest
+// normal float32, so that the reciprocal is finite), then its codes.
+inline void q8_encode_block(const float *m, const float *v, int64_t len, float am, float av,
+                            int8_t *mq, uint8_t *vq, float &m_scale, float &v_scale) {
+  const float ms = am < 1.17549435e-38f ? 0.0f : am, vs = av < 1.17549435e-38f ? 0.0f : av;
+  m_scale = ms;
+  v_scale = vs;
+  const float mi = ms > 0.0f ? 1.0f / ms : 0.0f, vi = vs > 0.0f ? 1.0f / vs : 0.0f;
+#pragma omp simd
+  for (int64_t j = 0; j < len; ++j) {
+    const int32_t c = static_cast<int32_t>(Q8MCode::encode(std::fabs(m[j]) * mi));
+    const int32_t neg = static_cast<int32_t>(f32_bits(m[j]) >> 31);  // 1: sign bit set
+    mq[j] = static_cast<int8_t>((c ^ -neg) + neg);                   // -c when negative
+    vq[j] = static_cast<uint8_t>(Q8VCode::encode(std::fabs(v[j]) * vi));
   }
 }
 
-// A piece [lo, hi) of one tensor of a multi-tensor Adam call.
-template <bool kDelta, bool kHalf>
-inline void adam_piece(const AdamTensor &x, int64_t lo, int64_t hi) {
-  if (kHalf)
-    adam_f16_range<kDelta>(static_cast<half_bits *>(x.out) + lo, x.m + lo, x.v + lo,
-                           static_cast<const half_bits *>(x.g) + lo, hi - lo, x.a);
-  else
-    adam_f32_range<kDelta>(static_cast<float *>(x.out) + lo, x.m + lo, x.v + lo,
-                           static_cast<const float *>(x.g) + lo, hi - lo, x.a);
+// Adam over n float32 elements whose moments live in a codec's view:
+// io.get(i, m, v) gives element i's moments as float32, io.put(i, m, v) takes
+// the new ones; am / av return the largest |m|, |v| of the new moments (NaN
+// ignored).  The per-element math and its order are adam_loop's (rules.h); it
+// is one loop so that the codec's integer work overlaps the square root and
+// the division (the step is otherwise bound by them).
+template <bool kDelta, bool kNesterov, bool kDecay, bool kDecoupled, class IO>
+inline void adam_view_loop(float *__restrict out, const float *__restrict g, int64_t n,
+                           const AdamStep<float> &a, ScaledGrad<float> grad, const IO io,
+                           float &am, float &av) {
+  const float b1 = a.beta1, c1 = a.c1, b2 = a.beta2, c2 = a.c2, eps = a.eps;
+  const float nlr = a.neg_lr, wd = a.wd;
+  float amx = 0.0f, avx = 0.0f;
+#pragma omp simd reduction(max : amx, avx)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = grad(kDecay && !kDecoupled ? rules::decayed_grad(g[i], out[i], wd) : g[i]);
+    float mi, vi;
+    io.get(i, mi, vi);
+    rules::moments(gi, mi, vi, b1, c1, b2, c2);
+    io.put(i, mi, vi);
+    amx = std::max(amx, std::fabs(mi));
+    avx = std::max(avx, std::fabs(vi));
+    float dir = rules::adam_direction<float, kNesterov>(gi, mi, vi, b1, c1, eps);
+    if (kDecoupled && kDecay) dir = rules::decoupled_decay(dir, out[i], wd);
+    const float d = nlr * dir;
+    if (kDelta)
+      out[i] = d;
+    else
+      out[i] += d;
+  }
+  am = amx;
+  av = avx;
 }
 
-// Every tensor's elements as one range [0, total), split once over the
-// threads: each thread walks the tensors its share overlaps.  Adam has no
-// reduction, so no thread waits for another and the bits do not depend on
-// the split.
-template <bool kDelta, bool kHalf>
-void adam_multi_impl(const AdamTensor *ts, int64_t count) {
-  int64_t total = 0;
-  for (int64_t i = 0; i < count; ++i) total += ts[i].n;
-  parallel_ranges(total, [&](int64_t lo, int64_t hi) {
-    int64_t off = 0;
-    for (int64_t i = 0; i < count && off < hi; off += ts[i].n, ++i) {
-      const int64_t a = std::max(lo, off), b = std::min(hi, off + ts[i].n);
-      if (a < b) adam_piece<kDelta, kHalf>(ts[i], a - off, b - off);
-    }
+template <bool kDelta, class IO>
+inline void adam_view_range(float *out, const float *g, int64_t n, const AdamArgs &a,
+                            const IO &io, float &am, float &av) {
+  const AdamStep<float> step{a.beta1, 1.0f - a.beta1, a.beta2, 1.0f - a.beta2,
+                             a.eps,   -a.lr_t,        a.weight_decay};
+  const ScaledGrad<float> grad{a.inv_scale};
+  with_flags(a.nesterov, !kDelta && a.weight_decay != 0.0f, [&](auto nesterov, auto decay) {
+    constexpr bool kN = decltype(nesterov)::value, kD = decltype(decay)::value;
+    if (a.decoupled)
+      adam_view_loop<kDelta, kN, kD, true>(out, g, n, step, grad, io, am, av);
+    else
+      adam_view_loop<kDelta, kN, kD, false>(out, g, n, step, grad, io, am, av);
   });
 }
 
-void adam_multi(const AdamTensor *ts, int64_t count, bool delta, bool half) {
+struct Bf16Codec {
+  static constexpr int64_t kChunk = kHalfBlock;
+  static constexpr int64_t kBlock = 1;
+  template <bool kDelta>
+  static void step(const AdamTensor &x, int64_t lo, int64_t len, float *out, const float *g) {
+    const Bf16View io{static_cast<uint16_t *>(x.m) + lo, static_cast<uint16_t *>(x.v) + lo};
+    float am, av;
+    adam_view_range<kDelta>(out, g, len, x.a, io, am, av);
+  }
+};
+
+struct Q8Codec {
+  static constexpr int64_t kChunk = kQ8Block;  // one block (a tensor's last one may be partial)
+  static constexpr int64_t kBlock = kQ8Block;
+  // lo is a multiple of kQ8Block.
+  template <bool kDelta>
+  static void step(const AdamTensor &x, int64_t lo, int64_t len, float *out, const float *g) {
+    alignas(64) float mb[kQ8Block];
+    alignas(64) float vb[kQ8Block];
+    int8_t *mq = static_cast<int8_t *>(x.m) + lo;
+    uint8_t *vq = static_cast<uint8_t *>(x.v) + lo;
+    const int64_t b = lo / kQ8Block;
+    const Q8View io{mq, vq, x.m_scale[b], x.v_scale[b], mb, vb};
+    float am, av;
+    adam_view_range<kDelta>(out, g, len, x.a, io, am, av);
+    q8_encode_block(mb, vb, len, am, av, mq, vq, x.m_scale[b], x.v_scale[b]);
+  }
+};
+
+// A piece [lo, hi) of one tensor of a multi-tensor Adam call, float32 moments
+// used in place.
+template <bool kDelta, bool kHalf>
+inline void adam_piece_f32(const AdamTensor &x, int64_t lo, int64_t hi) {
+  float *m = static_cast<float *>(x.m) + lo, *v = static_cast<float *>(x.v) + lo;
+  if (!kHalf) {
+    adam_f32_range<kDelta>(static_cast<float *>(x.out) + lo, m, v,
+                           static_cast<const float *>(x.g) + lo, hi - lo, x.a);
+    return;
+  }
+  half_bits *out = static_cast<half_bits *>(x.out) + lo;
+  const half_bits *g = static_cast<const half_bits *>(x.g) + lo;
+  alignas(64) float gb[kHalfBlock];
+  alignas(64) float ob[kHalfBlock];
+  for (int64_t c = 0; c < hi - lo; c += kHalfBlock) {
+    const int64_t len = std::min(kHalfBlock, hi - lo - c);
+    f16_to_f32(g + c, gb, len);
+    if (!kDelta) f16_to_f32(out + c, ob, len);
+    adam_f32_range<kDelta>(ob, m + c, v + c, gb, len, x.a);
+    f32_to_f16(ob, out + c, len);
+  }
+}
+
+// The same with compact moments: per chunk, the codec decodes, steps and
+// encodes (one pass over memory).
+template <bool kDelta, bool kHalf, class Codec>
+inline void adam_piece_coded(const AdamTensor &x, int64_t lo, int64_t hi) {
+  alignas(64) float gb[kHalf ? Codec::kChunk : 1];
+  alignas(64) float ob[kHalf ? Codec::kChunk : 1];
+  for (int64_t c = lo; c < hi; c += Codec::kChunk) {
+    const int64_t len = std::min(Codec::kChunk, hi - c);
+    if (kHalf) {
+      half_bits *out = static_cast<half_bits *>(x.out) + c;
+      f16_to_f32(static_cast<const half_bits *>(x.g) + c, gb, len);
+      if (!kDelta) f16_to_f32(out, ob, len);
+      Codec::template step<kDelta>(x, c, len, ob, gb);
+      f32_to_f16(ob, out, len);
+    } else {
+      Codec::template step<kDelta>(x, c, len, static_cast<float *>(x.out) + c,
+                                   static_cast<const float *>(x.g) + c);
+    }
+  }
+}
+
+struct F32Moments {
+  static constexpr int64_t kBlock = 1;
+  template <bool kDelta, bool kHalf>
+  static void piece(const AdamTensor &x, int64_t lo, int64_t hi) {
+    adam_piece_f32<kDelta, kHalf>(x, lo, hi);
+  }
+};
+
+template <class Codec>
+struct CodedMoments {
+  static constexpr int64_t kBlock = Codec::kBlock;
+  template <bool kDelta, bool kHalf>
+  static void piece(const AdamTensor &x, int64_t lo, int64_t hi) {
+    adam_piece_coded<kDelta, kHalf, Codec>(x, lo, hi);
+  }
+};
+
+// Every tensor's elements as one range, split once over the threads: each
+// thread walks the tensors its share overlaps.  The range is counted in units
+// of Store::kBlock elements (each tensor's last unit may be partial), so a
+// quantization block never straddles two threads.  Adam has no other
+// reduction, so no thread waits for another and the bits do not depend on
+// the split.
+template <bool kDelta, bool kHalf, class Store>
+void adam_multi_impl(const AdamTensor *ts, int64_t count) {
+  constexpr int64_t B = Store::kBlock;
+  int64_t units = 0, total = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    units += (ts[i].n + B - 1) / B;
+    total += ts[i].n;
+  }
+  const auto body = [&](int64_t lo, int64_t hi) {  // units [lo, hi)
+    int64_t off = 0;
+    for (int64_t i = 0; i < count && off < hi; ++i) {
+      const int64_t nu = (ts[i].n + B - 1) / B;
+      const int64_t a = std::max(lo, off), b = std::min(hi, off + nu);
+      if (a < b)
+        Store::template piece<kDelta, kHalf>(ts[i], (a - off) * B, std::min(ts[i].n, (b - off) * B));
+      off += nu;
+    }
+  };
+  parallel_ranges(units, body, total);
+}
+
+template <class Store>
+void adam_multi_store(const AdamTensor *ts, int64_t count, bool delta, bool half) {
   if (delta)
-    (half ? adam_multi_impl<true, true> : adam_multi_impl<true, false>)(ts, count);
+    (half ? adam_multi_impl<true, true, Store> : adam_multi_impl<true, false, Store>)(ts, count);
   else
-    (half ? adam_multi_impl<false, true> : adam_multi_impl<false, false>)(ts, count);
+    (half ? adam_multi_impl<false, true, Store> : adam_multi_impl<false, false, Store>)(ts, count);
+}
+
+void adam_multi(const AdamTensor *ts, int64_t count, bool delta, bool half, Moments moments) {
+  switch (moments) {
+    case Moments::kBf16:
+      adam_multi_store<CodedMoments<Bf16Codec>>(ts, count, delta, half);
+      break;
+    case Moments::kQ8:
+      adam_multi_store<CodedMoments<Q8Codec>>(ts, count, delta, half);
+      break;
+    default:
+      adam_multi_store<F32Moments>(ts, count, delta, half);
+  }
 }
 
 // --------------------------------------------------------------------- Lamb --

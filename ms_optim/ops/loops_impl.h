@@ -59,19 +59,23 @@ struct AdamStep {
 //   m, v = rules::moments(g')
 //   d  = -lr_t * rules::adam_direction(g', m, v)
 // kDelta: out = d; otherwise out is p and out += d.
-template <class T, bool kDelta, bool kNesterov, bool kDecay, class Grad>
+// kDecoupled (AdamW, nn.AdamWeightDecay's rule): g' = grad(g), and with kDecay
+//   d = -lr_t * rules::decoupled_decay(direction, p, wd).
+template <class T, bool kDelta, bool kNesterov, bool kDecay, class Grad, bool kDecoupled = false>
 inline void adam_loop(T *__restrict out, T *__restrict m, T *__restrict v,
                       const T *__restrict g, int64_t n, const AdamStep<T> &a, Grad grad) {
   const T b1 = a.beta1, c1 = a.c1, b2 = a.beta2, c2 = a.c2, eps = a.eps;
   const T nlr = a.neg_lr, wd = a.wd;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const T gi = grad(kDecay ? rules::decayed_grad(g[i], out[i], wd) : g[i]);
+    const T gi = grad(kDecay && !kDecoupled ? rules::decayed_grad(g[i], out[i], wd) : g[i]);
     T mi = m[i], vi = v[i];
     rules::moments(gi, mi, vi, b1, c1, b2, c2);
     m[i] = mi;
     v[i] = vi;
-    const T d = nlr * rules::adam_direction<T, kNesterov>(gi, mi, vi, b1, c1, eps);
+    T dir = rules::adam_direction<T, kNesterov>(gi, mi, vi, b1, c1, eps);
+    if (kDecoupled && kDecay) dir = rules::decoupled_decay(dir, out[i], wd);
+    const T d = nlr * dir;
     if (kDelta)
       out[i] = d;
     else

@@ -44,6 +44,13 @@ inline T adam_direction(T g, T m, T v, T beta1, T c1, T eps) {
   return num / (std::sqrt(v) + eps);
 }
 
+// AdamW's (nn.AdamWeightDecay's) decoupled weight decay, added to the direction
+// before the learning rate: wd * p + direction.
+template <class T>
+inline T decoupled_decay(T direction, T p, T wd) {
+  return wd * p + direction;
+}
+
 // Adam's bias-corrected step size lr * sqrt(1 - beta2^t) / (1 - beta1^t)
 // (MindSpore), from beta1_power = beta1^t and beta2_power = beta2^t.
 template <class T>
