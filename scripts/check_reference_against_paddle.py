@@ -16,6 +16,7 @@ import argparse
 import importlib.util
 import os
 import sys
+import types
 
 import numpy as np
 
@@ -41,9 +42,15 @@ def import_paddle():
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# reference.py and the plain-Python modules it imports (dgc_plan) are loaded from the
+# package's folder under a package of their own, so ms_optim/__init__.py (MindSpore) never runs.
+_pkg = types.ModuleType("ms_optim_ref")
+_pkg.__path__ = [os.path.join(HERE, "..", "ms_optim")]
+sys.modules["ms_optim_ref"] = _pkg
 spec = importlib.util.spec_from_file_location(
-    "ms_optim_reference", os.path.join(HERE, "..", "ms_optim", "reference.py"))
+    "ms_optim_ref.reference", os.path.join(HERE, "..", "ms_optim", "reference.py"))
 reference = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = reference
 spec.loader.exec_module(reference)
 
 SHAPES = {"w": (37, 11), "b": (11,), "zero": (5, 3)}
