@@ -19,8 +19,8 @@ import time
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=float, default=2.5e7, help="total parameters")
-    ap.add_argument("--tensors", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--tensors", type=int, default=4, help="equal tensors the size is split in")
+    ap.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")
     args = ap.parse_args(argv)
     if args.size < 1 or args.tensors < 1 or args.steps < 1:
         ap.error("--size, --tensors and --steps must be positive")

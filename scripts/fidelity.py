@@ -241,7 +241,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", nargs="+", choices=("digits", "charlm"),
-                    default=["digits", "charlm"])
+                    default=["digits", "charlm"], help="which tasks to run (default: both)")
     ap.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES),
                     help="moment dtypes (float32 is always run: it is the baseline)")
     ap.add_argument("--seeds", type=positive_int, default=3, help="digits: seeds 0..N-1")

@@ -101,6 +101,28 @@ def test_check_reference_without_paddle_says_how_to_get_it():
     assert run_script("check_reference_against_paddle.py", "--help").returncode == 0
 
 
+@pytest.mark.parametrize("name", ["fidelity.py", "profile_step.py", "bench_bnb_adam8bit.py"])
+def test_new_scripts_answer_help_and_refuse_bad_values(name):
+    res = run_script(name, "--help")
+    assert res.returncode == 0 and "usage" in res.stdout
+    bad = {"fidelity.py": ["--steps", "0"], "profile_step.py": ["--size", "10"],
+           "bench_bnb_adam8bit.py": ["--steps", "0"]}[name]
+    res = run_script(name, *bad)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+
+
+def test_fidelity_bars_hold_both_ways():
+    """A loss or accuracy away from float32's in either direction is not fidelity."""
+    fid = script("fidelity")
+    digits = {"float32": [0.97, 0.97], "int8": [0.98, 0.975]}
+    charlm = {"float32": [(10, 2.0)], "bfloat16": [(10, 2.01)], "int8": [(10, 1.9)]}
+    s = fid.summarize(digits, charlm)
+    assert s["digits int8"]["mean_points"] == pytest.approx(0.75) and not s["digits int8"]["met"]
+    assert s["charlm bfloat16"]["met"] and s["charlm bfloat16"]["percent_vs_float32"] == \
+        pytest.approx(0.5)
+    assert not s["charlm int8"]["met"]  # 5% lower is a different run, not a faithful one
+
+
 def test_comm_volume_help_and_bad_sparsity():
     res = run_script("comm_volume.py", "--help")
     assert res.returncode == 0 and "--sparsity" in res.stdout
