@@ -337,13 +337,8 @@ inline void adam_view_loop(float *__restrict out, const float *__restrict g, int
     io.put(i, mi, vi);
     amx = std::max(amx, std::fabs(mi));
     avx = std::max(avx, std::fabs(vi));
-    float dir = rules::adam_direction<float, kNesterov>(gi, mi, vi, b1, c1, eps);
-    if (kDecoupled && kDecay) dir = rules::decoupled_decay(dir, out[i], wd);
-    const float d = nlr * dir;
-    if (kDelta)
-      out[i] = d;
-    else
-      out[i] += d;
+    adam_finish<float, kDelta, kNesterov, kDecay, kDecoupled>(gi, mi, vi, out[i], b1, c1, eps,
+                                                              wd, nlr);
   }
   am = amx;
   av = avx;

@@ -54,6 +54,21 @@ struct AdamStep {
   T wd;                         // coupled weight decay (read only with kDecay)
 };
 
+// The end of one Adam element, m and v already updated: the direction (with
+// AdamW's decoupled decay under kDecoupled), then the step written as the
+// delta or added to the parameter.  Shared by adam_loop and the compact-moment
+// loop of kernels_impl.h.
+template <class T, bool kDelta, bool kNesterov, bool kDecay, bool kDecoupled>
+inline void adam_finish(T gi, T mi, T vi, T &out, T b1, T c1, T eps, T wd, T nlr) {
+  T dir = rules::adam_direction<T, kNesterov>(gi, mi, vi, b1, c1, eps);
+  if (kDecoupled && kDecay) dir = rules::decoupled_decay(dir, out, wd);
+  const T d = nlr * dir;
+  if (kDelta)
+    out = d;
+  else
+    out += d;
+}
+
 // Adam over n elements (MindSpore's rule):
 //   g' = grad(g + wd * p)        (kDecay; else grad(g))
 //   m, v = rules::moments(g')
@@ -73,13 +88,8 @@ inline void adam_loop(T *__restrict out, T *__restrict m, T *__restrict v,
     rules::moments(gi, mi, vi, b1, c1, b2, c2);
     m[i] = mi;
     v[i] = vi;
-    T dir = rules::adam_direction<T, kNesterov>(gi, mi, vi, b1, c1, eps);
-    if (kDecoupled && kDecay) dir = rules::decoupled_decay(dir, out[i], wd);
-    const T d = nlr * dir;
-    if (kDelta)
-      out[i] = d;
-    else
-      out[i] += d;
+    adam_finish<T, kDelta, kNesterov, kDecay, kDecoupled>(gi, mi, vi, out[i], b1, c1, eps, wd,
+                                                          nlr);
   }
 }
 
