@@ -166,11 +166,14 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
                                               moment_dtype)
                               for lo, hi in self.buckets)
         # weight decay per parameter: MindSpore's decay flags (no groups: parameters named
-        # beta/gamma are not decayed) as a 0/1 mask per bucket, None where all decay
+        # beta/gamma are not decayed) as a 0/1 mask per bucket, None where all or none decay
         flags = tuple(f and self.exec_weight_decay for f in self.decay_flags)
-        self.decay_masks = tuple(None if all(flags[lo:hi]) else
+        self.decay_masks = tuple(None if all(flags[lo:hi]) or not any(flags[lo:hi]) else
                                  Tensor(np.array(flags[lo:hi], np.float32))
                                  for lo, hi in self.buckets)
+        # a bucket none of whose parameters decay gets a constant 0 (no graph op)
+        self.no_decay = tuple(not any(flags[lo:hi]) for lo, hi in self.buckets)
+        self.zero_wd = Tensor(0.0, mstype.float32)
 
     def _host_state(self, prefix, dtype, block=None):
         """Zeros of `dtype` shaped like each parameter (or one per `block` elements of it,
@@ -217,9 +220,12 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
                         step = step - self._adamw_decay(lr, weight_decay, lo + j, params[lo + j])
                     done = F.depend(done, F.assign_add(params[lo + j], step))
             else:
-                wd_b = self.per_tensor(weight_decay, lo, hi, self.is_group)
-                if self.decay_masks[b] is not None:
-                    wd_b = wd_b * self.decay_masks[b]
+                if self.no_decay[b]:
+                    wd_b = self.zero_wd
+                else:
+                    wd_b = self.per_tensor(weight_decay, lo, hi, self.is_group)
+                    if self.decay_masks[b] is not None:
+                        wd_b = wd_b * self.decay_masks[b]
                 if self.adamw:
                     wd_b = wd_b * self.inv_loss_scale
                 done = F.depend(done, self.adam_ops[b](*(params[lo:hi] + state), lr_b, wd_b,

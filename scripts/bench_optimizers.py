@@ -217,15 +217,18 @@ ALONE_PREFIX = "kernel alone: "
 
 
 class _Step(nn.Cell):
-    """One optimizer step on gradients held in the graph (as TrainOneStepCell has them)."""
+    """One optimizer step on gradients held in the graph, its output consumed as
+    nn.TrainOneStepCell consumes it (``F.depend``): a step returns a scalar, whatever the
+    optimizer returns (Lamb's trust ratios are not read back to Python)."""
 
     def __init__(self, opt, grads):
         super().__init__()
         self.opt = opt
         self.grads = grads
+        self.done = ms.Tensor(0, ms.int32)
 
     def construct(self):
-        return self.opt(self.grads)
+        return ops.depend(self.done, self.opt(self.grads))
 
 
 def make_params(sizes, tag, seed):
