@@ -187,7 +187,8 @@ constexpr int64_t kHalfBlock = 1024;
 
 // --------------------------------------------------------------------- Adam --
 
-// One Adam step over n float32 elements (MindSpore's AdamOffload rule):
+// One Adam step over float32 elements (MindSpore's AdamOffload rule,
+// loops_impl.h's adam_loop):
 //   g' = (g + wd * p) * inv_scale
 //   m  = beta1 * m + (1 - beta1) * g'
 //   v  = beta2 * v + (1 - beta2) * g' * g'
@@ -195,25 +196,33 @@ constexpr int64_t kHalfBlock = 1024;
 // kDelta: write d to `out`; otherwise add d to p (`out` is p).  Delta kernels
 // take the decay already applied (their parameter lives elsewhere).  kDecay is
 // false when wd == 0, so the rule never forms 0 * p (NaN for an infinite p).
-// kDecoupled: AdamW, d = -lr_t * (direction + wd * p) (loops_impl.h).
-template <bool kDelta, bool kNesterov, bool kDecay, bool kDecoupled>
-inline void adam_block(float *out, float *m, float *v, const float *g, int64_t n,
-                       const AdamArgs &a) {
+// kDecoupled: AdamW, d = -lr_t * (direction + wd * p).
+//
+// with_adam_args calls body(step, grad, nesterov, decay, decoupled) with `a` as
+// the loops' constants and gradient reader and its three flags as
+// std::integral_constant<bool>, so each loop (float32 moments, and the
+// compact-moment loop below) is compiled once per combination, without
+// branches inside.
+template <bool kDelta, class Body>
+inline void with_adam_args(const AdamArgs &a, const Body &body) {
   const AdamStep<float> step{a.beta1, 1.0f - a.beta1, a.beta2, 1.0f - a.beta2,
                              a.eps,   -a.lr_t,        a.weight_decay};
-  adam_loop<float, kDelta, kNesterov, kDecay, ScaledGrad<float>, kDecoupled>(
-      out, m, v, g, n, step, ScaledGrad<float>{a.inv_scale});
+  const ScaledGrad<float> grad{a.inv_scale};
+  with_flags(a.nesterov, !kDelta && a.weight_decay != 0.0f, [&](auto nesterov, auto decay) {
+    if (a.decoupled)
+      body(step, grad, nesterov, decay, std::true_type{});
+    else
+      body(step, grad, nesterov, decay, std::false_type{});
+  });
 }
 
 template <bool kDelta>
 inline void adam_f32_range(float *out, float *m, float *v, const float *g, int64_t n,
                            const AdamArgs &a) {
-  with_flags(a.nesterov, !kDelta && a.weight_decay != 0.0f, [&](auto nesterov, auto decay) {
-    constexpr bool kN = decltype(nesterov)::value, kD = decltype(decay)::value;
-    if (a.decoupled)
-      adam_block<kDelta, kN, kD, true>(out, m, v, g, n, a);
-    else
-      adam_block<kDelta, kN, kD, false>(out, m, v, g, n, a);
+  with_adam_args<kDelta>(a, [&](const auto &step, auto grad, auto nesterov, auto decay,
+                                auto decoupled) {
+    adam_loop<float, kDelta, decltype(nesterov)::value, decltype(decay)::value,
+              ScaledGrad<float>, decltype(decoupled)::value>(out, m, v, g, n, step, grad);
   });
 }
 
@@ -347,15 +356,10 @@ inline void adam_view_loop(float *__restrict out, const float *__restrict g, int
 template <bool kDelta, class IO>
 inline void adam_view_range(float *out, const float *g, int64_t n, const AdamArgs &a,
                             const IO &io, float &am, float &av) {
-  const AdamStep<float> step{a.beta1, 1.0f - a.beta1, a.beta2, 1.0f - a.beta2,
-                             a.eps,   -a.lr_t,        a.weight_decay};
-  const ScaledGrad<float> grad{a.inv_scale};
-  with_flags(a.nesterov, !kDelta && a.weight_decay != 0.0f, [&](auto nesterov, auto decay) {
-    constexpr bool kN = decltype(nesterov)::value, kD = decltype(decay)::value;
-    if (a.decoupled)
-      adam_view_loop<kDelta, kN, kD, true>(out, g, n, step, grad, io, am, av);
-    else
-      adam_view_loop<kDelta, kN, kD, false>(out, g, n, step, grad, io, am, av);
+  with_adam_args<kDelta>(a, [&](const auto &step, auto grad, auto nesterov, auto decay,
+                                auto decoupled) {
+    adam_view_loop<kDelta, decltype(nesterov)::value, decltype(decay)::value,
+                   decltype(decoupled)::value>(out, g, n, step, grad, io, am, av);
   });
 }
 
