@@ -184,6 +184,30 @@ int dgc_apply_entries(const Param &p, const int32_t *idx, const float *val, int6
   return msopt::kOk;
 }
 
+// Every index of tensor j's k entries, in each of the r workers' blocks, lies in
+// [0, n): checked for all tensors before any is updated.
+int check_entry_indices(const int32_t *idx, int64_t r, int64_t block, int64_t offset, int64_t k,
+                        int64_t n, int j, const char *fn) {
+  for (int64_t w = 0; w < r; ++w)
+    for (int64_t e = 0; e < k; ++e) {
+      const int32_t i = idx[w * block + offset + e];
+      if (i < 0 || i >= n)
+        return fail(msopt::kErrSize, "%s: tensor %d: index %d outside [0, %lld)", fn, j, i,
+                    (long long)n);
+    }
+  return msopt::kOk;
+}
+
+// dgc_apply_entries on parameter input j (float32, or float16 through float32).
+int apply_param(const AotArgs &a, int j, const int32_t *idx, const float *val, int64_t r,
+                int64_t block, int64_t offset, int64_t k, float lr, const char *fn) {
+  return a.is(j, "float16")
+      ? dgc_apply_entries(F16Param{a.ptr<msopt::half_bits>(j), msopt::kernels()}, idx, val, r,
+                          block, offset, k, lr, a.numel(j), fn)
+      : dgc_apply_entries(F32Param{a.ptr<float>(j)}, idx, val, r, block, offset, k, lr,
+                          a.numel(j), fn);
+}
+
 }  // namespace
 
 // Inputs: param float32[n] or float16[n]; idx int32[R*L] and val float32[R*L],
@@ -214,18 +238,9 @@ MSOPT_API int ms_optim_dgc_apply(int nparam, void **params, int *ndims, int64_t 
   const int64_t block = total / r;
   const int32_t *idx = a.ptr<int32_t>(1);
   const float *val = a.ptr<float>(2);
-  for (int64_t w = 0; w < r; ++w)
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t i = idx[w * block + offset + j];
-      if (i < 0 || i >= n)
-        return fail(msopt::kErrSize, "%s: index %d outside [0, %lld)", fn, i, (long long)n);
-    }
-  const float lr = a.ptr<float>(3)[0];
-  const int rc = a.is(0, "float32")
-      ? dgc_apply_entries(F32Param{a.ptr<float>(0)}, idx, val, r, block, offset, k, lr, n, fn)
-      : dgc_apply_entries(F16Param{a.ptr<msopt::half_bits>(0), msopt::kernels()}, idx, val, r,
-                          block, offset, k, lr, n, fn);
-  if (rc != msopt::kOk) return rc;
+  if (int rc = check_entry_indices(idx, r, block, offset, k, n, 0, fn)) return rc;
+  if (int rc = apply_param(a, 0, idx, val, r, block, offset, k, a.ptr<float>(3)[0], fn))
+    return rc;
   *a.ptr<float>(5) = 0.0f;
   return msopt::kOk;
 }
@@ -362,25 +377,12 @@ MSOPT_API int ms_optim_dgc_apply_multi(int nparam, void **params, int *ndims, in
     if (offset < 0 || k < 0 || offset + k > block)
       return fail(msopt::kErrSize, "%s: tensor %d's entries (offset %lld, k %lld) do not fit "
                   "a block of %lld", fn, j, (long long)offset, (long long)k, (long long)block);
-    for (int64_t w = 0; w < r; ++w)
-      for (int64_t e = 0; e < k; ++e) {
-        const int32_t i = idx[w * block + offset + e];
-        if (i < 0 || i >= n)
-          return fail(msopt::kErrSize, "%s: tensor %d: index %d outside [0, %lld)", fn, j, i,
-                      (long long)n);
-      }
+    if (int rc = check_entry_indices(idx, r, block, offset, k, n, j, fn)) return rc;
   }
-  const msopt::KernelTable &kt = msopt::kernels();
-  for (int j = 0; j < K; ++j) {
-    const int64_t offset = layout[1 + j], k = layout[1 + K + j];
-    const float lr_j = lr[a.numel(li) == 1 ? 0 : j];
-    const int rc = half
-        ? dgc_apply_entries(F16Param{a.ptr<msopt::half_bits>(j), kt}, idx, val, r, block, offset,
-                            k, lr_j, a.numel(j), fn)
-        : dgc_apply_entries(F32Param{a.ptr<float>(j)}, idx, val, r, block, offset, k, lr_j,
-                            a.numel(j), fn);
-    if (rc != msopt::kOk) return rc;
-  }
+  for (int j = 0; j < K; ++j)
+    if (int rc = apply_param(a, j, idx, val, r, block, layout[1 + j], layout[1 + K + j],
+                             lr[a.numel(li) == 1 ? 0 : j], fn))
+      return rc;
   *a.ptr<float>(oi) = 0.0f;
   return msopt::kOk;
 }
