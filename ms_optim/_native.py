@@ -31,7 +31,7 @@ _AOT_ARGTYPES = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(c
                  ctypes.c_void_p, ctypes.c_void_p]
 AOT_KERNELS = ("ms_optim_adam_inplace", "ms_optim_adam_delta", "ms_optim_adam_q8_inplace",
                "ms_optim_adam_q8_delta", "ms_optim_lamb", "ms_optim_sumsq",
-               "ms_optim_topk_abs", "ms_optim_dgc_select", "ms_optim_dgc_apply",
+               "ms_optim_topk_abs",
                "ms_optim_check_replicas", "ms_optim_digest", "ms_optim_dgc_select_multi",
                "ms_optim_dgc_apply_multi", "ms_optim_dgc_momentum")
 for _name in AOT_KERNELS:

@@ -86,8 +86,9 @@ def test_select_kernel_matches_reference(isa, n, nesterov, fresh_isa):
         g = rng.standard_normal(n).astype(np.float32)
         k = max(1, int(n * (1 - WARMUP[step])))
         idx, val = np.zeros(k, np.int32), np.zeros(k, np.float32)
-        _native.call_aot("ms_optim_dgc_select",
-                         [u, v, g, np.array([0.9, float(nesterov)], np.float32), idx, val])
+        # one tensor through the multi-tensor op (K = 1)
+        _native.call_aot("ms_optim_dgc_select_multi",
+                         [u, v, g, _consts(nesterov), np.array([k], np.int32), idx, val])
         want_idx, want_val = reference.dgc_select(ru, rv, g, 0.9, k, nesterov)
         np.testing.assert_array_equal(idx, want_idx)
         np.testing.assert_array_equal(val, want_val)
@@ -120,7 +121,7 @@ def test_apply_kernel_sums_workers_in_rank_order(ranks, n, k, ascending):
         val_all += [rng.standard_normal(k_other).astype(np.float32), val]
     p = rng.standard_normal(n).astype(np.float32)
     want = p - np.float32(0.1) * reference.dgc_aggregate(n, sels)
-    _native.call_aot("ms_optim_dgc_apply", [p, np.concatenate(idx_all), np.concatenate(val_all),
+    _native.call_aot("ms_optim_dgc_apply_multi", [p, np.concatenate(idx_all), np.concatenate(val_all),
                                             np.array(0.1, np.float32),
                                             np.array([ranks, k_other, k], np.int32),
                                             np.zeros(1, np.float32)])
@@ -151,7 +152,7 @@ def test_apply_kernel_param_dtypes(isa, n, ranks, dtype, fresh_isa):
         idx_all += [rng.integers(0, n, k_other).astype(np.int32), idx]
         val_all += [rng.standard_normal(k_other).astype(np.float32), val]
     want = (before.astype(np.float32) - lr * reference.dgc_aggregate(n, sels)).astype(dtype)
-    _native.call_aot("ms_optim_dgc_apply", [p, np.concatenate(idx_all), np.concatenate(val_all),
+    _native.call_aot("ms_optim_dgc_apply_multi", [p, np.concatenate(idx_all), np.concatenate(val_all),
                                             np.array(lr), np.array([ranks, k_other, k], np.int32),
                                             np.zeros(1, np.float32)])
     assert p.dtype == dtype
@@ -168,7 +169,7 @@ def test_apply_kernel_float16_is_not_rounded_twice(ranks):
     # lr 0.125 and values 8 s: lr * (sum / ranks) is s exactly
     idx = np.zeros(ranks, np.int32)
     val = np.full(ranks, 8 * s, np.float32)
-    _native.call_aot("ms_optim_dgc_apply", [p, idx, val, np.array(0.125, np.float32),
+    _native.call_aot("ms_optim_dgc_apply_multi", [p, idx, val, np.array(0.125, np.float32),
                                             np.array([ranks, 0, 1], np.int32),
                                             np.zeros(1, np.float32)])
     assert p.view(np.uint16).tolist() == [14335, np.float16(0.25).view(np.uint16)]
@@ -302,6 +303,9 @@ def test_multi_kernels_reject_bad_input():
     with pytest.raises(RuntimeError, match="all float32 or all float16"):
         _native.call_aot(app, [x, np.zeros(10, np.float16), one, np.ones(1, np.float32), z1,
                                np.array([1, 0, 0, 1, 0], np.int32), z1])
+    with pytest.raises(RuntimeError, match="all float32 or all float16, got float64"):
+        _native.call_aot(app, [np.zeros(10), one, np.ones(1, np.float32), z1,
+                               np.array([1, 0, 1], np.int32), z1])
     with pytest.raises(RuntimeError, match="index 10 outside"):
         _native.call_aot(app, [x, np.array([10], np.int32), np.ones(1, np.float32), z1,
                                np.array([1, 0, 1], np.int32), z1])
@@ -348,18 +352,6 @@ def test_kernels_reject_bad_input():
         _native.call_aot("ms_optim_topk_abs", [x, np.zeros(11, np.int32), np.zeros(11, np.float32)])
     with pytest.raises(RuntimeError, match="int32"):
         _native.call_aot("ms_optim_topk_abs", [x, np.zeros(3, np.float32), np.zeros(3, np.float32)])
-    with pytest.raises(RuntimeError, match="outside"):
-        _native.call_aot("ms_optim_dgc_apply", [x, np.array([10], np.int32), np.ones(1, np.float32),
-                                                np.array(0.1, np.float32),
-                                                np.array([1, 0, 1], np.int32), np.zeros(1, np.float32)])
-    with pytest.raises(RuntimeError, match="layout"):
-        _native.call_aot("ms_optim_dgc_apply", [x, np.array([1, 2], np.int32), np.ones(2, np.float32),
-                                                np.array(0.1, np.float32),
-                                                np.array([1, 1, 2], np.int32), np.zeros(1, np.float32)])
-    with pytest.raises(RuntimeError, match="float32 or float16, got float64"):
-        _native.call_aot("ms_optim_dgc_apply", [np.zeros(10), np.array([1], np.int32),
-                                                np.ones(1, np.float32), np.array(0.1, np.float32),
-                                                np.array([1, 0, 1], np.int32), np.zeros(1, np.float32)])
 
 
 # ------------------------------------------------------------ the optimizer --

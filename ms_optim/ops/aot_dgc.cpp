@@ -37,44 +37,13 @@ MSOPT_API int ms_optim_topk_abs(int nparam, void **params, int *ndims, int64_t *
   const AotArgs a{nparam, params, ndims, shapes, dtypes};
   if (!a.is(0, "float32")) return fail(msopt::kErrDtype, "%s: x must be float32", fn);
   if (int rc = check_outputs(a, 1, fn)) return rc;
-  msopt::TopkSource src{a.ptr<float>(0), nullptr, nullptr, nullptr, 0.0f, false};
   const msopt::ParallelSection section(a.numel(0));
-  return msopt::topk_abs(src, a.numel(0), a.numel(1), a.ptr<int32_t>(1), a.ptr<float>(2));
-}
-
-// Inputs: u, v, grad (float32[n]), consts float32[2]: contract.h DgcConsts.
-// Outputs: idx int32[k], val float32[k].
-// One step of DGC's local part: momentum correction into u and v, exact top-k
-// of |v|, and momentum factor masking (u[idx] = v[idx] = 0) -- u, v in place.
-MSOPT_API int ms_optim_dgc_select(int nparam, void **params, int *ndims, int64_t **shapes,
-                                  const char **dtypes, void *, void *) {
-  static const char *fn = "ms_optim_dgc_select";
-  if (nparam != 6) return fail(msopt::kErrSize, "%s: expected 6 tensors, got %d", fn, nparam);
-  const AotArgs a{nparam, params, ndims, shapes, dtypes};
-  for (int i = 0; i < 3; ++i) {
-    if (!a.is(i, "float32")) return fail(msopt::kErrDtype, "%s: u, v, grad must be float32", fn);
-    if (a.numel(i) != a.numel(0)) return fail(msopt::kErrSize, "%s: u, v, grad sizes differ", fn);
-  }
-  if (!a.is(3, "float32") || a.numel(3) != msopt::DgcConsts::kCount)
-    return fail(msopt::kErrSize, "%s: consts must be float32[%d]", fn, msopt::DgcConsts::kCount);
-  if (int rc = check_outputs(a, 4, fn)) return rc;
-  const msopt::DgcConsts &c = *a.ptr<const msopt::DgcConsts>(3);
-  float *u = a.ptr<float>(0), *v = a.ptr<float>(1);
-  msopt::TopkSource src{v, u, v, a.ptr<float>(2), c.momentum, c.nesterov != 0.0f};
-  const int64_t k = a.numel(4);
-  int32_t *idx = a.ptr<int32_t>(4);
-  const msopt::ParallelSection section(a.numel(0));
-  if (int rc = msopt::topk_abs(src, a.numel(0), k, idx, a.ptr<float>(5))) return rc;
-  for (int64_t j = 0; j < k; ++j) {
-    u[idx[j]] = 0.0f;
-    v[idx[j]] = 0.0f;
-  }
-  return msopt::kOk;
+  return msopt::topk_abs(a.ptr<float>(0), a.numel(0), a.numel(1), a.ptr<int32_t>(1), a.ptr<float>(2));
 }
 
 namespace {
 
-// The parameter element types of ms_optim_dgc_apply.  sub(i, d) is p[i] -= d:
+// The parameter element types of ms_optim_dgc_apply_multi.  sub(i, d) is p[i] -= d:
 // float32 in place; float16 widened to float32, updated, and rounded once back
 // (to nearest even) with the kernel table's conversions.
 struct F32Param {
@@ -97,7 +66,7 @@ struct F16Param {
 constexpr int64_t kCursorMergeMax = 16;
 
 // True when every worker's k indices (at w * block + offset) strictly ascend,
-// as ms_optim_dgc_select writes them.
+// as ms_optim_dgc_select_multi writes them.
 bool runs_ascend(const int32_t *idx, int64_t r, int64_t block, int64_t offset, int64_t k) {
   for (int64_t w = 0; w < r; ++w) {
     const int32_t *run = idx + w * block + offset;
@@ -210,41 +179,6 @@ int apply_param(const AotArgs &a, int j, const int32_t *idx, const float *val, i
 
 }  // namespace
 
-// Inputs: param float32[n] or float16[n]; idx int32[R*L] and val float32[R*L],
-// every worker's fused selection buffer (L entries each: all compressed
-// parameters' selections side by side), gathered in rank order; lr (float32
-// scalar); layout int32[3] = (R, offset, k): this parameter's k entries start
-// at r*L + offset in worker r's block.  Output: done float32[1].
-// param -= lr * G with G = scatter_add(0, idx, val) / R: per index the values
-// are summed in rank order, then divided by R.  A float16 param is updated in
-// float32 and rounded once to float16 (nearest even) per touched element.
-MSOPT_API int ms_optim_dgc_apply(int nparam, void **params, int *ndims, int64_t **shapes,
-                                 const char **dtypes, void *, void *) {
-  static const char *fn = "ms_optim_dgc_apply";
-  if (nparam != 6) return fail(msopt::kErrSize, "%s: expected 6 tensors, got %d", fn, nparam);
-  const AotArgs a{nparam, params, ndims, shapes, dtypes};
-  if (!a.is(0, "float32") && !a.is(0, "float16"))
-    return fail(msopt::kErrDtype, "%s: param must be float32 or float16, got %s", fn, dtypes[0]);
-  if (!a.is(1, "int32") || !a.is(2, "float32") || !a.is(3, "float32") || !a.is(4, "int32"))
-    return fail(msopt::kErrDtype, "%s: expected int32 idx, float32 val/lr, int32 layout", fn);
-  const int64_t n = a.numel(0), total = a.numel(1);
-  if (a.numel(2) != total || a.numel(3) != 1 || a.numel(4) != 3)
-    return fail(msopt::kErrSize, "%s: idx/val sizes differ, or lr/layout malformed", fn);
-  const int32_t *layout = a.ptr<int32_t>(4);
-  const int64_t r = layout[0], offset = layout[1], k = layout[2];
-  if (r < 1 || total % r != 0 || offset < 0 || k < 0 || offset + k > total / r)
-    return fail(msopt::kErrSize, "%s: layout (%lld workers, offset %lld, k %lld) does not fit "
-                "%lld entries", fn, (long long)r, (long long)offset, (long long)k, (long long)total);
-  const int64_t block = total / r;
-  const int32_t *idx = a.ptr<int32_t>(1);
-  const float *val = a.ptr<float>(2);
-  if (int rc = check_entry_indices(idx, r, block, offset, k, n, 0, fn)) return rc;
-  if (int rc = apply_param(a, 0, idx, val, r, block, offset, k, a.ptr<float>(3)[0], fn))
-    return rc;
-  *a.ptr<float>(5) = 0.0f;
-  return msopt::kOk;
-}
-
 // ------------------------------------------------- multi-tensor DGC steps --
 //
 // One op per bucket of parameters instead of one per parameter: a MindSpore
@@ -277,7 +211,8 @@ int check_sources(const AotArgs &a, int K, int s0, int M, int gi, const char *fn
 // Inputs: u[K], v[K], grad[K] (float32, tensor j of n_j elements), consts
 // float32[2] = (momentum, use_nesterov), ks int32[K].  Outputs: idx int32[L],
 // val float32[L], L = sum(ks): tensor j's k_j selections (as
-// ms_optim_dgc_select) side by side, so the outputs are the bucket's block of
+// DGC's local step: momentum correction into u and v, exact top-k of |v|, ties
+// to the lower index, ascending indices) side by side, so the outputs are the bucket's block of
 // the fused exchange buffer (indices local to each tensor).  u, v in place.
 // One parallel region for the whole bucket (msopt::topk_abs_multi): each
 // tensor whole on one thread.
@@ -344,7 +279,10 @@ MSOPT_API int ms_optim_dgc_select_multi(int nparam, void **params, int *ndims, i
 // float32[R*L] (every worker's fused selection buffer, gathered in rank
 // order), lr float32[1] or float32[K], layout int32[1 + 2K] = (R, offset_0..,
 // k_0..): tensor j's k_j entries start at r*L + offset_j in worker r's block.
-// Output: done float32[1].  Per tensor, ms_optim_dgc_apply's update.
+// Output: done float32[1].  Per tensor, param -= lr * G with G =
+// scatter_add(0, idx, val) / R: per index the values are summed in rank order,
+// then divided by R.  A float16 param is updated in float32 and rounded once to
+// float16 (nearest even) per touched element.
 MSOPT_API int ms_optim_dgc_apply_multi(int nparam, void **params, int *ndims, int64_t **shapes,
                                        const char **dtypes, void *, void *) {
   static const char *fn = "ms_optim_dgc_apply_multi";

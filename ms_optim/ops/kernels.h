@@ -134,10 +134,6 @@ struct KernelTable {
   // element than recomputing it from p, m, v in pass two, but saves a square
   // root and a division; measured inside MindSpore, keeping it is faster.)
   void (*lamb_f32)(const LambTensor *tensors, int64_t count, const LambArgs &a, float *scratch);
-  // DGC: u, v updated in place by the momentum correction (rules.h), and the
-  // indices with |v_new| >= g->threshold gathered.
-  void (*dgc_accumulate_f32)(float *u, float *v, const float *grad, int64_t n, float momentum,
-                             bool nesterov, Gather *g);
   // Gathers the indices with |x_i| >= g->threshold.
   void (*gather_abs_f32)(const float *x, int64_t n, Gather *g);
   // sum(x^2) accumulated in double.
@@ -149,8 +145,9 @@ struct KernelTable {
   // or more split over the threads, smaller ones whole, handed out dynamically.
   void (*dgc_momentum)(const DgcDenseTensor *tensors, int64_t count, float momentum,
                        bool nesterov);
-  // dgc_accumulate_f32 over [lo, hi) only, on the calling thread (for a team of threads
-  // already running: the candidates go to the slots of omp_get_thread_num()).
+  // DGC over [lo, hi), on the calling thread: u, v updated in place by the
+  // momentum correction (rules.h), and the indices with |v_new| >= g->threshold
+  // gathered into the slots of omp_get_thread_num() (a team may be running).
   void (*dgc_accumulate_range_f32)(float *u, float *v, const float *grad, int64_t lo,
                                    int64_t hi, float momentum, bool nesterov, Gather *g);
 };

@@ -731,16 +731,6 @@ void dgc_accumulate_range(float *u, float *v, const float *grad, int64_t lo, int
   g->counts[t] = count;
 }
 
-void dgc_accumulate_f32(float *u, float *v, const float *grad, int64_t n, float momentum,
-                        bool nesterov, Gather *g) {
-  parallel_ranges(n, [&](int64_t lo, int64_t hi) {
-    if (nesterov)
-      dgc_accumulate_range<true>(u, v, grad, lo, hi, momentum, g);
-    else
-      dgc_accumulate_range<false>(u, v, grad, lo, hi, momentum, g);
-  });
-}
-
 void dgc_accumulate_range_f32(float *u, float *v, const float *grad, int64_t lo, int64_t hi,
                               float momentum, bool nesterov, Gather *g) {
   if (nesterov)
@@ -839,7 +829,7 @@ void dgc_momentum(const DgcDenseTensor *ts, int64_t count, float momentum, bool 
 
 extern const KernelTable kTable;
 const KernelTable kTable = {
-    MSOPT_ISA_NAME,   adam_multi,       lamb_f32,         dgc_accumulate_f32, gather_abs_f32, sumsq_f32,
+    MSOPT_ISA_NAME,   adam_multi,       lamb_f32,         gather_abs_f32,   sumsq_f32,
     f16_to_f32,       f32_to_f16,       dgc_momentum,     dgc_accumulate_range_f32,
 };
 

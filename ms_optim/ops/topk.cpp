@@ -202,16 +202,13 @@ int check_sizes(int64_t n, int64_t k) {
 
 }  // namespace
 
-int topk_abs(const TopkSource &src, int64_t n, int64_t k, int32_t *idx, float *val) {
+int topk_abs(const float *x, int64_t n, int64_t k, int32_t *idx, float *val) {
   if (int rc = check_sizes(n, k)) return rc;
-  const KernelTable &kt = kernels();
   try {
+    const TopkSource src{x, nullptr, nullptr, nullptr, 0.0f, false};
     TopkJob job;
     job.prepare(src, n, k, kernel_threads());
-    if (src.u != nullptr)
-      kt.dgc_accumulate_f32(src.u, src.v, src.grad, n, src.momentum, src.nesterov, &job.g);
-    else
-      kt.gather_abs_f32(src.x, n, &job.g);
+    kernels().gather_abs_f32(x, n, &job.g);
     job.finish(idx, val);
     return kOk;
   } catch (const std::bad_alloc &) {

@@ -21,10 +21,9 @@ struct TopkSource {
 };
 
 // The k entries of largest |x| (ties broken by the lower index), written in
-// ascending index order: idx[0..k), val[i] = x[idx[i]].  For a DGC source
-// the residuals are updated first, in the same pass that gathers candidates.
-// Returns kOk, or kErrSize / kErrNoMem with msopt_last_error() set.  Never throws.
-int topk_abs(const TopkSource &src, int64_t n, int64_t k, int32_t *idx, float *val);
+// ascending index order: idx[0..k), val[i] = x[idx[i]].  Returns kOk, or
+// kErrSize / kErrNoMem with msopt_last_error() set.  Never throws.
+int topk_abs(const float *x, int64_t n, int64_t k, int32_t *idx, float *val);
 
 // topk_abs of `count` DGC sources (u != nullptr) in one parallel region, each
 // tensor whole on one thread (largest first, handed out dynamically), so the
