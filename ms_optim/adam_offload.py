@@ -10,8 +10,6 @@ from ._api import OptimizerAPI
 from ._state import BetaPowers
 from ._step import StepSkeleton, resolve_impl
 
-_ITEMSIZE = {mstype.float32: 4, mstype.bfloat16: 2, mstype.int8: 1, mstype.uint8: 1}
-
 
 class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
     r"""Adam with its moments kept and updated in host memory by a native CPU kernel.
@@ -189,7 +187,7 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         the beta powers."""
         state = (tuple(self.moment1) + tuple(self.moment2) + tuple(self.moment1_scale)
                  + tuple(self.moment2_scale) + (self.beta1_power, self.beta2_power))
-        return sum(int(np.prod(p.shape)) * _ITEMSIZE[p.dtype] for p in state)
+        return sum(int(p.nbytes) for p in state)
 
     def construct(self, gradients):
         params = self._parameters
