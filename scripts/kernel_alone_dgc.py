@@ -41,7 +41,7 @@ def _step_calls(sizes, seed, grads=None):
     comp, dense = plan.comp_ids, plan.dense_ids
     v = [np.zeros(sizes[i], np.float32) for i in comp]
     ks = plan.stage_k[0]
-    consts = np.array([MOMENTUM, 0.0], np.float32)
+    consts = kernels.consts_array("dgc", momentum=MOMENTUM, nesterov=False)
     lr = np.array([LR], np.float32)
     calls = []
     idx = np.zeros(plan.block[0], np.int32)
@@ -92,8 +92,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", type=float, default=[1e6, 2.56e7],
                         help="total parameters; ResNet-50's layout scaled to each")
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")
     args = parser.parse_args(argv)
+    if args.steps < 1 or min(args.sizes) < 1000:
+        parser.error("--steps must be >= 1 and every size >= 1000")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from bench_optimizers import resnet50_sizes
     for n in args.sizes:

@@ -101,12 +101,13 @@ def test_check_reference_without_paddle_says_how_to_get_it():
     assert run_script("check_reference_against_paddle.py", "--help").returncode == 0
 
 
-@pytest.mark.parametrize("name", ["fidelity.py", "profile_step.py", "bench_bnb_adam8bit.py"])
+@pytest.mark.parametrize("name", ["fidelity.py", "profile_step.py", "bench_bnb_adam8bit.py",
+                                  "kernel_alone_dgc.py"])
 def test_new_scripts_answer_help_and_refuse_bad_values(name):
     res = run_script(name, "--help")
     assert res.returncode == 0 and "usage" in res.stdout
     bad = {"fidelity.py": ["--steps", "0"], "profile_step.py": ["--size", "10"],
-           "bench_bnb_adam8bit.py": ["--steps", "0"]}[name]
+           "bench_bnb_adam8bit.py": ["--steps", "0"], "kernel_alone_dgc.py": ["--steps", "0"]}[name]
     res = run_script(name, *bad)
     assert res.returncode == 2 and "Traceback" not in res.stderr
 
