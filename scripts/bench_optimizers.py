@@ -173,12 +173,22 @@ def layout_sizes(layout, n):
     return sizes, f"ResNet-50 tensors at width {width:.3f}, largest {max(sizes):,}"
 
 
+def _powers():
+    """The beta powers input of the kernels alone (step 1 of beta1 0.9, beta2 0.999)."""
+    return kernels.consts_array("powers", beta1_power=0.9, beta2_power=0.999)
+
+
+def _state_buffers(sizes, seed):
+    """Random float32 parameters and zero moments m, v of `sizes`, for a kernel alone."""
+    rng = np.random.default_rng(seed)
+    return ([rng.standard_normal(n, dtype=np.float32) for n in sizes],
+            [np.zeros(n, np.float32) for n in sizes], [np.zeros(n, np.float32) for n in sizes])
+
+
 def _adam_alone(sizes, grads):
     """ms_optim.AdamOffload's kernel on its own buffers: one multi-tensor call per bucket."""
-    rng = np.random.default_rng(7)
-    p = [rng.standard_normal(n, dtype=np.float32) for n in sizes]
-    m, v = [np.zeros(n, np.float32) for n in sizes], [np.zeros(n, np.float32) for n in sizes]
-    tail = [np.float32([1e-3]), np.zeros(1, np.float32), np.float32([0.9, 0.999]),
+    p, m, v = _state_buffers(sizes, seed=7)
+    tail = [np.float32([1e-3]), np.zeros(1, np.float32), _powers(),
             kernels.consts_array("adam", beta1=0.9, beta2=0.999, eps=1e-8, inv_scale=1.0,
                                  nesterov=False), np.zeros(1, np.float32)]
     calls = [_native.prepare_aot("ms_optim_adam_inplace",
@@ -189,12 +199,10 @@ def _adam_alone(sizes, grads):
 
 def _lamb_alone(sizes, grads):
     """ms_optim.Lamb's kernel (weight decay 0.01: the trust-ratio path) on its own buffers."""
-    rng = np.random.default_rng(8)
-    p = [rng.standard_normal(n, dtype=np.float32) for n in sizes]
-    m, v = [np.zeros(n, np.float32) for n in sizes], [np.zeros(n, np.float32) for n in sizes]
+    p, m, v = _state_buffers(sizes, seed=8)
     calls = []
     for lo, hi in kernels.buckets([0] * len(sizes)):
-        tail = [np.float32([1e-3]), np.float32([0.01]), np.float32([1.0]), np.float32([0.9, 0.999]),
+        tail = [np.float32([1e-3]), np.float32([0.01]), np.float32([1.0]), _powers(),
                 kernels.consts_array("lamb", beta1=0.9, beta2=0.999, eps=1e-6, clip_norm=0.0,
                                      clip_lo=-np.inf, clip_hi=np.inf, always_adapt=False),
                 np.zeros(hi - lo, np.float32)]

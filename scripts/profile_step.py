@@ -179,7 +179,7 @@ def main(argv=None):
     bufs = [[(rng.standard_normal(s) * (j != 1 and j != 2)).astype(np.float32) for s in sizes]
             for j in range(4)]  # p, m = 0, v = 0, g
     hyper = [np.array([1e-3], np.float32), np.array([0.0], np.float32),
-             np.array([0.9, 0.999], np.float32),
+             kernels.consts_array("powers", beta1_power=0.9, beta2_power=0.999),
              kernels.consts_array("adam", beta1=0.9, beta2=0.999, eps=1e-8, inv_scale=1.0,
                                   nesterov=0)]
     done = np.zeros(1, np.float32)
