@@ -76,23 +76,29 @@ def bf16_value(bits):
 
 def q8_encode(y, fmt):
     """Codes of magnitudes y in [0, 1] (float32) in the small float fmt = (E, M) without
-    subnormals: code 0 is 0, code c > 0 is 2^(c div 2^M - 2^E) * (1 + (c mod 2^M) / 2^M).
+    subnormals: code 0 is 0, code c > 0 is 2^(c div 2^M - 2^E + 1) * (1 + (c mod 2^M) / 2^M).
     Integer arithmetic on the float32 bits: the exponent rebiased, the dropped mantissa bits
-    rounded to nearest even, the result clamped to [0, 2^(E+M) - 1] (values below about
-    2^-2^E become 0; the largest code, 1 - 2^-(M+1), saturates)."""
+    rounded to nearest even, the result clamped to [0, Q8 top code]; the top code is exactly
+    1, so a block's absmax element is stored exactly (values below about 2^(1 - 2^E) become 0;
+    anything above 1 saturates at 1)."""
     e_bits, m_bits = fmt
     shift = 23 - m_bits
     ax = np.ascontiguousarray(y, f32).view(np.uint32).astype(np.int64)
     odd = (ax >> shift) & 1
-    code = (ax - ((127 - (1 << e_bits)) << 23) + ((1 << (shift - 1)) - 1) + odd) >> shift
-    return np.clip(code, 0, (1 << (e_bits + m_bits)) - 1).astype(np.uint32)
+    code = (ax - ((128 - (1 << e_bits)) << 23) + ((1 << (shift - 1)) - 1) + odd) >> shift
+    return np.clip(code, 0, q8_top_code(fmt)).astype(np.uint32)
+
+
+def q8_top_code(fmt):
+    """The code of 1.0 (the largest one used): exponent field 2^E - 1, mantissa 0."""
+    return ((1 << fmt[0]) - 1) << fmt[1]
 
 
 def q8_value(code, fmt):
     """float32 magnitudes of codes (the inverse of q8_encode on its grid), exact."""
     e_bits, m_bits = fmt
     c = np.asarray(code).astype(np.uint32)
-    bits = (c << np.uint32(23 - m_bits)) + np.uint32((127 - (1 << e_bits)) << 23)
+    bits = (c << np.uint32(23 - m_bits)) + np.uint32((128 - (1 << e_bits)) << 23)
     return np.where(c == 0, np.uint32(0), bits).astype(np.uint32).view(f32)
 
 
@@ -109,7 +115,9 @@ def q8_quantize(x, signed):
 
     scale = max |x| of the block (NaN ignored); a block whose absmax is below the smallest
     normal float32 (zero included) gets scale 0 and codes 0.  Code = q8_encode(|x| * (1 / scale))
-    with the sign applied as a negative int8 for signed moments.
+    with the sign applied as a negative int8 for signed moments.  Unsigned (v): an x > 0 too
+    small for the smallest code gets that code, not 0, so that m / sqrt(v) cannot blow up
+    where m survived and v flushed (a larger v only shortens that element's step).
     """
     fmt = Q8_M if signed else Q8_V
     b = _blocks(np.ravel(x).astype(f32))
@@ -118,7 +126,10 @@ def q8_quantize(x, signed):
     scale = np.where(scale < np.finfo(f32).tiny, f32(0), scale)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         inv = np.where(scale > 0, f32(1) / scale, f32(0)).astype(f32)
-        code = q8_encode(mag * inv[:, None], fmt).reshape(-1)[:np.size(x)]
+        code = q8_encode(mag * inv[:, None], fmt)
+    if not signed:  # a positive v is never stored as 0: at least the smallest code
+        code = np.where(mag > 0, np.maximum(code, 1), code)
+    code = code.reshape(-1)[:np.size(x)]
     if signed:
         neg = np.signbit(b).reshape(-1)[:np.size(x)]
         return np.where(neg, -code.astype(np.int32), code.astype(np.int32)).astype(np.int8), scale

@@ -257,24 +257,25 @@ struct Bf16View {
 
 // int8: a magnitude y in [0, 1] (x / absmax) as a small float with kExp exponent
 // and kMan mantissa bits and no subnormals: code 0 is 0, code c > 0 is
-// 2^(c / 2^kMan - 2^kExp) * (1 + (c % 2^kMan) / 2^kMan), up to 1 - 2^-(kMan+1).
-// The code's bits are a float32's exponent and top mantissa bits with the
-// exponent rebiased, so encoding is integer arithmetic on the float32 bits
-// (rounding the dropped mantissa bits to nearest even, as float_to_half_sw),
-// clamped to [0, largest code]: values below 2^-2^kExp (about) become 0,
-// values at or above the largest code saturate.  Decoding is a shift and an add.
+// 2^(c / 2^kMan - 2^kExp + 1) * (1 + (c % 2^kMan) / 2^kMan), up to kTopCode,
+// which is exactly 1 (so a block's absmax element is stored exactly; the
+// codes above it go unused).  The code's bits are a float32's exponent and top
+// mantissa bits with the exponent rebiased, so encoding is integer arithmetic
+// on the float32 bits (rounding the dropped mantissa bits to nearest even, as
+// float_to_half_sw), clamped to [0, kTopCode]: values below 2^(1-2^kExp)
+// (about) become 0, values above 1 saturate.  Decoding is a shift and an add.
 template <int kExp, int kMan>
 struct SmallFloat {
   static constexpr int kShift = 23 - kMan;
-  static constexpr uint32_t kRebias = static_cast<uint32_t>(127 - (1 << kExp)) << 23;
-  static constexpr int32_t kMaxCode = (1 << (kExp + kMan)) - 1;
+  static constexpr uint32_t kRebias = static_cast<uint32_t>(128 - (1 << kExp)) << 23;
+  static constexpr int32_t kTopCode = ((1 << kExp) - 1) << kMan;
 
   static uint32_t encode(float y) {
     const uint32_t ax = f32_bits(y);
     const uint32_t odd = (ax >> kShift) & 1u;
-    // below 2^-2^kExp the difference wraps negative (as int32): code 0
+    // below 2^(1-2^kExp) the difference wraps negative (as int32): code 0
     const int32_t code = static_cast<int32_t>(ax - kRebias + ((1u << (kShift - 1)) - 1u) + odd) >> kShift;
-    return static_cast<uint32_t>(std::min(std::max(code, 0), kMaxCode));
+    return static_cast<uint32_t>(std::min(std::max(code, 0), kTopCode));
   }
   // The float32 bits of value(c) (integer operations only, so that loops vectorize).
   static uint32_t decode_bits(uint32_t c) {
@@ -282,7 +283,9 @@ struct SmallFloat {
   }
   static float decode(uint32_t c) { return bits_f32(decode_bits(c)); }
 };
-static_assert(SmallFloat<4, 3>::kRebias == 111u << 23, "127 - 2^4");
+static_assert(SmallFloat<4, 3>::kRebias == 112u << 23, "128 - 2^4");
+static_assert(SmallFloat<4, 3>::kTopCode == 120 && SmallFloat<5, 3>::kTopCode == 248,
+              "the top code is 1.0");
 
 using Q8MCode = SmallFloat<kQ8MExp, kQ8MMan>;
 using Q8VCode = SmallFloat<kQ8VExp, kQ8VMan>;
@@ -308,7 +311,8 @@ struct Q8View {
 };
 
 // The block's scales from the absmax of its new moments (0 below the smallest
-// normal float32, so that the reciprocal is finite), then its codes.
+// normal float32, so that the reciprocal is finite), then its codes; a positive
+// v below the smallest code gets that code rather than 0.
 inline void q8_encode_block(const float *m, const float *v, int64_t len, float am, float av,
                             int8_t *mq, uint8_t *vq, float &m_scale, float &v_scale) {
   const float ms = am < 1.17549435e-38f ? 0.0f : am, vs = av < 1.17549435e-38f ? 0.0f : av;
@@ -320,7 +324,9 @@ inline void q8_encode_block(const float *m, const float *v, int64_t len, float a
     const int32_t c = static_cast<int32_t>(Q8MCode::encode(std::fabs(m[j]) * mi));
     const int32_t neg = static_cast<int32_t>(f32_bits(m[j]) >> 31);  // 1: sign bit set
     mq[j] = static_cast<int8_t>((c ^ -neg) + neg);                   // -c when negative
-    vq[j] = static_cast<uint8_t>(Q8VCode::encode(std::fabs(v[j]) * vi));
+    // a positive v never becomes code 0 (its m may not have: m / sqrt(v) must stay bounded)
+    const uint32_t vc = Q8VCode::encode(std::fabs(v[j]) * vi);
+    vq[j] = static_cast<uint8_t>(vc | static_cast<uint32_t>(vc == 0 && v[j] > 0.0f));
   }
 }
 
