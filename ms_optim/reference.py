@@ -115,8 +115,8 @@ def q8_quantize(x, signed):
 
     scale = max |x| of the block (NaN ignored); a block whose absmax is below the smallest
     normal float32 (zero included) gets scale 0 and codes 0.  Code = q8_encode(|x| * (1 / scale))
-    with the sign applied as a negative int8 for signed moments.  Unsigned (v): an x > 0 too
-    small for the smallest code gets that code, not 0, so that m / sqrt(v) cannot blow up
+    with the sign applied as a negative int8 for signed moments.  Unsigned (v): a y = |x| / scale
+    > 0 too small for the smallest code gets that code, not 0, so that m / sqrt(v) cannot blow up
     where m survived and v flushed (a larger v only shortens that element's step).
     """
     fmt = Q8_M if signed else Q8_V
@@ -126,9 +126,10 @@ def q8_quantize(x, signed):
     scale = np.where(scale < np.finfo(f32).tiny, f32(0), scale)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         inv = np.where(scale > 0, f32(1) / scale, f32(0)).astype(f32)
-        code = q8_encode(mag * inv[:, None], fmt)
+        y = mag * inv[:, None]
+        code = q8_encode(y, fmt)
     if not signed:  # a positive v is never stored as 0: at least the smallest code
-        code = np.where(mag > 0, np.maximum(code, 1), code)
+        code = np.where(y > 0, np.maximum(code, 1), code)
     code = code.reshape(-1)[:np.size(x)]
     if signed:
         neg = np.signbit(b).reshape(-1)[:np.size(x)]

@@ -185,14 +185,24 @@ def _state_buffers(sizes, seed):
             [np.zeros(n, np.float32) for n in sizes], [np.zeros(n, np.float32) for n in sizes])
 
 
-def _adam_alone(sizes, grads):
-    """ms_optim.AdamOffload's kernel on its own buffers: one multi-tensor call per bucket."""
+def _adam_alone(sizes, grads, moment_dtype="float32"):
+    """ms_optim.AdamOffload's kernel on its own buffers: one multi-tensor call per bucket, with
+    its moments stored as `moment_dtype` (zero moments; int8: zero scales too)."""
     p, m, v = _state_buffers(sizes, seed=7)
+    entry, scales = "ms_optim_adam_inplace", []
+    if moment_dtype == "bfloat16":
+        bf16 = ms.Tensor(np.zeros(1, np.float32)).astype(ms.bfloat16).asnumpy().dtype
+        m, v = [np.zeros(n, bf16) for n in sizes], [np.zeros(n, bf16) for n in sizes]
+    elif moment_dtype == "int8":
+        entry = "ms_optim_adam_q8_inplace"
+        m, v = [np.zeros(n, np.int8) for n in sizes], [np.zeros(n, np.uint8) for n in sizes]
+        blocks = [-(-n // kernels.q8_block()) for n in sizes]
+        scales = [[np.zeros(b, np.float32) for b in blocks] for _ in range(2)]
     tail = [np.float32([1e-3]), np.zeros(1, np.float32), _powers(),
             kernels.consts_array("adam", beta1=0.9, beta2=0.999, eps=1e-8, inv_scale=1.0,
                                  nesterov=False), np.zeros(1, np.float32)]
-    calls = [_native.prepare_aot("ms_optim_adam_inplace",
-                                 p[lo:hi] + m[lo:hi] + v[lo:hi] + grads[lo:hi] + tail)
+    calls = [_native.prepare_aot(entry, p[lo:hi] + m[lo:hi] + v[lo:hi]
+                                 + [x for sc in scales for x in sc[lo:hi]] + grads[lo:hi] + tail)
              for lo, hi in kernels.buckets([0] * len(sizes))]
     return lambda: [c() for c in calls]
 
@@ -219,8 +229,10 @@ def _dgc_alone(sizes, grads):
 
 # optimizer name -> maker(tensor sizes, gradient arrays) of a callable running one step of
 # its native kernels alone on numpy buffers of those sizes
-KERNEL_ALONE = {"ms_optim.AdamOffload": _adam_alone, "ms_optim.Lamb": _lamb_alone,
-                "ms_optim.DGCMomentum": _dgc_alone}
+KERNEL_ALONE = {"ms_optim.AdamOffload": _adam_alone,
+                "ms_optim.AdamOffload[bf16]": lambda s, g: _adam_alone(s, g, "bfloat16"),
+                "ms_optim.AdamOffload[int8]": lambda s, g: _adam_alone(s, g, "int8"),
+                "ms_optim.Lamb": _lamb_alone, "ms_optim.DGCMomentum": _dgc_alone}
 ALONE_PREFIX = "kernel alone: "
 
 

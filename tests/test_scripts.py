@@ -102,12 +102,13 @@ def test_check_reference_without_paddle_says_how_to_get_it():
 
 
 @pytest.mark.parametrize("name", ["fidelity.py", "profile_step.py", "bench_bnb_adam8bit.py",
-                                  "kernel_alone_dgc.py"])
+                                  "kernel_alone_dgc.py", "q8_codebooks.py"])
 def test_new_scripts_answer_help_and_refuse_bad_values(name):
     res = run_script(name, "--help")
     assert res.returncode == 0 and "usage" in res.stdout
     bad = {"fidelity.py": ["--steps", "0"], "profile_step.py": ["--size", "10"],
-           "bench_bnb_adam8bit.py": ["--steps", "0"], "kernel_alone_dgc.py": ["--steps", "0"]}[name]
+           "bench_bnb_adam8bit.py": ["--steps", "0"], "kernel_alone_dgc.py": ["--steps", "0"],
+           "q8_codebooks.py": ["--n", "1000"]}[name]
     res = run_script(name, *bad)
     assert res.returncode == 2 and "Traceback" not in res.stderr
 
@@ -122,6 +123,26 @@ def test_fidelity_bars_hold_both_ways():
     assert s["charlm bfloat16"]["met"] and s["charlm bfloat16"]["percent_vs_float32"] == \
         pytest.approx(0.5)
     assert not s["charlm int8"]["met"]  # 5% lower is a different run, not a faithful one
+
+
+def test_q8_codebooks_models_the_library_rule():
+    """The measurement's grid for ms_optim's code, rounded to nearest, stores what
+    reference.q8_quantize stores, tiny v kept; below m's smallest code the library flushes
+    to 0 where the grid rounds to the nearer of 0 and that code, so those are left out."""
+    from ms_optim import reference
+    q8 = script("q8_codebooks")
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(8 * 256) * 10.0 ** (-6 * rng.random(8 * 256))).astype(np.float32)
+    mgrid, vgrid = q8.CODES["E4M3 / E5M3"]
+    for signed, grid in ((True, mgrid), (False, vgrid)):
+        y = x if signed else np.abs(x)
+        want = reference.q8_dequantize(*reference.q8_quantize(y, signed), signed)
+        got = q8.quantize(y, grid, 256, keep_nonzero=not signed)
+        scale = np.repeat(np.abs(y).reshape(-1, 256).max(axis=1), 256)
+        above = np.abs(y) >= grid[1] * scale
+        np.testing.assert_array_equal(got[above], want[above])
+        assert above.mean() > 0.5 and (signed or np.array_equal(got, want))
+    assert q8.tree(7).size == 128 and q8.tree(8).size == 256 and q8.tree(8)[-1] == 1
 
 
 def test_comm_volume_help_and_bad_sparsity():

@@ -270,12 +270,15 @@ struct SmallFloat {
   static constexpr uint32_t kRebias = static_cast<uint32_t>(128 - (1 << kExp)) << 23;
   static constexpr int32_t kTopCode = ((1 << kExp) - 1) << kMan;
 
+  // kKeepNonzero: a y > 0 that would round to 0 gets the smallest code instead.
+  template <bool kKeepNonzero = false>
   static uint32_t encode(float y) {
     const uint32_t ax = f32_bits(y);
     const uint32_t odd = (ax >> kShift) & 1u;
-    // below 2^(1-2^kExp) the difference wraps negative (as int32): code 0
+    // below 2^(1-2^kExp) the difference wraps negative (as int32): code 0, or 1 when kept
     const int32_t code = static_cast<int32_t>(ax - kRebias + ((1u << (kShift - 1)) - 1u) + odd) >> kShift;
-    return static_cast<uint32_t>(std::min(std::max(code, 0), kTopCode));
+    const int32_t lowest = kKeepNonzero ? static_cast<int32_t>(std::min(ax, 1u)) : 0;  // y > 0
+    return static_cast<uint32_t>(std::min(std::max(code, lowest), kTopCode));
   }
   // The float32 bits of value(c) (integer operations only, so that loops vectorize).
   static uint32_t decode_bits(uint32_t c) {
@@ -325,8 +328,7 @@ inline void q8_encode_block(const float *m, const float *v, int64_t len, float a
     const int32_t neg = static_cast<int32_t>(f32_bits(m[j]) >> 31);  // 1: sign bit set
     mq[j] = static_cast<int8_t>((c ^ -neg) + neg);                   // -c when negative
     // a positive v never becomes code 0 (its m may not have: m / sqrt(v) must stay bounded)
-    const uint32_t vc = Q8VCode::encode(std::fabs(v[j]) * vi);
-    vq[j] = static_cast<uint8_t>(vc | static_cast<uint32_t>(vc == 0 && v[j] > 0.0f));
+    vq[j] = static_cast<uint8_t>(Q8VCode::encode<true>(std::fabs(v[j]) * vi));
   }
 }
 
