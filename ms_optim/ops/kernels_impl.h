@@ -316,7 +316,8 @@ struct Q8View {
 // The block's scales from the absmax of its new moments (0 below the smallest
 // normal float32, so that the reciprocal is finite), then its codes; a positive
 // v below the smallest code gets that code rather than 0.
-inline void q8_encode_block(const float *m, const float *v, int64_t len, float am, float av,
+template <class Len>
+inline void q8_encode_block(const float *m, const float *v, Len len, float am, float av,
                             int8_t *mq, uint8_t *vq, float &m_scale, float &v_scale) {
   const float ms = am < 1.17549435e-38f ? 0.0f : am, vs = av < 1.17549435e-38f ? 0.0f : av;
   m_scale = ms;
@@ -338,8 +339,8 @@ inline void q8_encode_block(const float *m, const float *v, int64_t len, float a
 // ignored).  The per-element math and its order are adam_loop's (rules.h); it
 // is one loop so that the codec's integer work overlaps the square root and
 // the division (the step is otherwise bound by them).
-template <bool kDelta, bool kNesterov, bool kDecay, bool kDecoupled, class IO>
-inline void adam_view_loop(float *__restrict out, const float *__restrict g, int64_t n,
+template <bool kDelta, bool kNesterov, bool kDecay, bool kDecoupled, class IO, class Len>
+inline void adam_view_loop(float *__restrict out, const float *__restrict g, Len n,
                            const AdamStep<float> &a, ScaledGrad<float> grad, const IO io,
                            float &am, float &av) {
   const float b1 = a.beta1, c1 = a.c1, b2 = a.beta2, c2 = a.c2, eps = a.eps;
@@ -361,8 +362,8 @@ inline void adam_view_loop(float *__restrict out, const float *__restrict g, int
   av = avx;
 }
 
-template <bool kDelta, class IO>
-inline void adam_view_range(float *out, const float *g, int64_t n, const AdamArgs &a,
+template <bool kDelta, class IO, class Len>
+inline void adam_view_range(float *out, const float *g, Len n, const AdamArgs &a,
                             const IO &io, float &am, float &av) {
   with_adam_args<kDelta>(a, [&](const auto &step, auto grad, auto nesterov, auto decay,
                                 auto decoupled) {
@@ -395,8 +396,14 @@ struct Q8Codec {
     const int64_t b = lo / kQ8Block;
     const Q8View io{mq, vq, x.m_scale[b], x.v_scale[b], mb, vb};
     float am, av;
-    adam_view_range<kDelta>(out, g, len, x.a, io, am, av);
-    q8_encode_block(mb, vb, len, am, av, mq, vq, x.m_scale[b], x.v_scale[b]);
+    if (len == kQ8Block) {  // a whole block: a trip count the compiler knows (no remainder loops)
+      const std::integral_constant<int64_t, kQ8Block> whole;
+      adam_view_range<kDelta>(out, g, whole, x.a, io, am, av);
+      q8_encode_block(mb, vb, whole, am, av, mq, vq, x.m_scale[b], x.v_scale[b]);
+    } else {
+      adam_view_range<kDelta>(out, g, len, x.a, io, am, av);
+      q8_encode_block(mb, vb, len, am, av, mq, vq, x.m_scale[b], x.v_scale[b]);
+    }
   }
 };
 
