@@ -11,12 +11,17 @@ host CPU, for a parameter layout (ResNet-50's 161 tensors scaled to about
   op per tensor: MindSpore's cost per Custom op and per op input;
 - the same with the inputs marked as written in place (side_effect_mem);
 - the native Adam kernel alone (ctypes, no MindSpore) and inside MindSpore;
+- AdamOffload's step split in three by a timing shim (compiled here, linked
+  to the library) that MindSpore calls in place of the Adam entry: from the
+  Python call to the kernel's entry, the kernel itself, and from its exit
+  back to Python;
 - OpenMP: a 2-thread kernel call on a small tensor against a 1-thread one.
 
 The findings are written up in docs/PROFILE.md.  Run:
     python scripts/profile_step.py [--size 1e6] [--steps 50]
 """
 import argparse
+import ctypes
 import os
 import subprocess
 import sys
@@ -42,12 +47,68 @@ extern "C" int probe_noop(int, void **, int *, int64_t **, const char **, void *
 """
 
 
-def build_probe(tmp):
-    src, lib = os.path.join(tmp, "probe.cpp"), os.path.join(tmp, "libprobe.so")
+# Calls the library's Adam entry and records when it was entered and how long it ran.
+_SHIM = r"""
+#include <chrono>
+#include <cstdint>
+extern "C" int ms_optim_adam_inplace(int, void **, int *, int64_t **, const char **, void *,
+                                     void *);
+using Clock = std::chrono::steady_clock;
+static Clock::time_point mark, entered, left;
+extern "C" int timed_adam(int n, void **p, int *nd, int64_t **s, const char **d, void *a,
+                          void *b) {
+  entered = Clock::now();
+  const int rc = ms_optim_adam_inplace(n, p, nd, s, d, a, b);
+  left = Clock::now();
+  return rc;
+}
+extern "C" void timed_mark() { mark = Clock::now(); }
+static double ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+extern "C" double timed_to_entry() { return ms(mark, entered); }
+extern "C" double timed_kernel() { return ms(entered, left); }
+extern "C" double timed_after(double total) { return total - ms(mark, left); }
+"""
+
+
+def build_probe(tmp, name="probe", source=_PROBE, link=()):
+    src, lib = os.path.join(tmp, f"{name}.cpp"), os.path.join(tmp, f"lib{name}.so")
     with open(src, "w") as fh:
-        fh.write(_PROBE)
-    subprocess.check_call(["g++", "-std=c++17", "-O2", "-shared", "-fPIC", src, "-o", lib])
+        fh.write(source)
+    subprocess.check_call(["g++", "-std=c++17", "-O2", "-shared", "-fPIC", src, "-o", lib,
+                           *link])
     return lib
+
+
+def build_shim(tmp):
+    """The timing shim, linked to the loaded library (same file: the same instance)."""
+    libdir = os.path.dirname(_native.library_path())
+    lib = build_probe(tmp, "shim", _SHIM, ["-L" + libdir, "-lms_optim", "-Wl,-rpath," + libdir])
+    handle = ctypes.CDLL(lib)
+    for fn in ("timed_to_entry", "timed_kernel", "timed_after"):
+        getattr(handle, fn).restype = ctypes.c_double
+    handle.timed_after.argtypes = [ctypes.c_double]
+    return lib, handle
+
+
+def split_step(step, shim, alone, steps):
+    """Medians (ms) of: Python call to kernel entry, the kernel, kernel exit to return, and
+    of the kernel alone (`alone`), timed after each step so that both see the same machine
+    (its memory bandwidth drifts by tens of percent over minutes here)."""
+    parts = []
+    for i in range(steps + 2):
+        shim.timed_mark()
+        t0 = time.perf_counter()
+        step()
+        total = (time.perf_counter() - t0) * 1e3
+        t1 = time.perf_counter()
+        alone()
+        alone_ms = (time.perf_counter() - t1) * 1e3
+        if i >= 2:
+            parts.append((shim.timed_to_entry(), shim.timed_kernel(), shim.timed_after(total),
+                          alone_ms))
+    return [float(np.median(col)) for col in zip(*parts)]
 
 
 def probe_op(lib, k, inplace):
@@ -195,6 +256,27 @@ def main(argv=None):
                                                requires_grad=False)
                                   for i, b in enumerate(bufs[3]))
         row(name, median_ms(Step(make(params_of(sizes, name[:6])), grads), args.steps))
+
+    # the step split around its kernel by the timing shim
+    with tempfile.TemporaryDirectory() as tmp:
+        shim_lib, shim = build_shim(tmp)
+        real = _native.aot_func
+        _native.aot_func = lambda entry: (f"{shim_lib}:timed_adam"
+                                          if entry == "ms_optim_adam_inplace" else real(entry))
+        try:
+            grads = ms.ParameterTuple(ms.Parameter(ms.Tensor(b), name=f"gshim{i}",
+                                                   requires_grad=False)
+                                      for i, b in enumerate(bufs[3]))
+            step = Step(ms_optim.AdamOffload(params_of(sizes, "shim"), learning_rate=1e-3),
+                        grads)
+            alone = _native.prepare_aot("ms_optim_adam_inplace", arrays)
+            before, kernel, after, alone_ms = split_step(step, shim, alone, args.steps)
+        finally:
+            _native.aot_func = real
+    row("AdamOffload step: Python call to the kernel's entry", before)
+    row("AdamOffload step: the kernel, inside MindSpore", kernel)
+    row("AdamOffload step: the kernel's exit to the return", after)
+    row("the kernel alone, timed after each of those steps", alone_ms)
 
     # OpenMP start-up: one small tensor through the 2-thread and the 1-thread path
     small = [np.abs(rng.standard_normal(1 << 15)).astype(np.float32) for _ in range(4)]
