@@ -188,14 +188,13 @@ def _state_buffers(sizes, seed):
 def _adam_alone(sizes, grads, moment_dtype="float32"):
     """ms_optim.AdamOffload's kernel on its own buffers: one multi-tensor call per bucket, with
     its moments stored as `moment_dtype` (zero moments; int8: zero scales too)."""
-    p, m, v = _state_buffers(sizes, seed=7)
+    p, _, _ = _state_buffers(sizes, seed=7)
+    mt, vt, scaled = kernels.moment_storage(moment_dtype)
+    mnp, vnp = (ops.zeros(1, t).asnumpy().dtype for t in (mt, vt))  # numpy's view of each
+    m, v = [np.zeros(n, mnp) for n in sizes], [np.zeros(n, vnp) for n in sizes]
     entry, scales = "ms_optim_adam_inplace", []
-    if moment_dtype == "bfloat16":
-        bf16 = ms.Tensor(np.zeros(1, np.float32)).astype(ms.bfloat16).asnumpy().dtype
-        m, v = [np.zeros(n, bf16) for n in sizes], [np.zeros(n, bf16) for n in sizes]
-    elif moment_dtype == "int8":
+    if scaled:
         entry = "ms_optim_adam_q8_inplace"
-        m, v = [np.zeros(n, np.int8) for n in sizes], [np.zeros(n, np.uint8) for n in sizes]
         blocks = [-(-n // kernels.q8_block()) for n in sizes]
         scales = [[np.zeros(b, np.float32) for b in blocks] for _ in range(2)]
     tail = [np.float32([1e-3]), np.zeros(1, np.float32), _powers(),
