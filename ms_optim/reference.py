@@ -80,7 +80,8 @@ def q8_encode(y, fmt):
     Integer arithmetic on the float32 bits: the exponent rebiased, the dropped mantissa bits
     rounded to nearest even, the result clamped to [0, Q8 top code]; the top code is exactly
     1, so a block's absmax element is stored exactly (values below about 2^(1 - 2^E) become 0;
-    anything above 1 saturates at 1)."""
+    anything above 1 saturates at 1, and so does a NaN, whatever its sign bit: the bits are
+    read as a non-negative integer)."""
     e_bits, m_bits = fmt
     shift = 23 - m_bits
     ax = np.ascontiguousarray(y, f32).view(np.uint32).astype(np.int64)

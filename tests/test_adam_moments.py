@@ -286,6 +286,42 @@ def test_int8_tiny_v_keeps_the_smallest_code_in_kernel_and_reference(isa, fresh_
     assert np.abs(p - p0).max() <= steps * 1e-3 * 1.01
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("delta", [False, True])
+def test_int8_whole_blocks_with_special_values_match_reference(isa, delta, fresh_isa):
+    """Whole blocks (the AVX2 encoder's 32-element steps) and a partial one, holding NaN,
+    +-inf, -0.0, exact zeros, the largest floats and values below each block's smallest
+    code: codes, scales and parameters bit for bit as the reference, over three steps."""
+    _native.select_isa(isa)
+    n = 4 * B + 37
+    rng = np.random.default_rng(11)
+    p = rng.standard_normal(n).astype(np.float32)
+    mom = Moments("int8", np.zeros(n, np.float32), np.zeros(n, np.float32))
+    rp, rmom = p.copy(), mom.copy()
+    lr, wd = np.array(1e-3, np.float32), np.array(0.0, np.float32)
+    seen = np.zeros(n, bool)
+    for t in range(1, 4):
+        g = (rng.standard_normal(n) * 10.0 ** (-9 * rng.random(n))).astype(np.float32)
+        g[::41] = 0.0
+        g[3::43] = -0.0
+        seen |= g != 0
+        g[B + 5], g[B + 70], g[2 * B + 1], g[4 * B + 3] = np.nan, np.inf, -np.inf, np.nan
+        g[3 * B + 9], g[3 * B + 200] = 3.4e38, -3.4e38
+        outs = _step([(p, mom)], [g], lr, wd, t, False, 1.0, delta)
+        with np.errstate(over="ignore", invalid="ignore"):
+            ref = _ref_step(rp, rmom, g, lr, wd, t, False, 1.0, delta)
+        mom.assert_equal(rmom)
+        if delta:
+            np.testing.assert_array_equal(outs[0], ref)
+        else:
+            np.testing.assert_array_equal(p, rp)
+    # block 0 (no special values): v is nonzero exactly where a gradient was
+    np.testing.assert_array_equal(mom.v[:B] != 0, seen[:B])
+    # an inf moment makes its block's scale inf: the whole block is non-finite from then
+    # on (float32 moments would poison only the element; either way the step is lost)
+    assert not np.isfinite(reference.q8_dequantize(mom.m, mom.scales[0], True)[B:2 * B]).any()
+
+
 def test_int8_adam_tracks_float32_adam_over_many_steps():
     """300 steps of noisy gradients with per-element scales spread over decades: int8 moments
     move the parameters by the same amount as float32 moments (2%) and keep v's level (a

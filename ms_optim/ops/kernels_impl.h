@@ -313,9 +313,76 @@ struct Q8View {
   }
 };
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// SmallFloat<kExp, kMan>::encode's rounding of 8 magnitudes (before its clamp):
+// the code as int32, negative below the smallest code, large for a NaN.
+template <class Code>
+inline __m256i q8_round8(__m256i ax) {
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(ax, Code::kShift), _mm256_set1_epi32(1));
+  const __m256i bias = _mm256_set1_epi32(
+      static_cast<int32_t>(((1u << (Code::kShift - 1)) - 1u) - Code::kRebias));
+  return _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(ax, bias), odd), Code::kShift);
+}
+
+// The loop of q8_encode_block over 32 elements with AVX2, the same bits: the
+// narrowing to bytes is done by saturating packs (they keep a code's order, so
+// the clamp to [lowest, top] can follow them on 16 bits), m's sign comes from
+// the same packs of m's bits and is applied to the bytes by one vpsignb, and
+// one permute puts the bytes back in order (the packs interleave the lanes).
+inline void q8_encode32_avx2(const float *m, const float *v, float mi, float vi, int8_t *mq,
+                             uint8_t *vq) {
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256 vmi = _mm256_set1_ps(mi), vvi = _mm256_set1_ps(vi);
+  __m256i mc[4], ms[4], vc[4];
+  for (int k = 0; k < 4; ++k) {
+    const __m256 x = _mm256_loadu_ps(m + 8 * k);
+    ms[k] = _mm256_castps_si256(x);
+    mc[k] = q8_round8<Q8MCode>(_mm256_castps_si256(_mm256_and_ps(_mm256_mul_ps(x, vmi), absmask)));
+    const __m256i ay = _mm256_castps_si256(
+        _mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(v + 8 * k), vvi), absmask));
+    // kKeepNonzero: at least min(bits, 1), so a y > 0 gets code 1
+    vc[k] = _mm256_max_epi32(q8_round8<Q8VCode>(ay), _mm256_min_epu32(ay, _mm256_set1_epi32(1)));
+  }
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i mtop = _mm256_set1_epi16(Q8MCode::kTopCode), vtop = _mm256_set1_epi16(Q8VCode::kTopCode);
+  const auto mclamp = [&](__m256i a, __m256i b) {
+    return _mm256_min_epi16(_mm256_max_epi16(_mm256_packs_epi32(a, b), zero), mtop);
+  };
+  const __m256i mbytes = _mm256_packs_epi16(mclamp(mc[0], mc[1]), mclamp(mc[2], mc[3]));
+  const __m256i signs = _mm256_packs_epi16(_mm256_packs_epi32(ms[0], ms[1]),
+                                           _mm256_packs_epi32(ms[2], ms[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i *>(mq),
+                      _mm256_permutevar8x32_epi32(_mm256_sign_epi8(mbytes, signs), order));
+  const auto vclamp = [&](__m256i a, __m256i b) {
+    return _mm256_min_epi16(_mm256_packs_epi32(a, b), vtop);
+  };
+  const __m256i vbytes = _mm256_packus_epi16(vclamp(vc[0], vc[1]), vclamp(vc[2], vc[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i *>(vq), _mm256_permutevar8x32_epi32(vbytes, order));
+}
+#endif
+
+// A block's codes from its new moments and the reciprocals of its scales
+// (the rule SmallFloat::encode; m's sign kept as the code's sign).
+template <class Len>
+inline void q8_encode_loop(const float *m, const float *v, Len len, float mi, float vi,
+                           int8_t *mq, uint8_t *vq) {
+#pragma omp simd
+  for (int64_t j = 0; j < len; ++j) {
+    // |x * (1 / scale)|: the same as |x| * (1 / scale), and a NaN (inf * 0 where the
+    // scale is inf) positive, so that it saturates at the top code as any y > 1
+    const int32_t c = static_cast<int32_t>(Q8MCode::encode(std::fabs(m[j] * mi)));
+    const int32_t neg = static_cast<int32_t>(f32_bits(m[j]) >> 31);  // 1: sign bit set
+    mq[j] = static_cast<int8_t>((c ^ -neg) + neg);                   // -c when negative
+    // a positive v never becomes code 0 (its m may not have: m / sqrt(v) must stay bounded)
+    vq[j] = static_cast<uint8_t>(Q8VCode::encode<true>(std::fabs(v[j] * vi)));
+  }
+}
+
 // The block's scales from the absmax of its new moments (0 below the smallest
 // normal float32, so that the reciprocal is finite), then its codes; a positive
-// v below the smallest code gets that code rather than 0.
+// v below the smallest code gets that code rather than 0.  A whole block
+// (Len a compile-time kQ8Block) is encoded 32 elements at a time with AVX2.
 template <class Len>
 inline void q8_encode_block(const float *m, const float *v, Len len, float am, float av,
                             int8_t *mq, uint8_t *vq, float &m_scale, float &v_scale) {
@@ -323,14 +390,16 @@ inline void q8_encode_block(const float *m, const float *v, Len len, float am, f
   m_scale = ms;
   v_scale = vs;
   const float mi = ms > 0.0f ? 1.0f / ms : 0.0f, vi = vs > 0.0f ? 1.0f / vs : 0.0f;
-#pragma omp simd
-  for (int64_t j = 0; j < len; ++j) {
-    const int32_t c = static_cast<int32_t>(Q8MCode::encode(std::fabs(m[j]) * mi));
-    const int32_t neg = static_cast<int32_t>(f32_bits(m[j]) >> 31);  // 1: sign bit set
-    mq[j] = static_cast<int8_t>((c ^ -neg) + neg);                   // -c when negative
-    // a positive v never becomes code 0 (its m may not have: m / sqrt(v) must stay bounded)
-    vq[j] = static_cast<uint8_t>(Q8VCode::encode<true>(std::fabs(v[j]) * vi));
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  if constexpr (!std::is_same<Len, int64_t>::value) {
+    static_assert(Len::value % 32 == 0, "whole blocks are made of 32-element steps");
+    for (int64_t j = 0; j < len; j += 32) q8_encode32_avx2(m + j, v + j, mi, vi, mq + j, vq + j);
+  } else {
+    q8_encode_loop(m, v, len, mi, vi, mq, vq);
   }
+#else
+  q8_encode_loop(m, v, len, mi, vi, mq, vq);
+#endif
 }
 
 // Adam over n float32 elements whose moments live in a codec's view:
