@@ -403,22 +403,43 @@ inline void q8_decode32_avx2(const int8_t *mq, const uint8_t *vq, float ms, floa
 }
 #endif
 
-// A whole block (Len a compile-time kQ8Block) is decoded 32 elements at a time
-// with AVX2.
-template <class Len>
-inline void q8_decode_block(const int8_t *mq, const uint8_t *vq, Len len, float ms, float vs,
-                            float *m, float *v) {
-#if defined(__AVX2__) && !defined(__AVX512F__)
-  if constexpr (!std::is_same<Len, int64_t>::value) {
-    static_assert(Len::value % 32 == 0, "whole blocks are made of 32-element steps");
-    for (int64_t j = 0; j < len; j += 32) q8_decode32_avx2(mq + j, vq + j, ms, vs, m + j, v + j);
-  } else {
+// How a block's codes are decoded and encoded: by the loops above (any ISA,
+// any block), or, for a whole block (Len a compile-time kQ8Block) with AVX2,
+// 32 elements a step by the intrinsics (the same bits).
+struct Q8Loops {
+  template <class Len>
+  static void decode(const int8_t *mq, const uint8_t *vq, Len len, float ms, float vs, float *m,
+                     float *v) {
     q8_decode_loop(mq, vq, len, ms, vs, m, v);
   }
+  template <class Len>
+  static void encode(const float *m, const float *v, Len len, float mi, float vi, int8_t *mq,
+                     uint8_t *vq) {
+    q8_encode_loop(m, v, len, mi, vi, mq, vq);
+  }
+};
+
+#if defined(__AVX2__) && !defined(__AVX512F__)
+struct Q8Avx2Steps {
+  template <class Len>
+  static void decode(const int8_t *mq, const uint8_t *vq, Len len, float ms, float vs, float *m,
+                     float *v) {
+    static_assert(Len::value % 32 == 0, "whole blocks are made of 32-element steps");
+    for (int64_t j = 0; j < len; j += 32) q8_decode32_avx2(mq + j, vq + j, ms, vs, m + j, v + j);
+  }
+  template <class Len>
+  static void encode(const float *m, const float *v, Len len, float mi, float vi, int8_t *mq,
+                     uint8_t *vq) {
+    for (int64_t j = 0; j < len; j += 32) q8_encode32_avx2(m + j, v + j, mi, vi, mq + j, vq + j);
+  }
+};
+template <class Len>
+using Q8Coder =
+    typename std::conditional<std::is_same<Len, int64_t>::value, Q8Loops, Q8Avx2Steps>::type;
 #else
-  q8_decode_loop(mq, vq, len, ms, vs, m, v);
+template <class Len>
+using Q8Coder = Q8Loops;
 #endif
-}
 
 // Moments held in float32 buffers (a decoded block), updated in place.
 struct BufferView {
@@ -435,8 +456,7 @@ struct BufferView {
 
 // The block's scales from the absmax of its new moments (0 below the smallest
 // normal float32, so that the reciprocal is finite), then its codes; a positive
-// v below the smallest code gets that code rather than 0.  A whole block
-// (Len a compile-time kQ8Block) is encoded 32 elements at a time with AVX2.
+// v below the smallest code gets that code rather than 0.
 template <class Len>
 inline void q8_encode_block(const float *m, const float *v, Len len, float am, float av,
                             int8_t *mq, uint8_t *vq, float &m_scale, float &v_scale) {
@@ -444,16 +464,7 @@ inline void q8_encode_block(const float *m, const float *v, Len len, float am, f
   m_scale = ms;
   v_scale = vs;
   const float mi = ms > 0.0f ? 1.0f / ms : 0.0f, vi = vs > 0.0f ? 1.0f / vs : 0.0f;
-#if defined(__AVX2__) && !defined(__AVX512F__)
-  if constexpr (!std::is_same<Len, int64_t>::value) {
-    static_assert(Len::value % 32 == 0, "whole blocks are made of 32-element steps");
-    for (int64_t j = 0; j < len; j += 32) q8_encode32_avx2(m + j, v + j, mi, vi, mq + j, vq + j);
-  } else {
-    q8_encode_loop(m, v, len, mi, vi, mq, vq);
-  }
-#else
-  q8_encode_loop(m, v, len, mi, vi, mq, vq);
-#endif
+  Q8Coder<Len>::encode(m, v, len, mi, vi, mq, vq);
 }
 
 // Adam over n float32 elements whose moments live in a codec's view:
@@ -518,7 +529,7 @@ inline void q8_block_step(const AdamTensor &x, int64_t lo, Len n, float *out, co
   int8_t *mq = static_cast<int8_t *>(x.m) + lo;
   uint8_t *vq = static_cast<uint8_t *>(x.v) + lo;
   const int64_t b = lo / kQ8Block;
-  q8_decode_block(mq, vq, n, x.m_scale[b], x.v_scale[b], mb, vb);
+  Q8Coder<Len>::decode(mq, vq, n, x.m_scale[b], x.v_scale[b], mb, vb);
   float am, av;
   adam_view_range<kDelta>(out, g, n, x.a, BufferView{mb, vb}, am, av);
   q8_encode_block(mb, vb, n, am, av, mq, vq, x.m_scale[b], x.v_scale[b]);
