@@ -548,31 +548,9 @@ struct Q8Codec {
   }
 };
 
-// A piece [lo, hi) of one tensor of a multi-tensor Adam call, float32 moments
-// used in place.
-template <bool kDelta, bool kHalf>
-inline void adam_piece_f32(const AdamTensor &x, int64_t lo, int64_t hi) {
-  float *m = static_cast<float *>(x.m) + lo, *v = static_cast<float *>(x.v) + lo;
-  if (!kHalf) {
-    adam_f32_range<kDelta>(static_cast<float *>(x.out) + lo, m, v,
-                           static_cast<const float *>(x.g) + lo, hi - lo, x.a);
-    return;
-  }
-  half_bits *out = static_cast<half_bits *>(x.out) + lo;
-  const half_bits *g = static_cast<const half_bits *>(x.g) + lo;
-  alignas(64) float gb[kHalfBlock];
-  alignas(64) float ob[kHalfBlock];
-  for (int64_t c = 0; c < hi - lo; c += kHalfBlock) {
-    const int64_t len = std::min(kHalfBlock, hi - lo - c);
-    f16_to_f32(g + c, gb, len);
-    if (!kDelta) f16_to_f32(out + c, ob, len);
-    adam_f32_range<kDelta>(ob, m + c, v + c, gb, len, x.a);
-    f32_to_f16(ob, out + c, len);
-  }
-}
-
-// The same with compact moments: per chunk, the codec decodes, steps and
-// encodes (one pass over memory).
+// A piece [lo, hi) of one tensor of a multi-tensor Adam call, in chunks: the
+// codec decodes its moments, steps and encodes them (one pass over memory);
+// float16 gradients and parameters go through float32 buffers.
 template <bool kDelta, bool kHalf, class Codec>
 inline void adam_piece_coded(const AdamTensor &x, int64_t lo, int64_t hi) {
   alignas(64) float gb[kHalf ? Codec::kChunk : 1];
@@ -592,11 +570,26 @@ inline void adam_piece_coded(const AdamTensor &x, int64_t lo, int64_t hi) {
   }
 }
 
+// float32 moments, used in place.  Only float16 data is taken in chunks (of
+// its buffers' size): float32 data is stepped as one range.
+struct F32Codec {
+  static constexpr int64_t kChunk = kHalfBlock;
+  template <bool kDelta>
+  static void step(const AdamTensor &x, int64_t lo, int64_t len, float *out, const float *g) {
+    adam_f32_range<kDelta>(out, static_cast<float *>(x.m) + lo, static_cast<float *>(x.v) + lo, g,
+                           len, x.a);
+  }
+};
+
 struct F32Moments {
   static constexpr int64_t kBlock = 1;
   template <bool kDelta, bool kHalf>
   static void piece(const AdamTensor &x, int64_t lo, int64_t hi) {
-    adam_piece_f32<kDelta, kHalf>(x, lo, hi);
+    if (kHalf)
+      adam_piece_coded<kDelta, true, F32Codec>(x, lo, hi);
+    else
+      F32Codec::step<kDelta>(x, lo, hi - lo, static_cast<float *>(x.out) + lo,
+                             static_cast<const float *>(x.g) + lo);
   }
 };
 
