@@ -304,7 +304,7 @@ inline __m256i q8_round8(__m256i ax) {
   return _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(ax, bias), odd), Code::kShift);
 }
 
-// The loop of q8_encode_block over 32 elements with AVX2, the same bits: the
+// q8_encode_loop over 32 elements with AVX2, the same bits: the
 // narrowing to bytes is done by saturating packs (they keep a code's order, so
 // the clamp to [lowest, top] can follow them on 16 bits), m's sign comes from
 // the same packs of m's bits and is applied to the bytes by one vpsignb, and
@@ -314,24 +314,26 @@ inline void q8_encode32_avx2(const float *m, const float *v, float mi, float vi,
   const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m256 vmi = _mm256_set1_ps(mi), vvi = _mm256_set1_ps(vi);
-  __m256i mc[4], ms[4], vc[4];
+  __m256i mc[4], mbits[4], vc[4];
   for (int k = 0; k < 4; ++k) {
     const __m256 x = _mm256_loadu_ps(m + 8 * k);
-    ms[k] = _mm256_castps_si256(x);
-    mc[k] = q8_round8<Q8MCode>(_mm256_castps_si256(_mm256_and_ps(_mm256_mul_ps(x, vmi), absmask)));
+    mbits[k] = _mm256_castps_si256(x);
+    mc[k] = q8_round8<Q8MCode>(
+        _mm256_castps_si256(_mm256_and_ps(_mm256_mul_ps(x, vmi), absmask)));
     const __m256i ay = _mm256_castps_si256(
         _mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(v + 8 * k), vvi), absmask));
     // kKeepNonzero: at least min(bits, 1), so a y > 0 gets code 1
     vc[k] = _mm256_max_epi32(q8_round8<Q8VCode>(ay), _mm256_min_epu32(ay, _mm256_set1_epi32(1)));
   }
   const __m256i zero = _mm256_setzero_si256();
-  const __m256i mtop = _mm256_set1_epi16(Q8MCode::kTopCode), vtop = _mm256_set1_epi16(Q8VCode::kTopCode);
+  const __m256i mtop = _mm256_set1_epi16(Q8MCode::kTopCode);
+  const __m256i vtop = _mm256_set1_epi16(Q8VCode::kTopCode);
   const auto mclamp = [&](__m256i a, __m256i b) {
     return _mm256_min_epi16(_mm256_max_epi16(_mm256_packs_epi32(a, b), zero), mtop);
   };
   const __m256i mbytes = _mm256_packs_epi16(mclamp(mc[0], mc[1]), mclamp(mc[2], mc[3]));
-  const __m256i signs = _mm256_packs_epi16(_mm256_packs_epi32(ms[0], ms[1]),
-                                           _mm256_packs_epi32(ms[2], ms[3]));
+  const __m256i signs = _mm256_packs_epi16(_mm256_packs_epi32(mbits[0], mbits[1]),
+                                           _mm256_packs_epi32(mbits[2], mbits[3]));
   _mm256_storeu_si256(reinterpret_cast<__m256i *>(mq),
                       _mm256_permutevar8x32_epi32(_mm256_sign_epi8(mbytes, signs), order));
   const auto vclamp = [&](__m256i a, __m256i b) {
