@@ -304,7 +304,7 @@ inline __m256i q8_round8(__m256i ax) {
   return _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(ax, bias), odd), Code::kShift);
 }
 
-// q8_encode_loop over 32 elements with AVX2, the same bits: the
+// Q8Loops::encode over 32 elements with AVX2, the same bits: the
 // narrowing to bytes is done by saturating packs (they keep a code's order, so
 // the clamp to [lowest, top] can follow them on 16 bits), m's sign comes from
 // the same packs of m's bits and is applied to the bytes by one vpsignb, and
@@ -344,43 +344,9 @@ inline void q8_encode32_avx2(const float *m, const float *v, float mi, float vi,
 }
 #endif
 
-// A block's codes from its new moments and the reciprocals of its scales
-// (the rule SmallFloat::encode; m's sign kept as the code's sign).
-template <class Len>
-inline void q8_encode_loop(const float *m, const float *v, Len len, float mi, float vi,
-                           int8_t *mq, uint8_t *vq) {
-#pragma omp simd
-  for (int64_t j = 0; j < len; ++j) {
-    // |x * (1 / scale)|: the same as |x| * (1 / scale), and a NaN (inf * 0 where the
-    // scale is inf) positive, so that it saturates at the top code as any y > 1
-    const int32_t c = static_cast<int32_t>(Q8MCode::encode(std::fabs(m[j] * mi)));
-    const int32_t neg = static_cast<int32_t>(f32_bits(m[j]) >> 31);  // 1: sign bit set
-    mq[j] = static_cast<int8_t>((c ^ -neg) + neg);                   // -c when negative
-    // a positive v never becomes code 0 (its m may not have: m / sqrt(v) must stay bounded)
-    vq[j] = static_cast<uint8_t>(Q8VCode::encode<true>(std::fabs(v[j] * vi)));
-  }
-}
-
-// A block's moments decoded from their codes into float32 buffers: value(|c|)
-// * scale with c's sign (SmallFloat; code 0 is 0).  A loop of its own, so that
-// the Adam loop over the buffers has no 8-bit types: with them the compiler
-// steps 32 elements at a time and runs out of registers.
-template <class Len>
-inline void q8_decode_loop(const int8_t *mq, const uint8_t *vq, Len len, float ms, float vs,
-                           float *m, float *v) {
-#pragma omp simd
-  for (int64_t j = 0; j < len; ++j) {
-    const int32_t c = mq[j];
-    const uint32_t sign = static_cast<uint32_t>(c) & 0x80000000u;
-    const uint32_t mag = static_cast<uint32_t>((c ^ (c >> 31)) - (c >> 31));  // |c|
-    m[j] = bits_f32(f32_bits(Q8MCode::decode(mag) * ms) | sign);
-    v[j] = Q8VCode::decode(vq[j]) * vs;
-  }
-}
-
 #if defined(__AVX2__) && !defined(__AVX512F__)
-// The same over 32 elements with AVX2: vpsignd by the code zeroes code 0's
-// bits in one instruction.
+// Q8Loops::decode over 32 elements with AVX2: vpsignd by the code zeroes
+// code 0's bits in one instruction.
 inline void q8_decode32_avx2(const int8_t *mq, const uint8_t *vq, float ms, float vs, float *m,
                              float *v) {
   const __m256i mreb = _mm256_set1_epi32(static_cast<int32_t>(Q8MCode::kRebias));
@@ -405,19 +371,41 @@ inline void q8_decode32_avx2(const int8_t *mq, const uint8_t *vq, float ms, floa
 }
 #endif
 
-// How a block's codes are decoded and encoded: by the loops above (any ISA,
-// any block), or, for a whole block (Len a compile-time kQ8Block) with AVX2,
-// 32 elements a step by the intrinsics (the same bits).
+// How a block's codes are decoded and encoded: by these loops (any ISA, any
+// block), or, for a whole block (Len a compile-time kQ8Block) with AVX2, 32
+// elements a step by the intrinsics above (the same bits).
 struct Q8Loops {
+  // The moments: value(|c|) * scale with c's sign (SmallFloat; code 0 is 0),
+  // into float32 buffers.  A loop of its own, so that the Adam loop over the
+  // buffers has no 8-bit types: with them the compiler steps 32 elements at a
+  // time and runs out of registers.
   template <class Len>
   static void decode(const int8_t *mq, const uint8_t *vq, Len len, float ms, float vs, float *m,
                      float *v) {
-    q8_decode_loop(mq, vq, len, ms, vs, m, v);
+#pragma omp simd
+    for (int64_t j = 0; j < len; ++j) {
+      const int32_t c = mq[j];
+      const uint32_t sign = static_cast<uint32_t>(c) & 0x80000000u;
+      const uint32_t mag = static_cast<uint32_t>((c ^ (c >> 31)) - (c >> 31));  // |c|
+      m[j] = bits_f32(f32_bits(Q8MCode::decode(mag) * ms) | sign);
+      v[j] = Q8VCode::decode(vq[j]) * vs;
+    }
   }
+  // The codes, from the new moments and the reciprocals of their scales (the
+  // rule SmallFloat::encode; m's sign kept as the code's sign).
   template <class Len>
   static void encode(const float *m, const float *v, Len len, float mi, float vi, int8_t *mq,
                      uint8_t *vq) {
-    q8_encode_loop(m, v, len, mi, vi, mq, vq);
+#pragma omp simd
+    for (int64_t j = 0; j < len; ++j) {
+      // |x * (1 / scale)|: the same as |x| * (1 / scale), and a NaN (inf * 0 where the
+      // scale is inf) positive, so that it saturates at the top code as any y > 1
+      const int32_t c = static_cast<int32_t>(Q8MCode::encode(std::fabs(m[j] * mi)));
+      const int32_t neg = static_cast<int32_t>(f32_bits(m[j]) >> 31);  // 1: sign bit set
+      mq[j] = static_cast<int8_t>((c ^ -neg) + neg);                   // -c when negative
+      // a positive v never becomes code 0 (its m may not have: m / sqrt(v) must stay bounded)
+      vq[j] = static_cast<uint8_t>(Q8VCode::encode<true>(std::fabs(v[j] * vi)));
+    }
   }
 };
 
