@@ -1,4 +1,19 @@
-"""ms_optim: communication- and memory-efficient optimizers for MindSpore."""
+"""ms_optim: communication- and memory-efficient optimizers for MindSpore.
+
+- ``AdamOffload``: Adam (``nn.AdamOffload``'s API) with its moments in host memory,
+  stored as float32, bfloat16 or int8, updated by a fused native CPU kernel.
+- ``Lamb``: PaddlePaddle's Lamb, with a fused native CPU kernel and a MindSpore-ops path.
+- ``DGCMomentum``: momentum SGD with Deep Gradient Compression (PaddlePaddle's
+  ``DGCMomentumOptimizer``), for data-parallel training.
+- ``clip``: ``ClipGradByGlobalNorm``, ``ClipGradByNorm`` and ``ClipGradByValue``, the
+  ``grad_clip`` of Lamb (DGCMomentum takes ``ClipGradByNorm``).
+- ``regularizer``: ``L1Decay`` and ``L2Decay``, DGCMomentum's ``regularization``.
+- ``native_info()``: what the native kernels run with; ``NativeLibraryError``: the
+  native library is missing or broken.
+- ``ms_optim.capi``: the C library for parameter servers, from Python.
+
+Every optimizer subclasses ``mindspore.nn.Optimizer``; see each class's docstring.
+"""
 from . import clip, regularizer
 from .adam_offload import AdamOffload
 from .dgc import DGCMomentum

@@ -39,7 +39,26 @@ for _name in AOT_KERNELS:
 
 
 class NativeLibraryError(RuntimeError):
-    """The native kernel library is missing or cannot be loaded."""
+    """The native kernel library (``libms_optim.so`` in the package) is missing, cannot be
+    loaded, or lacks a symbol.
+
+    Raised at the first use of a native kernel (building an optimizer whose path needs
+    one, ``native_info()``, ``ms_optim.capi``), never at ``import ms_optim``; the message
+    names the file and says to reinstall with ``pip install .`` (which compiles the
+    library; it needs g++ with OpenMP).  A subclass of ``RuntimeError``.
+
+    Supported Platforms:
+        ``CPU``
+
+    Examples:
+        >>> import ms_optim
+        >>> try:
+        ...     info = ms_optim.native_info()
+        ... except ms_optim.NativeLibraryError as err:  # the library was not built
+        ...     print(err)
+        >>> issubclass(ms_optim.NativeLibraryError, RuntimeError)
+        True
+    """
 
 
 def library_path():
@@ -119,13 +138,35 @@ _INFO_SIGNATURES = {
 
 
 def native_info():
-    """What the native kernels run with, as a dict.
+    """What the native kernels run with.
 
-    ``isa``: the instruction set in use ('avx512', 'avx2' or 'scalar'; set
-    ``MS_OPTIM_ISA`` to force one); ``supported_isas``: those this CPU runs;
-    ``kernel_threads``: OpenMP threads per kernel (``OMP_NUM_THREADS``);
-    ``library``: the loaded file; ``build_flags``: the compiler and flags it was
-    built with (common flags, then each instruction set's own).
+    Returns:
+        dict, with the keys
+
+        - ``isa`` (str): the instruction set in use, ``"avx512"``, ``"avx2"`` or
+          ``"scalar"`` (the best this CPU supports; the environment variable
+          ``MS_OPTIM_ISA`` forces one);
+        - ``supported_isas`` (list[str]): those this CPU runs;
+        - ``kernel_threads`` (int): OpenMP threads per kernel (``OMP_NUM_THREADS``);
+        - ``library`` (str): the path of the loaded library;
+        - ``build_flags`` (str): the compiler and flags it was built with (common
+          flags, then each instruction set's own).
+
+    Raises:
+        NativeLibraryError: If the native library is missing or cannot be loaded.
+
+    Supported Platforms:
+        ``CPU``
+
+        The kernels run on the host CPU (x86-64) whatever the device target.
+
+    Examples:
+        >>> import ms_optim
+        >>> info = ms_optim.native_info()
+        >>> sorted(info)
+        ['build_flags', 'isa', 'kernel_threads', 'library', 'supported_isas']
+        >>> info["isa"] in info["supported_isas"]
+        True
     """
     handle = lib_with(_INFO_SIGNATURES, "native_info's symbols")
     return {"isa": isa(),

@@ -41,12 +41,10 @@ def _run_scale(factor, grad):
 IMPLS = ("native", "delta", "ops")
 
 
-def resolve_impl(cls, impl, supported, device_choice, aliases=None):
-    """The implementation to run: `impl` checked against "auto" + `supported` (and the
-    `aliases`, old names mapped to new ones), "auto" resolved by the device target."""
-    aliases = aliases or {}
-    _checks.check_choice(cls, "impl", impl, ("auto",) + tuple(supported) + tuple(aliases))
-    impl = aliases.get(impl, impl)
+def resolve_impl(cls, impl, supported, device_choice):
+    """The implementation to run: `impl` checked against "auto" + `supported` (ValueError
+    naming the valid choices otherwise), "auto" resolved by the device target."""
+    _checks.check_choice(cls, "impl", impl, ("auto",) + tuple(supported))
     if impl == "auto":
         impl = "native" if context.get_context("device_target") == "CPU" else device_choice
     return impl

@@ -12,98 +12,142 @@ from ._step import StepSkeleton, resolve_impl
 
 
 class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
-    r"""Adam with its moments kept and updated in host memory by a native CPU kernel.
+    r"""Adam whose moments live in host memory and are updated there by a native CPU kernel.
 
-    The API and the update rule of MindSpore's (deprecated) ``nn.AdamOffload``:
+    The API and the update rule of MindSpore's (deprecated) ``nn.AdamOffload``.  Each step,
+    for every parameter :math:`w` with gradient :math:`g` (divided by `loss_scale`, plus the
+    weight decay :math:`\lambda w` unless `adamw`):
 
     .. math::
-        m_{t+1} = \beta_1 m_t + (1-\beta_1) g,\quad
-        v_{t+1} = \beta_2 v_t + (1-\beta_2) g^2,\quad
-        l = \alpha \frac{\sqrt{1-\beta_2^t}}{1-\beta_1^t},\quad
-        w_{t+1} = w_t - l \frac{m_{t+1}}{\sqrt{v_{t+1}}+\epsilon}
+        \begin{array}{l}
+            m_{t} = \beta_1 m_{t-1} + (1-\beta_1) g, \quad
+            v_{t} = \beta_2 v_{t-1} + (1-\beta_2) g^2, \\
+            l_t = \alpha \frac{\sqrt{1-\beta_2^t}}{1-\beta_1^t}, \quad
+            w_{t} = w_{t-1} - l_t \frac{m_{t}}{\sqrt{v_{t}}+\epsilon}
+        \end{array}
 
-    With ``use_nesterov`` the numerator is :math:`\beta_1 m_{t+1} + (1-\beta_1) g`.
-    Weight decay adds ``weight_decay * w`` to the gradient; without groups it
-    applies only to parameters whose names contain neither "beta" nor "gamma".
+    :math:`\alpha` is `learning_rate`, :math:`\beta_1, \beta_2` are `beta1` and `beta2`,
+    :math:`\epsilon` is `eps`, :math:`\lambda` is `weight_decay`.  With `use_nesterov` the
+    numerator is :math:`\beta_1 m_t + (1-\beta_1) g`.  With `adamw` the decay is
+    decoupled and there is no bias correction (``nn.AdamWeightDecay``'s rule):
+    :math:`w_t = w_{t-1} - \alpha (m_t / (\sqrt{v_t} + \epsilon) + \lambda w_{t-1})`.
 
-    The moments ``moment1``/``moment2`` are float32 Parameters (so checkpoints
-    carry them) updated in place by one fused pass of a native kernel pinned to
-    the host CPU (a MindSpore AOT custom op, AVX-512/AVX2/scalar chosen at run
-    time, OpenMP threads).  One op steps a bucket of up to 256 parameters of
-    one dtype (a multi-tensor kernel: all their elements split once over the
-    threads).  On a CPU device target the same pass also updates the
-    parameter (``impl="native"``); on GPU/Ascend the host kernel returns the
-    step and only ``param += step`` runs on the device (``impl="delta"``), so
-    the moments never occupy device memory.  Parameters may be float32 or
-    float16.
+    The moments are the Parameters ``moment1`` and ``moment2`` (so checkpoints carry them),
+    kept on the host CPU and updated in place by one fused pass of a native kernel (a
+    MindSpore AOT custom op pinned to the CPU); one op steps a bucket of up to 256
+    parameters of one dtype.  They never occupy device memory.
 
-    ``moment_dtype`` sets how the moments are stored (docs/ALGORITHMS.md §1.1):
-    "float32" (8 bytes per parameter), "bfloat16" (4: rounded to nearest even)
-    or "int8" (about 2.03: m and v as 8-bit codes in blocks of 256 elements,
-    one float32 absmax scale per block for each, kept in the Parameters
-    ``moment1_scale``/``moment2_scale``).  The kernel decodes them to float32,
-    steps and encodes them again in its one pass; the update math is the
-    float32 rule.  ``host_state_nbytes()`` counts the bytes held.
-
-    bfloat16 parameters are refused: MindSpore 2.10 on CPU has no bfloat16
-    MatMul (a bfloat16 ``nn.Dense`` fails forward and backward), AssignAdd
-    (the delta path's update) or Adam kernel, though an AOT op does receive
-    bfloat16 tensors (dtype string "bfloat16").
-
-    ``adamw=True`` replaces the coupled L2 decay by ``nn.AdamWeightDecay``'s
-    rule: no bias correction, ``p -= lr * (m / (sqrt(v) + eps) + wd * p)``.
+    Note:
+        - `moment_dtype` sets how the moments are stored: ``"float32"`` (8 bytes per
+          parameter), ``"bfloat16"`` (4 bytes, rounded to nearest even) or ``"int8"``
+          (about 2.03 bytes: 8-bit codes in blocks of 256 elements with one float32
+          absmax scale per block, in the Parameters ``moment1_scale`` and
+          ``moment2_scale``).  The update itself is always computed in float32.
+          ``host_state_nbytes()`` returns the bytes of state held on the host.
+        - Without parameter groups, `weight_decay` applies only to the parameters whose
+          names contain neither "beta" nor "gamma" (MindSpore's rule); a group's
+          ``"weight_decay"`` applies to the whole group.
+        - Parameters must be float32 or float16; the moments are kept as set by
+          `moment_dtype` in either case.
+        - ``current_lr()`` returns the learning rate of the next step as a float (a list,
+          one per group, when groups set their own ``"lr"``); ``set_lr(value)`` sets a
+          fixed rate for every group (RuntimeError while a schedule drives the rate).
 
     Args:
-        params (Union[list[Parameter], list[dict]]): parameters, or groups with
-            keys "params", "lr", "weight_decay", "order_params".
-        learning_rate (Union[float, int, Tensor, Iterable, LearningRateSchedule]): default 1e-3.
-        beta1 (float): in (0, 1). Default 0.9.
-        beta2 (float): in (0, 1). Default 0.999.
-        eps (float): > 0, added to :math:`\sqrt{v}`. Default 1e-8.
-        use_locking (bool): accepted for API compatibility; each parameter's
-            update is a single kernel call, so there is nothing to lock.
-        use_nesterov (bool): Nesterov momentum. Default False.
-        weight_decay (Union[float, int, Cell]): L2 penalty, >= 0, or a Cell of
-            the global step. Default 0.0.
-        loss_scale (float): gradients are divided by it. Default 1.0.
-        impl (str): "auto" (default), "native" or "delta", as above
-            (``ms_optim._step``; "inplace", the old name of "native", is accepted).
-        moment_dtype (str): "float32" (default), "bfloat16" or "int8", as above.
-        adamw (bool): decoupled weight decay (``nn.AdamWeightDecay``'s rule). Default False.
+        params (Union[list[Parameter], list[dict]]): The parameters to update, or a list of
+            parameter groups: dicts with the keys ``"params"`` (required), ``"lr"``,
+            ``"weight_decay"`` and ``"order_params"``, as in MindSpore's optimizers.  Each
+            parameter may appear once.
+        learning_rate (Union[float, int, Tensor, Iterable, LearningRateSchedule], optional):
+            A number >= 0, a scalar or 1-D Tensor, an Iterable of per-step values or a
+            ``LearningRateSchedule``.  Default: ``1e-3``.
+        beta1 (float, optional): Decay rate of the first moment, in (0.0, 1.0).
+            Default: ``0.9``.
+        beta2 (float, optional): Decay rate of the second moment, in (0.0, 1.0).
+            Default: ``0.999``.
+        eps (float, optional): Added to :math:`\sqrt{v}`; must be greater than 0 also when
+            rounded to float32 (``1e-46`` is 0 there).  Default: ``1e-8``.
+        use_locking (bool, optional): Accepted for compatibility with ``nn.AdamOffload``
+            and checked to be a bool; it has no effect (each bucket of parameters is
+            updated by one kernel call).  Default: ``False``.
+        use_nesterov (bool, optional): Use Nesterov momentum.  Default: ``False``.
+        weight_decay (Union[float, int, Cell], optional): L2 penalty, a number >= 0, or a
+            Cell that maps the global step to the weight decay.  Default: ``0.0``.
+        loss_scale (Union[float, int], optional): The gradients are divided by it; must be
+            greater than 0.  Default: ``1.0``.
+        impl (str, optional): Where the parameter update runs.  ``"native"``: the kernel
+            that updates the moments also updates the parameter (host memory, CPU device
+            target).  ``"delta"``: the kernel returns the step and ``param += step`` runs
+            on the parameter's device (GPU/Ascend).  ``"auto"``: ``"native"`` on a CPU
+            device target, else ``"delta"``.  Default: ``"auto"``.
+        moment_dtype (str, optional): ``"float32"``, ``"bfloat16"`` or ``"int8"``, as in
+            the note above.  Default: ``"float32"``.
+        adamw (bool, optional): Decoupled weight decay without bias correction
+            (``nn.AdamWeightDecay``'s rule).  Default: ``False``.
 
     Inputs:
-        gradients (tuple[Tensor]): gradients of ``params``.
+        - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
 
     Outputs:
-        tuple[bool], all True.
+        bool, ``True`` (the updates are side effects on the Parameters).
 
     Raises:
-        TypeError: `learning_rate` is not an int, float, Tensor, Iterable or LearningRateSchedule.
-        TypeError: an element of `params` is neither a Parameter nor a dict.
-        TypeError: `beta1`, `beta2`, `eps` or `loss_scale` is not a float.
-        TypeError: `weight_decay` is neither a float, an int nor a Cell.
-        TypeError: `use_locking`, `use_nesterov` or `adamw` is not a bool.
-        ValueError: `moment_dtype` is not one of "float32", "bfloat16", "int8".
-        TypeError: a parameter is neither float32 nor float16.
-        ValueError: `loss_scale` or `eps` is not greater than 0 (`eps` in float32:
-            1e-46 is 0 there).
-        ValueError: a parameter is given twice (same object or same name).
-        ValueError: `beta1` or `beta2` is not in range (0.0, 1.0).
-        ValueError: `weight_decay` is less than 0.
+        TypeError: If `params` is not a list of Parameter or a list of dict (a single
+            Parameter or dict included), or mixes them.
+        TypeError: If `learning_rate` is not an int, float, Tensor, Iterable or
+            LearningRateSchedule (a bool included).
+        TypeError: If `beta1`, `beta2` or `eps` is not a float, or `loss_scale` is not a
+            float or an int.
+        TypeError: If `weight_decay` is neither a float, an int nor a Cell.
+        TypeError: If `use_locking`, `use_nesterov` or `adamw` is not a bool.
+        TypeError: If a parameter is neither float32 nor float16.
+        ValueError: If `params` is empty, or a parameter is given twice (the same object,
+            or two Parameters of one name).
+        ValueError: If `learning_rate` is a number less than 0, or a Tensor of more than
+            one dimension.
+        ValueError: If `beta1` or `beta2` is not in range (0.0, 1.0).
+        ValueError: If `eps` is not greater than 0 in float32, or `loss_scale` is not
+            greater than 0.
+        ValueError: If `weight_decay` is less than 0.
+        ValueError: If `impl` is not one of ``"auto"``, ``"native"``, ``"delta"``, or
+            `moment_dtype` not one of ``"float32"``, ``"bfloat16"``, ``"int8"``.
 
-    Learning rate: ``get_lr()`` is MindSpore's ``nn.Optimizer.get_lr`` (used
-    inside ``construct``); from Python, ``current_lr()`` returns the next
-    step's rate as a float (one per group when groups set their own 'lr') and
-    ``set_lr(value)`` sets a fixed rate for all groups (RuntimeError while a
-    schedule drives it), as on every ms_optim optimizer (see ``ms_optim._api``).
+    Supported Platforms:
+        ``CPU`` ``GPU`` ``Ascend``
 
-    Example:
+        Verified on CPU, where ``impl="native"`` and ``impl="delta"`` are both tested.  On
+        GPU and Ascend, ``impl="auto"`` runs ``"delta"`` through MindSpore's host/device
+        mechanism (the host op beside device ops, as ``nn.AdamOffload``); that path is not
+        tested on those devices.
+
+    Examples:
+        >>> import numpy as np
         >>> import mindspore as ms
         >>> from mindspore import nn
         >>> import ms_optim
-        >>> net = nn.Dense(4, 2)
-        >>> opt = ms_optim.AdamOffload(net.trainable_params(), learning_rate=1e-3)
+        >>> net = nn.Dense(4, 2, weight_init="ones", bias_init="zeros")
+        >>> opt = ms_optim.AdamOffload(net.trainable_params(), learning_rate=1e-3,
+        ...                            weight_decay=1e-4)
+        >>> opt.host_state_nbytes()  # two float32 moments of 10 elements, two beta powers
+        88
+        >>> train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
+        >>> x = ms.Tensor(np.ones((8, 4), np.float32))
+        >>> y = ms.Tensor(np.zeros((8, 2), np.float32))
+        >>> float(train(x, y))  # one step; the loss before it
+        16.0
+        >>> print(net.weight.asnumpy().round(4))  # Adam's first step: each weight moves by lr
+        [[0.999 0.999 0.999 0.999]
+         [0.999 0.999 0.999 0.999]]
+        >>> # or hand the optimizer to ms.Model
+        >>> data = ms.dataset.NumpySlicesDataset(
+        ...     (np.ones((8, 4), np.float32), np.zeros((8, 2), np.float32)),
+        ...     column_names=["x", "y"], shuffle=False).batch(4)
         >>> model = ms.Model(net, loss_fn=nn.MSELoss(), optimizer=opt)
+        >>> model.train(1, data, dataset_sink_mode=False)
+        >>> int(opt.global_step.asnumpy()[0])  # one step above, two batches here
+        3
+
+    See docs/adam_offload.md for the paths, the moment storage, float16 and checkpoints.
     """
 
     _NAME = "AdamOffload"
@@ -123,11 +167,11 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         _checks.check_choice(cls, "moment_dtype", moment_dtype, kernels.MOMENT_DTYPES)
         _checks.check_weight_decay(cls, weight_decay)
         loss_scale = _checks.check_loss_scale(cls, loss_scale)
-        impl = resolve_impl(cls, impl, ("native", "delta"), "delta", {"inplace": "native"})
+        impl = resolve_impl(cls, impl, ("native", "delta"), "delta")
         super().__init__(learning_rate, params, weight_decay, loss_scale)
         _checks.check_param_dtypes(cls, self._parameters, (mstype.float32, mstype.float16))
 
-        # the options of issue 14 appear in repr only when set
+        # moment_dtype and adamw appear in repr only when they differ from the defaults
         extra = {} if moment_dtype == "float32" else {"moment_dtype": moment_dtype}
         if adamw:
             extra["adamw"] = True

@@ -87,6 +87,7 @@ def include_dir():
 
 
 def header_path():
+    """Path of ms_optim.h."""
     return os.path.join(include_dir(), "ms_optim.h")
 
 
@@ -102,6 +103,7 @@ def lib():
 
 
 def last_error():
+    """The message of this thread's most recent failed C library call ("" if none)."""
     return lib().msopt_last_error().decode()
 
 
@@ -154,16 +156,103 @@ def _array(a, dtype, what):
 
 
 class Optimizer:
-    """One handle of the C library: a parameter copy and its optimizer state.
+    """One handle of the C library for parameter servers: a copy of a parameter and its
+    optimizer state.
 
-    optimizer: one of OPTIMIZERS; config: ``"key=value,..."`` (ms_optim.h) or a
-    dict such as ``{"lr": 0.001, "nesterov": True}`` (see :func:`config_text`);
-    param: numpy array of int32/uint32/int64/uint64/float32/float64, copied;
-    row_width: 0 for a flat parameter, or the width of the rows that
-    :meth:`update_rows` addresses (a 2-D param's second dimension by default).
+    The optimizers are PaddlePaddle's parameter-server set, ``"sgd"``, ``"momentum"``,
+    ``"adagrad"``, ``"adam"`` and ``"lamb"`` (:data:`OPTIMIZERS`), configured by
+    ``"key=value,..."`` text or a dict: ``lr``, ``momentum``, ``nesterov``, ``beta1``,
+    ``beta2``, ``eps``, ``weight_decay``, ``l1``, ``l2``, ``lr_policy``, ``lr_decay_a``,
+    ``lr_decay_b`` (each optimizer takes the keys it uses; their meaning, defaults and
+    ranges are in ``ms_optim.h``, see :func:`include_dir`).  A server holding the
+    parameter either steps the optimizer with gradients (:meth:`update`, dense, or
+    :meth:`update_rows`, some rows of a matrix) or adds a model difference
+    (:meth:`apply_diff`).  :meth:`weights` reads the parameter, :meth:`state` serializes
+    everything and :meth:`restore` continues from it bit for bit.  A handle can be used as
+    a context manager; :meth:`close` (or leaving the ``with`` block) releases it.
+
+    Args:
+        optimizer (str): One of ``"sgd"``, ``"momentum"``, ``"adagrad"``, ``"adam"``,
+            ``"lamb"``.
+        config (Union[str, dict, None]): ``"key=value,..."``, or a dict such as
+            ``{"lr": 0.001, "nesterov": True}`` (see :func:`config_text`).  ``lr`` is
+            required for float parameters.
+        param (numpy.ndarray): The initial parameter, int32, uint32, int64, uint64,
+            float32 or float64 (copied).  Integer parameters take :meth:`apply_diff` only.
+        row_width (int, optional): 0 for a flat parameter, or the width of the rows that
+            :meth:`update_rows` addresses (it must divide ``param.size``).  Default:
+            ``None``, meaning ``param.shape[1]`` for a 2-D `param`, else 0.
+
+    Raises:
+        TypeError: If `param`'s dtype is not one of the six above, `optimizer` is not a
+            str, or `config` is neither a str, a dict nor None (or a dict key is not a
+            str, or a value not a bool, int, float or str).
+        CapiError: If the library rejects the arguments: ``MSOPT_ERR_CONFIG`` for an
+            unknown optimizer, an unknown, repeated or unused key, a missing ``lr``, or a
+            value out of range; ``MSOPT_ERR_SIZE`` for an empty `param` or a `row_width`
+            that does not divide its size.
+
+    Supported Platforms:
+        ``CPU``
+
+        A host C library (``libms_optim.so``, ``ms_optim.h``) called through ctypes; it
+        uses neither MindSpore nor a device.  Verified on x86-64 CPUs (AVX-512, AVX2 and
+        scalar kernels).
+
+    Examples:
+        >>> import numpy as np
+        >>> from ms_optim import capi
+        >>> opt = capi.Optimizer("sgd", {"lr": 0.5}, np.zeros((4, 2), np.float32))
+        >>> opt.row_width  # a 2-D parameter: rows of its second dimension
+        2
+        >>> opt.update_rows([1, 3, 1], np.ones((3, 2), np.float32))  # row 1 twice: summed
+        >>> opt.weights()
+        array([[ 0. ,  0. ],
+               [-1. , -1. ],
+               [ 0. ,  0. ],
+               [-0.5, -0.5]], dtype=float32)
+        >>> opt.step
+        1
+        >>> blob = opt.state()  # bytes
+        >>> with capi.Optimizer.restore(blob) as copy:
+        ...     np.array_equal(copy.weights(), opt.weights())
+        True
+        >>> opt.close()
     """
 
     def __init__(self, optimizer, config, param, row_width=None, _handle=None):
+        """Creates a handle holding a copy of `param` and the state of `optimizer`.
+
+        Args:
+            optimizer (str): ``"sgd"``, ``"momentum"``, ``"adagrad"``, ``"adam"`` or
+                ``"lamb"``.
+            config (Union[str, dict, None]): ``"key=value,..."`` or a dict (see
+                :func:`config_text` and ``ms_optim.h``); ``lr`` is required for float
+                parameters.
+            param (numpy.ndarray): int32, uint32, int64, uint64, float32 or float64;
+                copied.
+            row_width (int, optional): 0 (flat) or the row width :meth:`update_rows`
+                addresses, dividing ``param.size``.  Default: ``None``, meaning
+                ``param.shape[1]`` for a 2-D `param`, else 0.
+            _handle: Internal: an existing C handle to wrap (used by :meth:`restore`).
+
+        Raises:
+            TypeError: If `param`'s dtype is not one of the six above, `optimizer` is not
+                a str, or `config` is not a str, a dict of str keys to bool/int/float/str
+                values, or None.
+            CapiError: ``MSOPT_ERR_CONFIG`` for an unknown optimizer or a bad config,
+                ``MSOPT_ERR_SIZE`` for an empty `param` or a `row_width` that does not
+                divide its size.
+
+        Examples:
+            >>> import numpy as np
+            >>> from ms_optim import capi
+            >>> with capi.Optimizer("adam", "lr=0.001,weight_decay=0.01",
+            ...                     np.zeros(8, np.float32)) as opt:
+            ...     opt.update(np.ones(8, np.float32))
+            ...     print(opt.step, opt.weights()[:2])
+            1 [-0.001 -0.001]
+        """
         self._handle = None
         if _handle is not None:
             self._handle = _handle
@@ -187,7 +276,9 @@ class Optimizer:
 
     @classmethod
     def restore(cls, state):
-        """A new handle from a blob of :meth:`state`."""
+        """A new handle from a blob of :meth:`state` (bytes-like): the same parameter,
+        optimizer, configuration, state and step count.  CapiError ``MSOPT_ERR_STATE`` if
+        the blob is truncated or corrupted."""
         state = bytes(state)
         buf = ctypes.create_string_buffer(state, max(len(state), 1))
         out = _P()
@@ -205,21 +296,30 @@ class Optimizer:
 
     @property
     def handle(self):
+        """The C library's handle; ValueError once :meth:`close` released it."""
         if self._handle is None:
             raise ValueError("the optimizer was released")
         return self._handle
 
     @property
     def step(self):
+        """The number of completed optimizer steps (:meth:`update` / :meth:`update_rows`)."""
         return self._read_info()
 
     def update(self, grad):
-        """On Parameter Server, dense: one step with a gradient of the parameter's size and dtype."""
+        """On Parameter Server, dense: one optimizer step with `grad`, a numpy array of the
+        parameter's dtype (TypeError otherwise) and size (CapiError ``MSOPT_ERR_SIZE``
+        otherwise).  Float parameters only (``MSOPT_ERR_DTYPE`` for integer ones)."""
         g = _array(grad, self.dtype, "grad")
         check(lib().msopt_update(self.handle, DTYPES[self.dtype], g.ctypes.data, g.size))
 
     def update_rows(self, rows, values):
-        """On Parameter Server, sparse: rows (int64 ids) with values (len(rows) x row_width)."""
+        """On Parameter Server, sparse: one optimizer step in which only the rows `rows`
+        (integer ids, TypeError otherwise) change, with gradients `values` (a numpy array
+        of the parameter's dtype holding ``len(rows) x row_width`` elements, ValueError
+        otherwise).  Duplicate ids are summed in order; an id out of range is CapiError
+        ``MSOPT_ERR_ROW``.  The rows' optimizer state is updated lazily (only the rows
+        given); the step count advances for the whole parameter."""
         r = np.asarray(rows)
         if r.size and r.dtype.kind not in "iu":
             raise TypeError(f"rows must be integer ids, got dtype {r.dtype}")
@@ -232,18 +332,21 @@ class Optimizer:
                                       v.ctypes.data))
 
     def apply_diff(self, diff):
-        """On Client: param += diff (integers wrap around)."""
+        """On Client: ``param += diff``, `diff` a numpy array of the parameter's dtype and
+        size (integers wrap around).  Not an optimizer step."""
         d = _array(diff, self.dtype, "diff")
         check(lib().msopt_apply_diff(self.handle, DTYPES[self.dtype], d.ctypes.data, d.size))
 
     def weights(self):
-        """A copy of the parameter (flat, or rows x row_width), every row up to date."""
+        """A copy of the parameter as a numpy array (flat, or rows x row_width), every row
+        up to date."""
         out = np.empty(self.numel, self.dtype)
         check(lib().msopt_get_weights(self.handle, out.ctypes.data, out.size))
         return out.reshape(-1, self.row_width) if self.row_width else out
 
     def state(self):
-        """The serialized state (bytes), every row up to date first."""
+        """The serialized parameter and optimizer state (bytes), every row brought up to
+        date first; :meth:`restore` continues from it."""
         ptr, n = _P(), _I64()
         check(lib().msopt_get_state(self.handle, ctypes.byref(ptr), ctypes.byref(n)))
         try:
@@ -252,6 +355,8 @@ class Optimizer:
             lib().msopt_free(ptr)
 
     def close(self):
+        """Releases the handle (a second call does nothing); the other methods raise
+        ValueError afterwards."""
         if self._handle is not None:
             handle, self._handle = self._handle, None
             check(lib().msopt_release(handle))

@@ -1,9 +1,10 @@
-"""Gradient clipping with PaddlePaddle's semantics, as GRAPH_MODE Cells.
+"""Gradient clipping with PaddlePaddle's semantics, as MindSpore Cells.
 
 Each class is a ``mindspore.nn.Cell`` mapping a tuple of gradients to the
-clipped tuple, so it can be used on its own inside any ``construct``; the
-ms_optim optimizers that take ``grad_clip`` accept these classes (and only
-these) and may fuse the clipping into their native kernels.
+clipped tuple, so it can be used on its own (GRAPH_MODE or PyNative), inside
+any ``construct``; the ms_optim optimizers that take ``grad_clip`` accept
+these classes (and only these) and may fuse the clipping into their native
+kernels.
 
 - ``ClipGradByGlobalNorm(c)``: ``gn = sqrt(sum_i ||g_i||^2)``; every ``g *= c / max(gn, c)``.
 - ``ClipGradByNorm(c)``: per tensor, if ``||g|| > c`` then ``g *= c / ||g||``.
@@ -57,7 +58,45 @@ def _positive_number(cls, name, value):
 
 
 class ClipGradByGlobalNorm(nn.Cell):
-    """Scales all gradients together so that their global L2 norm is at most ``clip_norm``."""
+    r"""Scales all gradients together so that their global L2 norm is at most `clip_norm`.
+
+    PaddlePaddle's ``paddle.nn.ClipGradByGlobalNorm``.  With :math:`c` = `clip_norm`:
+
+    .. math::
+        gn = \sqrt{\sum_i \|g_i\|^2}, \qquad g_i \leftarrow g_i \cdot \frac{c}{\max(gn, c)}
+
+    The norms are computed in float32; each gradient keeps its dtype.
+
+    Args:
+        clip_norm (Union[float, int]): The largest global norm, greater than 0.
+
+    Inputs:
+        - **grads** (tuple[Tensor]) - The gradients.
+
+    Outputs:
+        tuple[Tensor], the clipped gradients, of the same shapes and dtypes.
+
+    Raises:
+        TypeError: If `clip_norm` is not a float or an int (a bool included).
+        ValueError: If `clip_norm` is not greater than 0.
+
+    Supported Platforms:
+        ``CPU`` ``GPU`` ``Ascend``
+
+        Verified on CPU, as a Cell and as the `grad_clip` of the ms_optim optimizers.  It
+        is built from plain MindSpore ops, which also run on GPU and Ascend; not tested on
+        those devices.
+
+    Examples:
+        >>> import numpy as np
+        >>> import mindspore as ms
+        >>> from ms_optim.clip import ClipGradByGlobalNorm
+        >>> clip = ClipGradByGlobalNorm(clip_norm=2.5)
+        >>> grads = (ms.Tensor(np.array([3.0, 0.0], np.float32)),
+        ...          ms.Tensor(np.array([4.0], np.float32)))
+        >>> [g.asnumpy() for g in clip(grads)]  # global norm 5: every gradient halved
+        [array([1.5, 0. ], dtype=float32), array([2.], dtype=float32)]
+    """
 
     def __init__(self, clip_norm):
         super().__init__()
@@ -67,7 +106,8 @@ class ClipGradByGlobalNorm(nn.Cell):
         self.map_ = C.Map()
 
     def factor(self, sq_norms, norm_scale):
-        """c / max(gn, c) with gn = sqrt(sum of the squared norms) * norm_scale."""
+        """The factor ``c / max(gn, c)`` with ``gn = sqrt(sum(sq_norms)) * norm_scale``, from
+        the gradients' squared norms (a tuple of float32 scalars) and a float32 scale."""
         gn = ops.sqrt(ops.addn(sq_norms)) * norm_scale
         return self._c / ops.maximum(gn, self._c)
 
@@ -80,7 +120,46 @@ class ClipGradByGlobalNorm(nn.Cell):
 
 
 class ClipGradByNorm(nn.Cell):
-    """Scales each gradient tensor whose L2 norm exceeds ``clip_norm`` down to that norm."""
+    r"""Scales each gradient tensor whose L2 norm exceeds `clip_norm` down to that norm.
+
+    PaddlePaddle's ``paddle.nn.ClipGradByNorm``.  With :math:`c` = `clip_norm`, per tensor:
+
+    .. math::
+        g \leftarrow g \cdot \frac{c}{\|g\|} \quad \text{if } \|g\| > c,
+        \text{ else unchanged}
+
+    The norm is computed in float32; each gradient keeps its dtype.
+
+    Args:
+        clip_norm (Union[float, int]): The largest norm of each tensor, greater than 0.
+
+    Inputs:
+        - **grads** (tuple[Tensor]) - The gradients.
+
+    Outputs:
+        tuple[Tensor], the clipped gradients, of the same shapes and dtypes.
+
+    Raises:
+        TypeError: If `clip_norm` is not a float or an int (a bool included).
+        ValueError: If `clip_norm` is not greater than 0.
+
+    Supported Platforms:
+        ``CPU`` ``GPU`` ``Ascend``
+
+        Verified on CPU, as a Cell and as the `grad_clip` of the ms_optim optimizers.  It
+        is built from plain MindSpore ops, which also run on GPU and Ascend; not tested on
+        those devices.
+
+    Examples:
+        >>> import numpy as np
+        >>> import mindspore as ms
+        >>> from ms_optim.clip import ClipGradByNorm
+        >>> clip = ClipGradByNorm(clip_norm=2.5)
+        >>> grads = (ms.Tensor(np.array([3.0, 4.0], np.float32)),
+        ...          ms.Tensor(np.array([0.5], np.float32)))
+        >>> [g.asnumpy() for g in clip(grads)]  # norms 5 (halved) and 0.5 (kept)
+        [array([1.5, 2. ], dtype=float32), array([0.5], dtype=float32)]
+    """
 
     def __init__(self, clip_norm):
         super().__init__()
@@ -96,7 +175,45 @@ class ClipGradByNorm(nn.Cell):
 
 
 class ClipGradByValue(nn.Cell):
-    """Clamps every gradient element to ``[min, max]``; ``min`` defaults to ``-max``."""
+    """Clamps every gradient element to ``[min, max]``.
+
+    PaddlePaddle's ``paddle.nn.ClipGradByValue``: ``g = clip(g, min, max)`` element-wise,
+    in each gradient's dtype.
+
+    Args:
+        max (Union[float, int]): The upper bound.  Without `min` it must be greater than 0.
+        min (Union[float, int], optional): The lower bound, not greater than `max`.
+            ``None`` means ``-max``.  Default: ``None``.
+
+    Inputs:
+        - **grads** (tuple[Tensor]) - The gradients.
+
+    Outputs:
+        tuple[Tensor], the clipped gradients, of the same shapes and dtypes.
+
+    Raises:
+        TypeError: If `max` or `min` (when given) is not a float or an int (a bool
+            included).
+        ValueError: If `min` is not given and `max` is not greater than 0.
+        ValueError: If `min` is greater than `max`.
+
+    Supported Platforms:
+        ``CPU`` ``GPU`` ``Ascend``
+
+        Verified on CPU, as a Cell and as the `grad_clip` of the ms_optim optimizers.  It
+        is built from plain MindSpore ops, which also run on GPU and Ascend; not tested on
+        those devices.
+
+    Examples:
+        >>> import numpy as np
+        >>> import mindspore as ms
+        >>> from ms_optim.clip import ClipGradByValue
+        >>> grads = (ms.Tensor(np.array([-2.0, 0.5, 3.0], np.float32)),)
+        >>> [g.asnumpy() for g in ClipGradByValue(1.0)(grads)]  # to [-1, 1]
+        [array([-1. ,  0.5,  1. ], dtype=float32)]
+        >>> [g.asnumpy() for g in ClipGradByValue(1.0, min=0.0)(grads)]
+        [array([0. , 0.5, 1. ], dtype=float32)]
+    """
 
     def __init__(self, max, min=None):  # pylint: disable=redefined-builtin
         super().__init__()

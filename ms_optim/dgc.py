@@ -185,105 +185,124 @@ def _regularize_number_wd(l2, l1, use_l2, use_l1, wd, decay, widened, p, g):
 class DGCMomentum(OptimizerAPI, nn.Optimizer):
     r"""Momentum SGD with Deep Gradient Compression (PaddlePaddle's ``DGCMomentumOptimizer``).
 
-    Each worker sends only the largest ``1 - sparsity`` fraction of its
-    accumulated gradient (top 0.1% at the default 0.999); the rest stays in
-    local residuals and is sent once it has grown.  Following the paper and
-    docs/ALGORITHMS.md §3, per parameter and step (``step`` counts from 0):
+    Each worker sends only the largest ``1 - sparsity`` fraction of its accumulated
+    gradient (the top 0.1% at the default 0.999); the rest stays in local residuals until
+    it has grown (Lin, Han, Mao, Wang, Dally, "Deep Gradient Compression", ICLR 2018,
+    arXiv 1712.01887).  Per parameter :math:`w`, step :math:`t` (from 0), :math:`N`
+    workers, momentum :math:`\mu` and learning rate :math:`\eta`:
 
-    1. local gradient: divided by ``loss_scale``, clipped per tensor to
-       ``c / sqrt(nranks)`` (``local_grad_clip_norm`` or
-       ``grad_clip=ClipGradByNorm(c)``), then regularized (``weight_decay`` is
-       MindSpore's L2 with its usual groups/"beta"/"gamma" rules;
-       ``regularization`` is ``L1Decay`` or ``L2Decay`` on every parameter).
-    2. parameters that are not compressed, and every parameter before
-       ``rampup_begin_step``: dense mean over workers, then momentum
-       (``u = momentum * u + G``; ``p -= lr * u``, Nesterov ``p -= lr * (G + momentum * u)``).
-    3. compressed parameters (float32 or float16 with at least 16384
-       elements) from ``rampup_begin_step`` on: momentum correction
-       (``u = m*u + g; v = v + u``; Nesterov ``u = m*(u + g); v = v + u + g``),
-       selection of the exact k entries of largest ``|v|`` (ties to the lower index) with
-       ``k = max(1, int(numel * (1 - sparsity[i])))``,
-       ``i = min(int((step - rampup_begin_step) * len(sparsity) / rampup_step), len(sparsity) - 1)``,
-       momentum factor masking (``u[idx] = v[idx] = 0``), exchange of every
-       worker's (indices, values), and ``p -= lr * scatter_add(values) / nranks``.
+    1. The local gradient :math:`g` is divided by `loss_scale`, clipped per tensor to
+       norm :math:`c / \sqrt{N}` (`local_grad_clip_norm` or `grad_clip`), then
+       regularized (`weight_decay` or `regularization`).
+    2. Compressed parameters (float32 or float16, at least 16384 elements), from
+       `rampup_begin_step` on: :math:`u = \mu u + g,\ v = v + u` (Nesterov:
+       :math:`u = \mu (u + g),\ v = v + u + g`); the :math:`k` entries of largest
+       :math:`|v|` are selected, :math:`u` and :math:`v` set to 0 there, every worker's
+       selection exchanged, and :math:`w = w - \eta \sum \text{selections} / N`.
+       ``k = max(1, int(numel * (1 - sparsity[i])))`` with ``i = min(int((t -
+       rampup_begin_step) * len(sparsity) / rampup_step), len(sparsity) - 1)``.
+    3. The other parameters, and all of them before `rampup_begin_step`: with :math:`G`
+       the workers' mean gradient, :math:`u = \mu u + G,\ w = w - \eta u` (Nesterov:
+       :math:`w = w - \eta (G + \mu u)`).
 
-    The residuals ``u`` (``dgc_u.*``, every parameter) and ``v`` (``dgc_v.*``,
-    compressed ones) are Parameters, so checkpoints carry them.
-
-    Half precision (AMP O2/O3 networks): a compressed float16 parameter has
-    float32 residuals ``u`` and ``v``; its gradient (and, for regularization,
-    its value) is cast to float32 before the loss scale, so clipping,
-    momentum, selection and the update run in float32, and every new value
-    of the parameter, dense steps before ``rampup_begin_step`` included, is
-    computed in float32 and rounded once to float16 (nearest even).  The
-    exchanged values stay float32 (a 4-byte value and a 4-byte int32 index
-    per entry): ``v`` accumulates many steps of gradient, which needs
-    float32's range and precision.  Smaller float16 parameters stay float16
-    throughout.  bfloat16 parameters are not compressed, because MindSpore
-    2.10 cannot run a bfloat16 network or update on CPU (its CPU MatMul,
-    Assign, Sub and Reshape kernels have no bfloat16), so that path could be
-    neither built nor checked: on CPU they are rejected, elsewhere sent dense.
-    A parameter of 16384 or more elements that is not compressed (float64,
-    bfloat16) gets one ``UserWarning`` naming it.
-
-    ``compressed_params`` lists the compressed parameters and
-    ``exchange_stats(step)`` the elements and bytes a worker sends.
-
-    ``impl="native"`` (auto on CPU) runs the residual update, an exact top-k
-    (threshold from a sample, candidates gathered in the same pass, exact
-    selection among them, exact fallback if the sample misjudged) and the
-    masking in one multi-tensor native op per bucket of compressed parameters
-    (its outputs are the fused exchange buffer), the update from every
-    worker's selections in one op per bucket of one dtype, and the dense
-    momentum in one op per bucket (float16 and float64 parameters too small
-    to compress step in graph code); ``impl="ops"`` builds the same step from
-    MindSpore ops (``ops.topk``) for GPU/Ascend -- its choice among entries
-    tied at the k-th magnitude is ``ops.topk``'s.  The layout (which
-    parameters are compressed, k per stage, buffer offsets, the stage of a
-    step) is a ``dgc_plan.DGCPlan``, shared with the numpy reference.
+    Note:
+        - The residuals are the Parameters ``dgc_u.*`` and ``dgc_v.*`` (checkpoints carry
+          them).  ``compressed_params``, ``stage(step)`` and ``exchange_stats(step)`` say
+          what is compressed, the `sparsity` index of a step, and what a worker sends.
+        - A compressed float16 parameter is stepped in float32 (one rounding per update).
+          A parameter of 16384 or more elements that is not compressed (float64, bfloat16)
+          gets one ``UserWarning``.
+        - Distributed: call ``mindspore.communication.init()`` and keep the default
+          (stand-alone) parallel mode; the optimizer averages over the workers itself.
 
     Args:
-        params (Union[list[Parameter], list[dict]]): parameters or groups.
-        learning_rate (Union[float, int, Tensor, Iterable, LearningRateSchedule]).
-        momentum (float): in [0, 1) (1 or more makes ``u`` grow without bound: ValueError).
-        rampup_begin_step (int): >= 0, the step compression starts.
-        rampup_step (int): >= 1, steps of the sparsity warm-up. Default 1.
-        sparsity (list[float]): warm-up sparsities in [0, 1), non-decreasing. Default [0.999].
-        use_nesterov (bool): Default False.
-        local_grad_clip_norm (float, optional): > 0.
-        num_trainers (int, optional): must equal the number of workers when given.
-        regularization (L1Decay | L2Decay, optional): not with ``weight_decay``.
-        grad_clip (ClipGradByNorm, optional): the newer form of ``local_grad_clip_norm``.
-        weight_decay (Union[float, int, Cell]): MindSpore's L2. Default 0.0.
-        loss_scale (float): Default 1.0.
-        impl (str): "auto", "native" or "ops".
-        exchange (str): how the selections cross the workers: "allgather" of
-            the (index, value) entries, "allreduce" of the sparsified
-            gradient, or "auto" (default): per warm-up stage, whichever sends
-            fewer bytes for the world size (the gather grows with the number
-            of workers: with N workers it pays while N * k is below the
-            parameters' size). Both give the same bits.
+        params (Union[list[Parameter], list[dict]]): The parameters (float32, float16,
+            float64; bfloat16 off CPU), or parameter groups with the keys ``"params"``,
+            ``"lr"``, ``"weight_decay"``, ``"order_params"``.  Each parameter once.
+        learning_rate (Union[float, int, Tensor, Iterable, LearningRateSchedule]): A number
+            >= 0, a scalar or 1-D Tensor, an Iterable or a ``LearningRateSchedule``.
+        momentum (Union[float, int]): :math:`\mu`, in [0.0, 1.0).
+        rampup_begin_step (int): The first step that compresses, >= 0.
+        rampup_step (int, optional): Steps over which `sparsity` is spread, >= 1.  Default: ``1``.
+        sparsity (Union[list[float], tuple[float]], optional): The warm-up sparsities, in
+            [0.0, 1.0), non-decreasing; the last one holds afterwards.
+            Default: ``(0.999,)``.
+        use_nesterov (bool, optional): Nesterov momentum.  Default: ``False``.
+        local_grad_clip_norm (Union[float, int], optional): :math:`c`, > 0.  Default: ``None``.
+        num_trainers (int, optional): >= 1, the number of workers if given.  Default: ``None``.
+        regularization (Union[L1Decay, L2Decay], optional): From ``ms_optim.regularizer``,
+            on every parameter; not with a non-zero `weight_decay`.  Default: ``None``.
+        grad_clip (ClipGradByNorm, optional): ``ClipGradByNorm(c)``, the same as
+            ``local_grad_clip_norm=c``; not with it.  Default: ``None``.
+        weight_decay (Union[float, int, Cell], optional): MindSpore's L2 decay, >= 0 or a
+            Cell of the global step; without groups it skips parameters named "beta" or
+            "gamma".  Default: ``0.0``.
+        loss_scale (Union[float, int], optional): Divides the gradients, > 0.  Default: ``1.0``.
+        impl (str, optional): ``"native"`` (multi-tensor CPU kernels, exact top-k),
+            ``"ops"`` (MindSpore ops, ``ops.topk``) or ``"auto"`` (``"native"`` on a CPU
+            device target, else ``"ops"``).  Default: ``"auto"``.
+        exchange (str, optional): ``"allgather"`` of the (index, value) entries,
+            ``"allreduce"`` of the sparsified gradient, or ``"auto"``: per stage, whichever
+            sends fewer bytes for the number of workers.  Default: ``"auto"``.
 
-    Learning rate: ``get_lr()`` is MindSpore's ``nn.Optimizer.get_lr`` (used
-    inside ``construct``); from Python, ``current_lr()`` returns the next
-    step's rate as a float (one per group when groups set their own 'lr') and
-    ``set_lr(value)`` sets a fixed rate for all groups (RuntimeError while a
-    schedule drives it), as on every ms_optim optimizer (see ``ms_optim._api``).
-    With ``impl="ops"``, building one raises MindSpore's recursion limit
-    (``mindspore.set_recursion_limit``) to what the step's per-parameter graph
-    needs (about 1000 + 16 per parameter), never lowering a limit set by
-    ``set_context(max_call_depth=...)`` or by an earlier DGCMomentum; the
-    native step's graph compiles within the default limit.
+    Inputs:
+        - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
 
-    Example:
+    Outputs:
+        bool, ``True`` (the updates are side effects on the Parameters).
+
+    Raises:
+        TypeError: If `params` is not a list of Parameter or of dict, or a parameter is
+            not float32, float16 or float64 (bfloat16 is accepted off CPU).
+        TypeError: If `learning_rate` is not an int, float, Tensor, Iterable or
+            LearningRateSchedule; `momentum`, `local_grad_clip_norm`, `loss_scale` or a
+            `sparsity` entry not a float or an int (a bool is neither); `sparsity` not a
+            list or tuple; `rampup_begin_step`, `rampup_step` or `num_trainers` not an
+            int; `use_nesterov` not a bool; `weight_decay` not a float, an int or a Cell;
+            `grad_clip` not None or a ClipGradByNorm; `regularization` not None, L1Decay
+            or L2Decay.
+        ValueError: If `params` is empty or names a parameter twice; `learning_rate` is
+            negative or a Tensor of more than one dimension; `momentum` or a `sparsity`
+            entry is not in [0.0, 1.0); `sparsity` is empty or decreases;
+            `rampup_begin_step` < 0; `rampup_step` < 1; `local_grad_clip_norm` or
+            `loss_scale` <= 0; `weight_decay` < 0; `num_trainers` < 1 or not the number of
+            workers; `impl` or `exchange` is not one of its choices.
+        ValueError: If both `grad_clip` and `local_grad_clip_norm`, or `regularization`
+            and a non-zero `weight_decay`, are given.
+        RuntimeError: If the parallel mode is not stand-alone (``DATA_PARALLEL``, ...).
+
+    Supported Platforms:
+        ``CPU`` ``GPU`` ``Ascend``
+
+        Verified on CPU (``impl="native"`` and ``"ops"``, one worker and several under
+        msrun).  On GPU and Ascend ``impl="auto"`` runs ``"ops"`` (MindSpore ops and
+        collectives), which is not tested on those devices.
+
+    Examples:
+        >>> import numpy as np
+        >>> import mindspore as ms
+        >>> from mindspore import nn
         >>> import ms_optim
+        >>> net = nn.Dense(128, 128)  # the 128 x 128 weight is compressed, the bias is not
         >>> opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.1, momentum=0.9,
-        ...                            rampup_begin_step=100, rampup_step=400,
-        ...                            sparsity=[0.75, 0.9375, 0.984375, 0.996, 0.999])
+        ...                            rampup_begin_step=2, rampup_step=4,
+        ...                            sparsity=[0.75, 0.9375, 0.984375, 0.999])
+        >>> opt.compressed_params, [opt.stage(step) for step in range(7)]
+        (['weight'], [None, None, 0, 1, 2, 3, 3])
+        >>> train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
+        >>> x = ms.Tensor(np.random.default_rng(0).normal(size=(4, 128)).astype(np.float32))
+        >>> y = ms.Tensor(np.zeros((4, 128), np.float32))
+        >>> for step in range(4):  # steps 0 and 1 dense, 2 and 3 compressed
+        ...     _ = train(x, y)
+        >>> before = net.weight.asnumpy().copy()
+        >>> _ = train(x, y)  # step 4, sparsity 0.984375: 1.5625% of the 16384 weights change
+        >>> int((net.weight.asnumpy() != before).sum())
+        256
+        >>> stats = opt.exchange_stats(4)  # what one worker sends at step 4 (8 bytes an entry)
+        >>> stats["selected"], stats["sparse_part_bytes"], stats["exchange"]
+        (256, 2048, 'allgather')
 
-    References:
-        Lin, Han, Mao, Wang, Dally, "Deep Gradient Compression: Reducing the
-        Communication Bandwidth for Distributed Training", ICLR 2018 (arXiv 1712.01887).
+    See docs/dgc.md (the kernels, the exchange, half precision) and docs/distributed.md.
     """
 
     _NAME = "DGCMomentum"
@@ -571,8 +590,8 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
 
     def _select_native(self, stage, grads):
         """One select op per bucket of compressed parameters (`grads`: theirs, in order; not
-        the whole tuple with indices as the dense momentum takes it: MindSpore ran a step
-        ten times slower when two in-place ops took the same gradient Parameters): the
+        the whole tuple with indices as the dense momentum takes it: MindSpore runs a step
+        ten times slower when two in-place ops take the same gradient Parameters): the
         (idx, val) outputs, in order, are this worker's block of the fused buffer."""
         idxs, vals = (), ()
         for b in range(len(self.select_ranges)):
@@ -709,8 +728,8 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
     def _warmup_step(self, lr, grads):
         """Before rampup_begin_step: dense momentum for every parameter."""
         if self.nranks == 1:
-            # one op for every parameter (MindSpore ran a step ten times slower when two
-            # in-place ops took the same gradient Parameters)
+            # one op for every parameter (MindSpore runs a step ten times slower when two
+            # in-place ops take the same gradient Parameters)
             return self._dense_step(self.all_ids, None, self.all_groups, lr, grads)
         done = self._dense_step(self.dense_ids, self.dense_exchange, self.dense_groups, lr, grads)
         return F.depend(done, self._dense_step(self.comp_ids, self.warmup_exchange,

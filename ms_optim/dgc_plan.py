@@ -2,7 +2,7 @@
 per warm-up stage, where they sit in the fused exchange buffer, and which stage a
 step is in.  Plain Python (no MindSpore), shared by ``dgc.DGCMomentum`` and the
 numpy reference (``reference.dgc_k``, ``reference.DGCReference``), so the stage
-and k formulas are written once (docs/ALGORITHMS.md §3).
+and k formulas are written once (docs/dgc.md).
 """
 
 MIN_COMPRESSED_NUMEL = 16384
@@ -23,17 +23,58 @@ def selected_k(numel, sparsity):
 
 
 class DGCPlan:
-    """The static layout of one DGCMomentum.
+    """The static layout of one DGCMomentum: which parameters are compressed, how many
+    entries each sends per warm-up stage, where they sit in the fused exchange buffer, and
+    which stage a step is in.
 
-    sizes: elements per parameter; compressible: per parameter, whether its dtype can be
-    compressed (float32, float16).  A compressible parameter of at least ``min_numel``
-    elements is compressed.
+    Plain Python (no MindSpore): ``DGCMomentum`` builds one from its arguments (as
+    ``opt.plan``); the stage and k formulas are this module's :func:`stage_index` and
+    :func:`selected_k`, which the numpy reference uses too.  A parameter is compressed
+    when its dtype can be (float32, float16) and it has at least `min_numel` elements.
+    At step ``t`` (counted from 0) the stage is
+    ``min(int((t - rampup_begin_step) * len(sparsity) / rampup_step), len(sparsity) - 1)``
+    (None before `rampup_begin_step`), and a compressed parameter of ``numel`` elements
+    sends ``k = max(1, int(numel * (1 - sparsity[stage])))`` entries.
 
-    Attributes: ``is_compressed``, ``comp_ids`` and ``dense_ids`` (parameter indices),
-    ``stage_k[s][j]`` (k of compressed parameter j at stage s), ``stage_offsets[s][j]``
-    (where its entries start in a worker's block of the fused buffer), ``block[s]`` (the
-    block's length) and ``stage_starts[s]`` (the first step of stage s; stages that no step
-    reaches share the next one's start).
+    Args:
+        sizes (Iterable[int]): The number of elements of each parameter.
+        compressible (Iterable[bool]): Per parameter, whether its dtype can be compressed.
+        sparsity (Iterable[float]): The warm-up sparsities.
+        rampup_begin_step (int): The first step that compresses.
+        rampup_step (int): The number of steps over which the sparsities are spread.
+        min_numel (int, optional): The smallest compressed parameter.  Default: ``16384``.
+
+    The arguments are not validated here: DGCMomentum checks them first.
+
+    Attributes:
+        is_compressed (tuple[bool]): Per parameter, whether it is compressed.
+        comp_ids, dense_ids (tuple[int]): Indices of the compressed and the other
+            parameters.
+        stage_k (tuple[tuple[int]]): ``stage_k[s][j]``, k of compressed parameter j at
+            stage s.
+        stage_offsets (tuple[tuple[int]]): ``stage_offsets[s][j]``, where its entries
+            start in one worker's block of the fused buffer at stage s.
+        block (tuple[int]): ``block[s]``, the length of one worker's block at stage s.
+        stage_starts (tuple[int]): ``stage_starts[s]``, the first step of stage s; stages
+            that no step reaches share the next one's start (see :meth:`reached`).
+
+    Supported Platforms:
+        ``CPU`` ``GPU`` ``Ascend``
+
+        Plain Python, independent of the device.
+
+    Examples:
+        >>> from ms_optim.dgc_plan import DGCPlan
+        >>> plan = DGCPlan(sizes=[20000, 10, 30000], compressible=[True, True, True],
+        ...                sparsity=[0.75, 0.999], rampup_begin_step=2, rampup_step=4)
+        >>> plan.comp_ids, plan.dense_ids  # the 10-element parameter goes dense
+        ((0, 2), (1,))
+        >>> [plan.stage(t) for t in range(7)]
+        [None, None, 0, 0, 1, 1, 1]
+        >>> plan.stage_k, plan.stage_offsets, plan.block
+        (((5000, 7500), (20, 30)), ((0, 5000), (0, 20)), (12500, 50))
+        >>> plan.stage_starts
+        (2, 4)
     """
 
     def __init__(self, sizes, compressible, sparsity, rampup_begin_step, rampup_step,
@@ -54,6 +95,7 @@ class DGCPlan:
 
     @property
     def stages(self):
+        """The number of warm-up stages, ``len(sparsity)``."""
         return len(self.sparsity)
 
     def stage(self, step):

@@ -56,73 +56,136 @@ def _reject_mindspore_names(cls, kwargs):
 class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
     r"""LAMB (You et al., 2019) with PaddlePaddle's ``paddle.optimizer.Lamb`` semantics.
 
+    Each step, for every parameter :math:`w` with gradient :math:`g` (divided by
+    `loss_scale`, then clipped by `grad_clip`):
+
     .. math::
-        m_t = \beta_1 m_{t-1} + (1-\beta_1) g,\quad
-        v_t = \beta_2 v_{t-1} + (1-\beta_2) g^2 \\
-        r_t = \frac{m_t / (1-\beta_1^t)}{\sqrt{v_t / (1-\beta_2^t)} + \epsilon} + \lambda w,\quad
-        w_t = w_{t-1} - \eta \, \rho \, r_t
+        \begin{array}{l}
+            m_t = \beta_1 m_{t-1} + (1-\beta_1) g, \quad
+            v_t = \beta_2 v_{t-1} + (1-\beta_2) g^2, \\
+            r_t = \frac{m_t / (1-\beta_1^t)}{\sqrt{v_t / (1-\beta_2^t)} + \epsilon}
+                  + \lambda w_{t-1}, \quad
+            w_t = w_{t-1} - \eta \, \rho \, r_t
+        \end{array}
 
-    with trust ratio :math:`\rho = \|w\| / \|r_t\|` when :math:`\lambda > 0` or
-    ``always_adapt``, falling back to 1 when either norm is 0; otherwise
-    :math:`\rho = 1` (a bias-corrected Adam step).  :math:`\epsilon` sits
-    outside the square root and the ratio is not clipped.
+    :math:`\eta` is `learning_rate`, :math:`\lambda` is `lamb_weight_decay`,
+    :math:`\epsilon` is `epsilon`.  The trust ratio is :math:`\rho = \|w_{t-1}\| / \|r_t\|`
+    when :math:`\lambda > 0` or `always_adapt` (1 when either norm is 0), otherwise
+    :math:`\rho = 1` (a bias-corrected Adam step).  :math:`\epsilon` sits outside the
+    square root and the ratio is not clipped.
 
-    Warning:
-        Formulations differ: MindSpore's own ``nn.Lamb`` clips the ratio to
-        [0, 10] and puts eps inside the square root, torch-optimizer has no bias
-        correction, NVIDIA apex pre-clips the global gradient norm.  This is
-        PaddlePaddle's variant.
+    .. warning::
+        Formulations of LAMB differ: MindSpore's own ``nn.Lamb`` clips the ratio to
+        [0, 10], puts eps inside the square root and skips parameters named "beta" or
+        "gamma"; this is PaddlePaddle's variant.  The argument names are PaddlePaddle's
+        too: MindSpore's ``weight_decay=`` and ``eps=`` raise a TypeError naming
+        `lamb_weight_decay` and `epsilon` (inside a parameter group, ``"weight_decay"`` is
+        the group's key, as usual).
 
-    ``lamb_weight_decay`` applies to every parameter except those for which
-    ``exclude_from_weight_decay_fn(param)`` returns True (called once per
-    parameter at construction); a group's ``weight_decay`` overrides it.
-    Gradients are divided by ``loss_scale``, then clipped by ``grad_clip``.
-
-    ``impl="native"`` runs one fused multi-tensor CPU kernel for up to 256
-    parameters (per parameter: moments, update direction and both squared
-    norms in one pass, norms in double, then the trust-ratio update;
-    clipping fused in); ``impl="ops"`` builds the same rule from plain
-    MindSpore ops for GPU/Ascend; ``"auto"`` picks native on
-    a CPU device target.  State (``moment1``, ``moment2``, ``beta1_power``,
-    ``beta2_power``, ``global_step``) lives in Parameters.  A step returns
-    the trust ratios it applied, a float32 Tensor with one entry per parameter.
+    Note:
+        - `lamb_weight_decay` applies to every parameter, biases and normalization
+          weights included, except those for which `exclude_from_weight_decay_fn`
+          returns True; a group's ``"weight_decay"`` replaces it for that group.
+        - The state (``moment1``, ``moment2``, ``beta1_power``, ``beta2_power``,
+          ``global_step``) is kept in Parameters, so checkpoints carry it.
+        - ``current_lr()`` returns the learning rate of the next step as a float (a list,
+          one per group, when groups set their own ``"lr"``); ``set_lr(value)`` sets a
+          fixed rate for every group (RuntimeError while a schedule drives the rate).
 
     Args:
-        params (Union[list[Parameter], list[dict]]): float32 parameters or groups
-            ("params", "lr", "weight_decay", "order_params").
-        learning_rate (Union[float, int, Tensor, Iterable, LearningRateSchedule]): default 0.001.
-        lamb_weight_decay (float): decoupled weight decay, >= 0. Default 0.01.
-        beta1 (float): in (0, 1). Default 0.9.
-        beta2 (float): in (0, 1). Default 0.999.
-        epsilon (float): > 0. Default 1e-6.
-        grad_clip (ClipGradByGlobalNorm | ClipGradByNorm | ClipGradByValue, optional).
-        exclude_from_weight_decay_fn (callable, optional): param -> bool.
-        always_adapt (bool): apply the trust ratio even without weight decay.
-        loss_scale (float): gradients are divided by it. Default 1.0.
-        impl (str): "auto", "native" or "ops".
+        params (Union[list[Parameter], list[dict]]): The float32 parameters to update, or a
+            list of parameter groups: dicts with the keys ``"params"`` (required),
+            ``"lr"``, ``"weight_decay"`` and ``"order_params"``, as in MindSpore's
+            optimizers.  Each parameter may appear once.
+        learning_rate (Union[float, int, Tensor, Iterable, LearningRateSchedule], optional):
+            A number >= 0, a scalar or 1-D Tensor, an Iterable of per-step values or a
+            ``LearningRateSchedule``.  Default: ``0.001``.
+        lamb_weight_decay (Union[float, int, Cell], optional): Decoupled weight decay
+            :math:`\lambda`, a number >= 0, or a Cell that maps the global step to it.
+            Default: ``0.01``.
+        beta1 (Union[float, int], optional): Decay rate of the first moment, in (0.0, 1.0).
+            Default: ``0.9``.
+        beta2 (Union[float, int], optional): Decay rate of the second moment, in (0.0, 1.0).
+            Default: ``0.999``.
+        epsilon (Union[float, int], optional): Added to the square root; must be greater
+            than 0 also when rounded to float32 (``1e-46`` is 0 there).  Default: ``1e-6``.
+        grad_clip (Union[ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue], optional):
+            A clip from ``ms_optim.clip``, applied to the gradients after the loss scale
+            is divided out.  ``None`` does not clip.  Default: ``None``.
+        exclude_from_weight_decay_fn (Callable[[Parameter], bool], optional): Called once
+            per parameter at construction; a parameter for which it returns True takes no
+            weight decay (and so no trust ratio unless `always_adapt`).  ``None``
+            excludes none.  Default: ``None``.
+        always_adapt (bool, optional): Apply the trust ratio also to parameters without
+            weight decay.  Default: ``False``.
+        loss_scale (Union[float, int], optional): The gradients are divided by it; must be
+            greater than 0.  Default: ``1.0``.
+        impl (str, optional): ``"native"``: one fused multi-tensor CPU kernel per bucket
+            of up to 256 parameters, clipping included.  ``"ops"``: the same rule from
+            plain MindSpore ops, run wherever the parameters are.  ``"auto"``:
+            ``"native"`` on a CPU device target, else ``"ops"``.  Default: ``"auto"``.
 
-    The argument names are PaddlePaddle's: MindSpore's ``weight_decay=`` and
-    ``eps=`` raise a TypeError naming ``lamb_weight_decay`` and ``epsilon``
-    (inside a parameter group, ``"weight_decay"`` is the group's key, as usual).
-    ``epsilon`` must stay above 0 in float32 (1e-46 is 0 there: ValueError).
+    Inputs:
+        - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
 
-    Learning rate: ``get_lr()`` is MindSpore's ``nn.Optimizer.get_lr`` (used
-    inside ``construct``); from Python, ``current_lr()`` returns the next
-    step's rate as a float (one per group when groups set their own 'lr') and
-    ``set_lr(value)`` sets a fixed rate for all groups (RuntimeError while a
-    schedule drives it), as on every ms_optim optimizer (see ``ms_optim._api``).
+    Outputs:
+        Tensor of float32 and shape :math:`(N,)`, :math:`N` the number of parameters: the
+        trust ratio :math:`\rho` each parameter's update used.
 
-    Example:
+    Raises:
+        TypeError: If `weight_decay` or `eps` (MindSpore's names) or any other unexpected
+            keyword argument is given.
+        TypeError: If `params` is not a list of Parameter or a list of dict (a single
+            Parameter or dict included), or mixes them.
+        TypeError: If `learning_rate` is not an int, float, Tensor, Iterable or
+            LearningRateSchedule (a bool included).
+        TypeError: If `lamb_weight_decay` is neither a float, an int nor a Cell.
+        TypeError: If `beta1`, `beta2`, `epsilon` or `loss_scale` is not a float or an int.
+        TypeError: If `grad_clip` is not None or one of the ``ms_optim.clip`` classes.
+        TypeError: If `exclude_from_weight_decay_fn` is neither callable nor None.
+        TypeError: If `always_adapt` is not a bool.
+        TypeError: If a parameter is not float32.
+        ValueError: If `params` is empty, or a parameter is given twice (the same object,
+            or two Parameters of one name).
+        ValueError: If `learning_rate` is a number less than 0, or a Tensor of more than
+            one dimension.
+        ValueError: If `lamb_weight_decay` is less than 0.
+        ValueError: If `beta1` or `beta2` is not in range (0.0, 1.0).
+        ValueError: If `epsilon` is not greater than 0 in float32, or `loss_scale` is not
+            greater than 0.
+        ValueError: If `impl` is not one of ``"auto"``, ``"native"``, ``"ops"``.
+
+    Supported Platforms:
+        ``CPU`` ``GPU`` ``Ascend``
+
+        Verified on CPU, where ``impl="native"`` and ``impl="ops"`` are both tested.  On
+        GPU and Ascend, ``impl="auto"`` runs ``"ops"`` (plain MindSpore ops); that path is
+        not tested on those devices.
+
+    Examples:
+        >>> import numpy as np
+        >>> import mindspore as ms
         >>> from mindspore import nn
         >>> import ms_optim
-        >>> net = nn.Dense(16, 4)
+        >>> net = nn.Dense(4, 2, weight_init="ones", bias_init="zeros")
         >>> opt = ms_optim.Lamb(net.trainable_params(), learning_rate=0.01,
         ...                     grad_clip=ms_optim.clip.ClipGradByGlobalNorm(1.0),
         ...                     exclude_from_weight_decay_fn=lambda p: "bias" in p.name)
+        >>> grad_fn = ms.value_and_grad(nn.WithLossCell(net, nn.MSELoss()), None, opt.parameters)
+        >>> x = ms.Tensor(np.ones((8, 4), np.float32))
+        >>> y = ms.Tensor(np.zeros((8, 2), np.float32))
+        >>> loss, grads = grad_fn(x, y)
+        >>> ratios = opt(grads)  # one step; the trust ratios of the weight and the bias
+        >>> print(ratios.asnumpy().round(4))
+        [0.9901 1.    ]
+        >>> print(net.weight.asnumpy()[0].round(4))  # 1 - 0.01 * 0.9901 * (1 + 0.01)
+        [0.99 0.99 0.99 0.99]
 
     References:
         You et al., "Large Batch Optimization for Deep Learning: Training BERT in
         76 minutes", ICLR 2020.
+
+    See docs/lamb.md for the kernel, clipping and the differences from ``nn.Lamb``.
     """
 
     _NAME = "Lamb"

@@ -24,10 +24,71 @@ class _Decay:
 
 
 class L1Decay(_Decay):
-    """L1 regularization: gradient += coeff * sign(param)."""
+    r"""L1 regularization for ``ms_optim.DGCMomentum``: :math:`g = g + c \cdot \mathrm{sign}(w)`.
+
+    PaddlePaddle's ``paddle.regularizer.L1Decay``.  Given as DGCMomentum's
+    `regularization`, it is added to every parameter's local gradient (after the loss
+    scale is divided out and the gradient clipped, before momentum and compression).
+
+    Args:
+        coeff (Union[float, int], optional): The coefficient :math:`c`, >= 0.
+            Default: ``0.0``.
+
+    Raises:
+        TypeError: If `coeff` is not a float or an int (a bool included).
+        ValueError: If `coeff` is less than 0.
+
+    Supported Platforms:
+        ``CPU`` ``GPU`` ``Ascend``
+
+        A plain Python settings object; DGCMomentum applies it with MindSpore ops
+        (verified on CPU, not tested on GPU/Ascend).
+
+    Examples:
+        >>> from mindspore import nn
+        >>> import ms_optim
+        >>> from ms_optim.regularizer import L1Decay
+        >>> reg = L1Decay(1e-4)
+        >>> reg
+        L1Decay(coeff=0.0001)
+        >>> net = nn.Dense(4, 2)
+        >>> opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.1,
+        ...                            momentum=0.9, rampup_begin_step=0, regularization=reg)
+    """
     _KIND = "l1"
 
 
 class L2Decay(_Decay):
-    """L2 regularization: gradient += coeff * param."""
+    r"""L2 regularization for ``ms_optim.DGCMomentum``: :math:`g = g + c \cdot w`.
+
+    PaddlePaddle's ``paddle.regularizer.L2Decay``.  Given as DGCMomentum's
+    `regularization`, it is added to every parameter's local gradient (after the loss
+    scale is divided out and the gradient clipped, before momentum and compression).
+    Unlike DGCMomentum's `weight_decay`, it applies to every parameter, whatever its name.
+
+    Args:
+        coeff (Union[float, int], optional): The coefficient :math:`c`, >= 0.
+            Default: ``0.0``.
+
+    Raises:
+        TypeError: If `coeff` is not a float or an int (a bool included).
+        ValueError: If `coeff` is less than 0.
+
+    Supported Platforms:
+        ``CPU`` ``GPU`` ``Ascend``
+
+        A plain Python settings object; DGCMomentum applies it with MindSpore ops
+        (verified on CPU, not tested on GPU/Ascend).
+
+    Examples:
+        >>> from mindspore import nn
+        >>> import ms_optim
+        >>> from ms_optim.regularizer import L2Decay
+        >>> reg = L2Decay(1e-4)
+        >>> reg
+        L2Decay(coeff=0.0001)
+        >>> net = nn.Dense(4, 2)
+        >>> opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.1,
+        ...                            momentum=0.9, rampup_begin_step=0, regularization=reg)
+    """
     _KIND = "l2"

@@ -160,9 +160,10 @@ def test_state_lives_in_parameters_on_the_host():
     assert all(op.primitive_target == "CPU" for op in opt.adam_ops)
 
 
-def test_inplace_is_the_old_name_of_native():
+def test_impl_names_are_native_and_delta_only():
     net = make_net()
-    assert ms_optim.AdamOffload(net.trainable_params(), impl="inplace").impl == "native"
+    with pytest.raises(ValueError, match="impl"):
+        ms_optim.AdamOffload(net.trainable_params(), impl="inplace")
     assert ms_optim.AdamOffload(net.trainable_params()).impl == "native"  # auto on CPU
 
 

@@ -1,4 +1,4 @@
-"""Issue 13's usability pass: recursion limit, argument names, learning rate helpers,
+"""What a user meets around the optimizers: recursion limit, argument names, learning rate helpers,
 values that make no sense, and what runs (native_info, MS_OPTIM_ISA, repr)."""
 import os
 import subprocess
