@@ -4,6 +4,7 @@
 ``c * sign(p)``; DGCMomentum applies them to each worker's local gradient,
 before momentum and compression.
 """
+import math
 import numbers
 
 
@@ -15,8 +16,9 @@ class _Decay:
         if not isinstance(coeff, numbers.Real) or isinstance(coeff, bool):
             raise TypeError(f"For '{name}', the 'coeff' must be a float or an int, but got "
                             f"{type(coeff).__name__}: {coeff!r}.")
-        if coeff < 0:
-            raise ValueError(f"For '{name}', the 'coeff' must be >= 0, but got {coeff}.")
+        if not math.isfinite(coeff) or coeff < 0:
+            raise ValueError(f"For '{name}', the 'coeff' must be finite and >= 0, but got "
+                             f"{coeff}.")
         self.coeff = float(coeff)
 
     def __repr__(self):
@@ -31,12 +33,12 @@ class L1Decay(_Decay):
     scale is divided out and the gradient clipped, before momentum and compression).
 
     Args:
-        coeff (Union[float, int], optional): The coefficient :math:`c`, >= 0.
+        coeff (Union[float, int], optional): The coefficient :math:`c`, finite and >= 0.
             Default: ``0.0``.
 
     Raises:
         TypeError: If `coeff` is not a float or an int (a bool included).
-        ValueError: If `coeff` is less than 0.
+        ValueError: If `coeff` is negative, NaN or infinite.
 
     Supported Platforms:
         ``CPU`` ``GPU`` ``Ascend``
@@ -67,12 +69,12 @@ class L2Decay(_Decay):
     Unlike DGCMomentum's `weight_decay`, it applies to every parameter, whatever its name.
 
     Args:
-        coeff (Union[float, int], optional): The coefficient :math:`c`, >= 0.
+        coeff (Union[float, int], optional): The coefficient :math:`c`, finite and >= 0.
             Default: ``0.0``.
 
     Raises:
         TypeError: If `coeff` is not a float or an int (a bool included).
-        ValueError: If `coeff` is less than 0.
+        ValueError: If `coeff` is negative, NaN or infinite.
 
     Supported Platforms:
         ``CPU`` ``GPU`` ``Ascend``

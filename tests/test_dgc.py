@@ -504,6 +504,10 @@ def test_bad_regularizer_coefficients():
         L1Decay(-1.0)
     with pytest.raises(TypeError, match="coeff"):
         L2Decay("0.1")
+    for bad in (float("nan"), float("inf")):
+        for cls in (L1Decay, L2Decay):
+            with pytest.raises(ValueError, match="'coeff' must be finite"):
+                cls(bad)
 
 
 def test_at_least_one_entry_is_sent():
