@@ -1,5 +1,5 @@
-"""DGCMomentum between 2 hosts (network namespaces) joined by a 1 Gbit/s link (scripts/netlab.py,
-scripts/link_experiment.py, scripts/link_worker.py): wire bytes, a killed worker, resume, an outage.
+"""DGCMomentum between 2 hosts (network namespaces) joined by a 1 Gbit/s link (tools/netlab.py,
+tools/link_experiment.py, tools/link_worker.py): wire bytes, a killed worker, resume, an outage.
 
 Needs root and network namespaces: skipped without them, except under CI=true, where a
 skip would hide the whole file and the tests fail instead.  One uninterrupted run, one
@@ -11,14 +11,11 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "scripts"))
-import link_experiment as experiment  # noqa: E402
-import netlab  # noqa: E402
+from tools import link_experiment as experiment
+from tools import netlab
 
 RUN = "dgc-paddle"        # warm-up over 40 steps: the last stage (0.999) from step 32 on
 STEPS = 300               # ~10 ms each: long enough for a fault to land mid-training

@@ -1,15 +1,18 @@
-"""The scripts' command lines and reports, and the README's snippets (issue 13).
+"""The command lines and reports of examples/, benchmarks/ and tools/, and their layout.
 
-Cheap checks only: option parsing runs the scripts as subprocesses (before any
+Cheap checks only: option parsing runs the programs as subprocesses
+(``python -m <package>.<name>`` from the repository root, before any
 training), the reports are checked on fake numbers, and nothing here needs
-scikit-learn, matplotlib or PaddlePaddle (what would is skipped).
+scikit-learn, matplotlib, PyTorch or PaddlePaddle (what would is skipped).
+The layout: every program answers --help, none edits sys.path, and the
+packages import each other without a cycle.
 """
+import ast
+import glob
 import importlib
 import importlib.util
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
 
@@ -17,26 +20,181 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = os.path.join(ROOT, "scripts")
-README = os.path.join(ROOT, "README.md")
-sys.path.insert(0, SCRIPTS)
+PACKAGES = ("examples", "benchmarks", "tools")
 
 
-def run_script(*args, timeout=120):
-    """Runs scripts/<args[0]> with the remaining arguments; the CompletedProcess."""
-    cmd = ["bash" if args[0].endswith(".sh") else sys.executable,
-           os.path.join(SCRIPTS, args[0]), *args[1:]]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+def run_module(module, *args, timeout=120):
+    """Runs ``python -m module args...`` from the repository root; the CompletedProcess."""
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
 
 
-def script(name):
+def run_shell(path, *args, timeout=120):
+    """Runs ``bash path args...`` (path relative to the repository root) from the root."""
+    return subprocess.run(["bash", os.path.join(ROOT, path), *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def module(name):
     return importlib.import_module(name)
 
 
-# ---- 5. bench_optimizers: targets are labelled as targets, --check sets the exit status
+def runnable_modules():
+    """``package.name`` of every program: the .py files at the top of each package."""
+    return sorted(f"{package}.{os.path.basename(path)[:-3]}" for package in PACKAGES
+                  for path in glob.glob(os.path.join(ROOT, package, "*.py"))
+                  if os.path.basename(path) != "__init__.py")
+
+
+def package_modules():
+    """{module name: file} of every .py file under the packages, subpackages included."""
+    found = {}
+    for package in PACKAGES:
+        for path in glob.glob(os.path.join(ROOT, package, "**", "*.py"), recursive=True):
+            parts = os.path.relpath(path, ROOT)[:-3].split(os.sep)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def imports_of(name, path, known):
+    """The modules of `known` that module `name` (file `path`) imports, anywhere in the file:
+    each module named by an import statement and the packages it lies in."""
+    tree = ast.parse(open(path).read(), path)
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    targets = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                base = ".".join(parent + ([node.module] if node.module else []))
+            targets += [base] + [f"{base}.{alias.name}" for alias in node.names]
+    found = set()
+    for target in targets:
+        parts = target.split(".")
+        found |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & set(known)
+    return found - {name}
+
+
+def find_cycle(graph):
+    """One import cycle of `graph` ({module: set of modules}) as a list, or None."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+# ---- the layout
+
+@pytest.mark.parametrize("name", runnable_modules())
+def test_every_program_answers_help(name):
+    """Every program at the top of examples/, benchmarks/ and tools/ runs as a module and
+    answers --help, also those whose optional dependencies (PyTorch, PaddlePaddle, ...) are
+    not installed."""
+    res = run_module(name, "--help")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "usage" in res.stdout and f"python -m {name}" in res.stdout
+
+
+def test_the_programs_are_found():
+    names = runnable_modules()
+    assert {"examples.train", "examples.train_dist", "benchmarks.bench_optimizers",
+            "benchmarks.layouts", "tools.link_experiment", "tools.link_worker"} <= set(names)
+    assert not any(".common" in n for n in names)
+
+
+def test_library_modules_are_not_programs():
+    """examples/common holds libraries: nothing there runs as a program."""
+    for path in glob.glob(os.path.join(ROOT, "examples", "common", "*.py")):
+        assert "__main__" not in open(path).read(), path
+
+
+def test_no_sys_path_edits():
+    """The packages import each other absolutely, from the repository root: no file of
+    theirs touches sys.path."""
+    offenders = []
+    for package in PACKAGES:
+        for path in glob.glob(os.path.join(ROOT, package, "**", "*"), recursive=True):
+            if os.path.isfile(path) and "__pycache__" not in path:
+                with open(path, errors="replace") as fh:
+                    if "sys.path" in fh.read():
+                        offenders.append(os.path.relpath(path, ROOT))
+    assert not offenders
+
+
+def test_no_import_cycle():
+    known = package_modules()
+    graph = {name: imports_of(name, path, known) for name, path in known.items()}
+    # the parse sees the imports (a vacuous graph would have no cycle either)
+    assert "benchmarks.layouts" in graph["benchmarks.bench_optimizers"]
+    assert "examples.common.digits" in graph["examples.train"]
+    assert "tools.link_worker" in graph["tools.link_experiment"]
+    cycle = find_cycle(graph)
+    assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+
+
+def test_cycle_finder_finds_cycles():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_layouts_lists_each_layout():
+    res = run_module("benchmarks.layouts", "--size", "1e6")
+    assert res.returncode == 0, res.stderr
+    rows = {line.split()[0]: line.split() for line in res.stdout.splitlines()[1:]}
+    assert rows["resnet50"][1] == "161" and rows["equal4"][1:3] == ["4", "1,000,000"]
+    res = run_module("benchmarks.layouts", "--size", "0")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    layouts = module("benchmarks.layouts")
+    sizes, _ = layouts.resnet50_sizes(25_000_000)
+    assert sum(sizes) == layouts.RESNET50_PARAMS and len(sizes) == layouts.RESNET50_TENSORS
+
+
+def test_kernel_alone_runs_through_the_testing_helpers():
+    """The DGC kernels alone, through ms_optim.testing (call_kernel, prepare_kernel)."""
+    dgc = module("benchmarks.kernel_alone_dgc")
+    sizes, _ = module("benchmarks.layouts").resnet50_sizes(100_000)
+    assert dgc.dgc_kernel_alone(sizes, steps=2) > 0
+
+
+def test_override_kernel_restores_the_real_entry():
+    from ms_optim import _native, testing
+    real = _native.aot_func("ms_optim_adam_inplace")
+    with testing.override_kernel("ms_optim_adam_inplace", "/x/libshim.so:timed"):
+        assert _native.aot_func("ms_optim_adam_inplace") == "/x/libshim.so:timed"
+        assert _native.aot_func("ms_optim_lamb").endswith(":ms_optim_lamb")
+    assert _native.aot_func("ms_optim_adam_inplace") == real
+    with pytest.raises(ValueError):
+        with testing.override_kernel("no_such_kernel", "/x/libshim.so:timed"):
+            pass
+
+
+# ---- bench_optimizers: targets are labelled as targets, --check sets the exit status
 
 def test_bench_judges_targets_and_labels_them():
-    bench = script("bench_optimizers")
+    bench = module("benchmarks.bench_optimizers")
     assert bench.judge(2.4, 2.5) == "met"
     assert bench.judge(2.5, 2.5) == "met"
     assert bench.judge(2.6, 2.5) == "not met"
@@ -47,7 +205,7 @@ def test_bench_judges_targets_and_labels_them():
 
 
 def test_bench_print_targets_counts_unmet(capsys):
-    bench = script("bench_optimizers")
+    bench = module("benchmarks.bench_optimizers")
     report = {"ratios": [
         {"layout": "equal4", "size": 1000, "numerator": "x", "denominator": "y",
          "ratio": 1.0, "bar": 2.5},
@@ -61,7 +219,7 @@ def test_bench_print_targets_counts_unmet(capsys):
 
 
 def test_bench_topk_targets(capsys):
-    bench = script("bench_optimizers")
+    bench = module("benchmarks.bench_optimizers")
     report = {}
     timings = {"ms_optim native": 0.01, "ops.topk": 0.1, "numpy argpartition": 0.5}
     # native is 10x faster than ops.topk (target 20x: not met), 50x numpy (target 8x: met)
@@ -71,51 +229,51 @@ def test_bench_topk_targets(capsys):
 
 
 def test_bench_exit_status_only_fails_with_check(capsys):
-    bench = script("bench_optimizers")
+    bench = module("benchmarks.bench_optimizers")
     assert bench.exit_status(errors=0, unmet=3, check=False) == 0
     assert bench.exit_status(errors=0, unmet=3, check=True) == 1
     assert bench.exit_status(errors=0, unmet=0, check=True) == 0
     assert bench.exit_status(errors=1, unmet=0, check=False) == 1
 
 
-# ---- 6. --help and bad values
+# ---- usage errors
 
 def test_msrun_train_help_and_dash_arguments():
-    res = run_script("msrun_train.sh", "--help")
+    res = run_shell("examples/msrun_train.sh", "--help")
     assert res.returncode == 0 and res.stdout.startswith("usage:"), res.stderr
+    assert "bash examples/msrun_train.sh" in res.stdout
     assert not os.path.exists(os.path.join(ROOT, "--help"))
-    assert run_script("msrun_train.sh", "-h").returncode == 0
-    res = run_script("msrun_train.sh", "--out")
+    assert run_shell("examples/msrun_train.sh", "-h").returncode == 0
+    res = run_shell("examples/msrun_train.sh", "--out")
     assert res.returncode == 2 and "must not start with '-'" in res.stderr
     assert not os.path.exists(os.path.join(ROOT, "--out"))
-    assert run_script("msrun_train.sh", "a", "b").returncode == 2
+    assert run_shell("examples/msrun_train.sh", "a", "b").returncode == 2
 
 
 def test_check_reference_without_paddle_says_how_to_get_it():
     if importlib.util.find_spec("paddle") is not None:
         pytest.skip("PaddlePaddle is installed here")
-    res = run_script("check_reference_against_paddle.py")
+    res = run_module("tools.check_reference_against_paddle")
     assert res.returncode == 2
     assert "pip install paddlepaddle==3.3.1" in res.stderr
+    assert "python -m tools.check_reference_against_paddle" in res.stderr
     assert "Traceback" not in res.stderr
-    assert run_script("check_reference_against_paddle.py", "--help").returncode == 0
 
 
-@pytest.mark.parametrize("name", ["fidelity.py", "profile_step.py", "bench_bnb_adam8bit.py",
-                                  "kernel_alone_dgc.py", "q8_codebooks.py"])
-def test_new_scripts_answer_help_and_refuse_bad_values(name):
-    res = run_script(name, "--help")
-    assert res.returncode == 0 and "usage" in res.stdout
-    bad = {"fidelity.py": ["--steps", "0"], "profile_step.py": ["--size", "10"],
-           "bench_bnb_adam8bit.py": ["--steps", "0"], "kernel_alone_dgc.py": ["--steps", "0"],
-           "q8_codebooks.py": ["--n", "1000"]}[name]
-    res = run_script(name, *bad)
-    assert res.returncode == 2 and "Traceback" not in res.stderr
+@pytest.mark.parametrize("name, bad", [
+    ("tools.fidelity", ["--steps", "0"]), ("benchmarks.profile_step", ["--size", "10"]),
+    ("benchmarks.bench_bnb_adam8bit", ["--steps", "0"]),
+    ("benchmarks.kernel_alone_dgc", ["--steps", "0"]), ("tools.q8_codebooks", ["--n", "1000"]),
+    ("benchmarks.bench_optimizers", ["--sizes", "0.5"]),
+])
+def test_programs_refuse_bad_values(name, bad):
+    res = run_module(name, *bad)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
 
 
 def test_fidelity_bars_hold_both_ways():
     """A loss or accuracy away from float32's in either direction is not fidelity."""
-    fid = script("fidelity")
+    fid = module("tools.fidelity")
     digits = {"float32": [0.97, 0.97], "int8": [0.98, 0.975]}
     charlm = {"float32": [(10, 2.0)], "bfloat16": [(10, 2.01)], "int8": [(10, 1.9)]}
     s = fid.summarize(digits, charlm)
@@ -130,7 +288,7 @@ def test_q8_codebooks_models_the_library_rule():
     reference.q8_quantize stores, tiny v kept; below m's smallest code the library flushes
     to 0 where the grid rounds to the nearer of 0 and that code, so those are left out."""
     from ms_optim import reference
-    q8 = script("q8_codebooks")
+    q8 = module("tools.q8_codebooks")
     rng = np.random.default_rng(1)
     x = (rng.standard_normal(8 * 256) * 10.0 ** (-6 * rng.random(8 * 256))).astype(np.float32)
     mgrid, vgrid = q8.CODES["E4M3 / E5M3"]
@@ -146,15 +304,16 @@ def test_q8_codebooks_models_the_library_rule():
 
 
 def test_comm_volume_help_and_bad_sparsity():
-    res = run_script("comm_volume.py", "--help")
+    res = run_module("benchmarks.comm_volume", "--help")
     assert res.returncode == 0 and "--sparsity" in res.stdout
-    res = run_script("comm_volume.py", "--sparsity", "1.5")
+    res = run_module("benchmarks.comm_volume", "--sparsity", "1.5")
     assert res.returncode == 2 and "[0, 1)" in res.stderr
 
 
-@pytest.mark.parametrize("name", ["train", "train_dist", "comm_volume"])
+@pytest.mark.parametrize("name", ["examples.train", "examples.train_dist",
+                                  "benchmarks.comm_volume", "benchmarks.layouts"])
 def test_every_option_has_a_help_text(name):
-    parser = script(name).build_parser()
+    parser = module(name).build_parser()
     missing = [a.option_strings for a in parser._actions if not a.help]
     assert not missing, f"{name}: options without help: {missing}"
 
@@ -168,13 +327,13 @@ def test_every_option_has_a_help_text(name):
 ])
 def test_train_rejects_bad_options_with_usage_errors(args, message, capsys):
     with pytest.raises(SystemExit) as exc:
-        script("train").parse_args(args)
+        module("examples.train").parse_args(args)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
 
 
 def test_train_bad_epochs_subprocess_has_no_traceback():
-    res = run_script("train.py", "--epochs", "0")
+    res = run_module("examples.train", "--epochs", "0")
     assert res.returncode == 2, res.stderr
     assert "must be a positive integer" in res.stderr and "Traceback" not in res.stderr
 
@@ -183,14 +342,14 @@ def test_train_bad_epochs_subprocess_has_no_traceback():
                                   ["--seed", "-2"], [], ["--opt", "dgc", "--report", "x"]])
 def test_train_dist_rejects_bad_options(args):
     with pytest.raises(SystemExit) as exc:
-        script("train_dist").parse_args(args)
+        module("examples.train_dist").parse_args(args)
     assert exc.value.code == 2
 
 
-# ---- 7. the main job's output
+# ---- the main job's output
 
 def fake_result(name, accs, batch=32):
-    train = script("train")
+    train = module("examples.train")
     spec = next(s for s in train.OPTIMIZERS if s.name == name)
     return {"name": name, "batch_size": batch, "epochs": len(accs),
             "final_test_acc": accs[-1], "best_test_acc": max(accs), "train_time_s": 1.0,
@@ -200,12 +359,12 @@ def fake_result(name, accs, batch=32):
 
 
 def test_train_epoch_line_labels_both_times():
-    line = script("train").epoch_line("Lamb", 3, 20, 0.5, 0.97, 0.4, 12.3)
+    line = module("examples.train").epoch_line("Lamb", 3, 20, 0.5, 0.97, 0.4, 12.3)
     assert "epoch   0.4s" in line and "elapsed   12.3s" in line
 
 
 def test_train_table_names_the_baseline():
-    train = script("train")
+    train = module("examples.train")
     table = train.format_table([fake_result("Momentum (baseline)", [0.97, 0.98]),
                                 fake_result("Lamb", [0.96, 0.975])])
     header = table.splitlines()[0]
@@ -214,7 +373,7 @@ def test_train_table_names_the_baseline():
 
 
 def test_train_results_record_hyperparameters():
-    train = script("train")
+    train = module("examples.train")
     by_name = {s.name: s for s in train.OPTIMIZERS}
     hp = json.loads(json.dumps(train.hyperparameters(by_name["Lamb (batch 256)"], 7)))
     assert hp["batch_size"] == 256 and hp["epochs"] == 7
@@ -228,7 +387,7 @@ def test_train_results_record_hyperparameters():
 
 
 def test_train_zoomed_accuracy_range_spans_the_final_differences():
-    train = script("train")
+    train = module("examples.train")
     results = [fake_result("Momentum (baseline)", [0.6, 0.9, 0.975, 0.978]),
                fake_result("Lamb", [0.5, 0.95, 0.97, 0.972])]
     low, high = train.zoom_range(results)
@@ -237,55 +396,7 @@ def test_train_zoomed_accuracy_range_spans_the_final_differences():
 
 def test_train_plot_has_a_zoomed_panel(tmp_path):
     pytest.importorskip("matplotlib")
-    train = script("train")
+    train = module("examples.train")
     path = tmp_path / "curves.png"
     train.plot_curves([fake_result("Momentum (baseline)", [0.6, 0.9, 0.975, 0.978])], str(path))
     assert path.stat().st_size > 0
-
-
-# ---- 8 and 2. the README's snippets run as written
-
-def readme_blocks(section, lang):
-    """The ```lang blocks of the README section whose heading is `section`."""
-    text = open(README).read()
-    start = text.index(f"\n{section}\n")
-    end = text.find("\n## ", start + 1)
-    body = text[start:end if end >= 0 else len(text)]
-    return re.findall(rf"```{lang}\n(.*?)```", body, re.S)
-
-
-@pytest.mark.parametrize("section", ["## Lamb", "## DGCMomentum",
-                                     "## C library for parameter servers"])
-def test_readme_python_snippet_runs(section):
-    snippet = readme_blocks(section, "python")[0]
-    res = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True,
-                         timeout=300, cwd=ROOT)
-    assert res.returncode == 0, f"{section} snippet failed:\n{snippet}\n{res.stderr[-3000:]}"
-
-
-def test_readme_lamb_snippet_excludes_bias_and_layernorm():
-    namespace = {}
-    exec(readme_blocks("## Lamb", "python")[0], namespace)
-    excluded = sorted(p.name for p in namespace["net"].trainable_params()
-                      if namespace["no_decay"](p))
-    assert excluded == ["0.bias", "1.beta", "1.gamma", "3.bias"]
-
-
-def test_readme_c_snippet_builds_with_its_gcc_line_and_runs(tmp_path):
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        pytest.skip("no gcc")
-    from ms_optim import capi
-    (code,) = readme_blocks("## C library for parameter servers", "c")
-    (build,) = [b for b in readme_blocks("## C library for parameter servers", "bash")
-                if "server.c" in b]
-    assert "gcc -I\"$INC\" server.c -L\"$LIB\" -lms_optim -Wl,-rpath,\"$LIB\" -o server" in build
-    (tmp_path / "server.c").write_text(code)
-    lib_dir = os.path.dirname(capi.library_path())
-    subprocess.run([gcc, "-Wall", "-Werror", f"-I{capi.include_dir()}", "server.c",
-                    f"-L{lib_dir}", "-lms_optim", f"-Wl,-rpath,{lib_dir}", "-o", "server"],
-                   cwd=tmp_path, check=True, capture_output=True, timeout=120)
-    res = subprocess.run([str(tmp_path / "server")], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    row = [float(x) for x in res.stdout.splitlines()[0].split(":")[1].split()]
-    np.testing.assert_allclose(row, [-0.001] * 3, rtol=1e-3)

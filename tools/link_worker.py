@@ -1,11 +1,12 @@
 """One msrun worker of the link experiment: trains, times every step, counts its host's bytes.
 
-Launched by scripts/link_experiment.py (through scripts/netlab.py), one msrun per host
-inside that host's network namespace:
+Launched by tools/link_experiment.py (through tools/netlab.py), one msrun per host
+inside that host's network namespace, with the repository root on PYTHONPATH (msrun
+runs this file as a script):
 
     ip netns exec NS msrun --worker_num=N --local_worker_num=1 --node_rank=R \\
         --master_addr=<host 0's address> --master_port=P --log_dir=DIR/log.hostR --join=True \\
-        scripts/link_worker.py --run dgc-999 --dev IFACE --out DIR [--model big] [--steps 200] ...
+        /path/to/repo/tools/link_worker.py --run dgc-999 --dev IFACE --out DIR [--model big] ...
 
 Every worker starts from the same initial weights (same seed) and trains on its
 shard of the data (rank r takes samples r, r + N, ...); which samples form step
@@ -29,10 +30,13 @@ import os
 import sys
 import time
 
+import mindspore as ms
 import numpy as np
+from mindspore import ParallelMode, nn, ops
+from mindspore.communication import get_group_size, get_rank, init
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+import ms_optim
+from examples.common import digits
 
 MOMENTUM = 0.9
 WARMUP = [0.75, 0.9375, 0.984375, 0.996, 0.999]
@@ -46,7 +50,7 @@ RECIPES = {
     "dense": {"optimizer": "Momentum", "data_parallel": True},
     # the README's recipe: compress from the first step, 0.99 for 10 steps, then 0.999
     # (measured: Paddle's 0.75 and 0.9375 stages cost more selection work than they save
-    # on the wire with 2 hosts, and train no better here)
+    # on the wire with 2 hosts, and train no better in this experiment)
     "dgc": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 20,
             "sparsity": [0.99, 0.999]},
     "dgc-paddle": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 40,
@@ -58,10 +62,6 @@ RECIPES = {
 
 def make_optimizer(run, params, lr):
     """The optimizer of recipe `run`; switches to DATA_PARALLEL first when the recipe says so."""
-    import mindspore as ms
-    from mindspore import ParallelMode, nn
-
-    import ms_optim
     settings = dict(RECIPES[run])
     kind = settings.pop("optimizer")
     if settings.pop("data_parallel", False):
@@ -92,8 +92,7 @@ def synthetic_data(seed, n_train=1347, n_test=450, features=64, classes=10):
 def load(data, seed):
     """(x_train, y_train, x_test, y_test) of `data`."""
     if data == "digits":
-        import train  # scripts/train.py: the digits split and standardization (scikit-learn)
-        return train.load_data(seed)
+        return digits.load_data(seed)  # the split and standardization need scikit-learn
     return synthetic_data(seed)
 
 
@@ -110,7 +109,6 @@ def batch_indices(seed, rank, step, n, batch):
 
 def mlp(widths):
     """Dense layers of the given widths with ReLU between them."""
-    from mindspore import nn
     layers = []
     for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
         layers.append(nn.Dense(a, b))
@@ -145,9 +143,6 @@ def barrier():
     """Waits until every worker gets here: an AllReduce of one number in a graph of its own
     (MindSpore 2.10 has no Barrier on CPU).  Called right before the timed loop, so that no
     worker's first step times its peer's compile or first eval."""
-    import mindspore as ms
-    from mindspore import nn, ops
-
     class AllReduceOne(nn.Cell):
         def __init__(self):
             super().__init__()
@@ -174,8 +169,6 @@ def timed_step(cell, x, y, dev):
 
 def build(args):
     """(net, optimizer, train cell) of `args`, identical initial weights on every rank."""
-    import mindspore as ms
-    from mindspore import nn
     ms.set_seed(args.seed)
     net = mlp(MODELS[args.model])
     # cosine: lr (1 + cos(pi t / steps)) / 2, from --lr at step 0 to 0 at --steps; a function
@@ -194,7 +187,6 @@ def ckpt_path(out, rank, step):
 
 def resume(cell, out, rank, step):
     """Loads this rank's checkpoint taken before `step` into the train cell."""
-    import mindspore as ms
     not_loaded, _ = ms.load_param_into_net(cell, ms.load_checkpoint(ckpt_path(out, rank, step)))
     if not_loaded:
         raise RuntimeError(f"checkpoint of step {step} did not set: {not_loaded}")
@@ -203,9 +195,6 @@ def resume(cell, out, rank, step):
 def setup(args):
     """Communication, this rank's data shard and the model: (rank, nranks, data, net, opt,
     cell), the cell restored from the --resume checkpoint if asked."""
-    import mindspore as ms
-    from mindspore.communication import get_group_size, get_rank, init
-
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
     init()
@@ -224,10 +213,6 @@ def setup(args):
 
 def train(args):
     """The timed training loop; writes DIR/result.rank<r>.json."""
-    import mindspore as ms
-
-    from train import evaluate as test_accuracy  # scripts/train.py
-
     rank, nranks, (x_train, y_train, x_test, y_test), net, opt, cell = setup(args)
     start = args.resume or 0
 
@@ -244,7 +229,7 @@ def train(args):
 
     def evaluate(t):
         """Test accuracy after t steps, with the mean train loss since the previous eval."""
-        acc = test_accuracy(net, x_test, y_test)
+        acc = digits.evaluate(net, x_test, y_test)
         loss = float(np.mean(losses)) if losses else None
         evals.append({"step": t, "train_time_s": clock, "test_acc": acc, "train_loss": loss})
         losses.clear()
@@ -311,16 +296,17 @@ def _positive_float(text):
 
 
 def add_model_arguments(parser):
-    """--model and --data, shared with scripts/link_experiment.py (which passes them on)."""
+    """--model and --data, shared with tools/link_experiment.py (which passes them on)."""
     parser.add_argument("--model", default="big", choices=sorted(MODELS),
                         help="big: MLP 64-4096-4096-10 (17.1M parameters); small: 64-256-128-10")
     parser.add_argument("--data", default="digits", choices=["digits", "synthetic"],
-                        help="digits: scikit-learn's digits (scripts/train.py's split); "
+                        help="digits: scikit-learn's digits (examples/common/digits.py); "
                              "synthetic: numpy-made clusters of the same sizes (no scikit-learn)")
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.link_worker",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--run", required=True, choices=sorted(RECIPES),
                         help="optimizer recipe (RECIPES in this file)")
     add_model_arguments(parser)

@@ -2,26 +2,25 @@
 
 ``dgc_kernel_alone(sizes)`` times the work of one DGCMomentum step (impl="native",
 one worker, sparsity 0.999, float32 parameters) done by calling the kernels directly
-on numpy buffers through ``ms_optim._native.call_aot`` (checked once, then timed with
-the ctypes arguments prepared once, ``_native.prepare_aot``): the multi-tensor select over
+on numpy buffers through ``ms_optim.testing.call_kernel`` (checked once, then timed with
+the ctypes arguments prepared once, ``testing.prepare_kernel``): the multi-tensor select over
 the compressed parameters (writing the fused exchange buffer), the multi-tensor apply
 from it, and the dense momentum of the small parameters, bucketed as the optimizer
 buckets them.  The step's floor: what the optimizer inside MindSpore adds on top is
 launch and graph overhead.
 
-    python scripts/kernel_alone_dgc.py --sizes 1e6 2.56e7
+    python -m benchmarks.kernel_alone_dgc --sizes 1e6 2.56e7
 """
 import argparse
-import os
 import statistics
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from ms_optim import _native, dgc_plan, kernels  # noqa: E402
+from benchmarks.layouts import resnet50_sizes
+from examples.common.cli import positive_int
+from ms_optim import dgc_plan, kernels
+from ms_optim.testing import call_kernel, prepare_kernel
 
 SPARSITY = 0.999
 MOMENTUM = 0.9
@@ -68,12 +67,12 @@ def _step_calls(sizes, seed, grads=None):
 
 def dgc_kernel_alone_step(sizes, grads=None, seed=0):
     """A callable running one DGC step's native kernels on buffers of `sizes` (with these
-    gradient arrays when given), checked once through call_aot, then with the ctypes
-    arguments prepared once (``_native.prepare_aot``): the kernels' time only."""
+    gradient arrays when given), checked once through call_kernel, then with the ctypes
+    arguments prepared once (``prepare_kernel``): the kernels' time only."""
     calls = _step_calls([int(n) for n in sizes], seed, grads)
     for entry, arrays in calls:  # checked (and the buffers' pages touched) once
-        _native.call_aot(entry, arrays)
-    runs = [_native.prepare_aot(entry, arrays) for entry, arrays in calls]
+        call_kernel(entry, arrays)
+    runs = [prepare_kernel(entry, arrays) for entry, arrays in calls]
     return lambda: [run() for run in runs]
 
 
@@ -89,15 +88,15 @@ def dgc_kernel_alone(sizes, steps=10, seed=0):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.kernel_alone_dgc",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", type=float, default=[1e6, 2.56e7],
-                        help="total parameters; ResNet-50's layout scaled to each")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")
+                        help="total parameters; ResNet-50's layout scaled to each (>= 1000)")
+    parser.add_argument("--steps", type=positive_int, default=10,
+                        help="timed steps (median reported)")
     args = parser.parse_args(argv)
-    if args.steps < 1 or min(args.sizes) < 1000:
-        parser.error("--steps must be >= 1 and every size >= 1000")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_optimizers import resnet50_sizes
+    if min(args.sizes) < 1000:
+        parser.error("every size must be >= 1000")
     for n in args.sizes:
         sizes, _ = resnet50_sizes(int(n))
         t = dgc_kernel_alone(sizes, args.steps)

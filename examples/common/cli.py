@@ -1,4 +1,5 @@
-"""argparse value types shared by the scripts: they reject bad values with a usage error."""
+"""argparse value types of the examples, benchmarks and tools: a bad value is a usage error
+(exit status 2, no traceback)."""
 import argparse
 
 
@@ -32,3 +33,11 @@ def positive_float(text):
     if not 0.0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
     return value
+
+
+def parameter_count(text):
+    """A whole number >= 1, also written in exponent form (1e6, 2.5e7): parameter counts."""
+    value = _number(text, float)
+    if not (1 <= value < float("inf")) or value != int(value):
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text}")
+    return int(value)

@@ -13,7 +13,7 @@ in ``RATIOS``.  The optimizers of one size are timed interleaved, one step of
 each per round in a rotating order, so a drift of the machine's memory
 bandwidth during the run affects them all alike; they are all alive at once.
 
-Layouts:
+Layouts (benchmarks/layouts.py; ``python -m benchmarks.layouts --size N`` lists them):
   resnet50  the 161 parameter tensors of ResNet-50 (torchvision's layout,
             25,557,032 parameters) for N = 25M; for smaller N the channel
             widths are scaled so the total is closest to N (width 0.166 at 1M,
@@ -22,12 +22,12 @@ Layouts:
             kernel launches, and every tensor several times the CPU's
             last-level cache.
 
-How to run::
+How to run, from the repository root::
 
-    python scripts/bench_optimizers.py
-    python scripts/bench_optimizers.py --sizes 1e6 --steps 5 --only AdamOffload
-    python scripts/bench_optimizers.py --layouts equal4 --only Lamb nn.Adam
-    OMP_NUM_THREADS=2 python scripts/bench_optimizers.py --json results/bench.json
+    python -m benchmarks.bench_optimizers
+    python -m benchmarks.bench_optimizers --sizes 1e6 --steps 5 --only AdamOffload
+    python -m benchmarks.bench_optimizers --layouts equal4 --only Lamb nn.Adam
+    OMP_NUM_THREADS=2 python -m benchmarks.bench_optimizers --json results/bench.json
 
 With nn.Adam and both Lamb paths selected, each size also prints the
 "memory floor": the speed-up over ``impl="ops"`` that a Lamb kernel would
@@ -40,7 +40,7 @@ machine, and on other core counts they are indicative.  They are reported, not
 enforced: the exit status is 0 unless an optimizer failed to run, or
 ``--check`` is given and a target is not met (then 1).
 The thread count (OMP_NUM_THREADS, else os.cpu_count()) and the SIMD path of
-the native kernels (``ms_optim._native.isa()``) are printed with the results.
+the native kernels (``ms_optim.native_info()["isa"]``) are printed with the results.
 """
 import argparse
 import gc
@@ -54,15 +54,14 @@ import time
 import numpy as np
 
 import mindspore as ms
-from mindspore import nn
-
-from mindspore import ops
+from mindspore import nn, ops
 
 import ms_optim
-from ms_optim import _native, kernels
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from comm_volume import resnet50_shapes  # noqa: E402
+from benchmarks.kernel_alone_dgc import dgc_kernel_alone_step
+from benchmarks.layouts import LAYOUTS, layout_sizes
+from examples.common.cli import parameter_count
+from ms_optim import kernels
+from ms_optim.testing import prepare_kernel
 
 # (name, factory(params) -> optimizer). One line per optimizer; the factory
 # runs only when the entry is selected, so entries may name optimizers that a
@@ -92,7 +91,7 @@ RATIOS = [
     ("ms_optim.AdamOffload", "nn.Adam", 1.15, None, None),
     ("ms_optim.AdamOffload", "nn.Adam", 0.5, ("resnet50",), ONE_M),
     ("ms_optim.AdamOffload", "nn.Adam", 0.9, ("resnet50",), ABOUT_25M),
-    # compact moments (issue 14), at 25M parameters
+    # compact moments, at 25M parameters
     ("ms_optim.AdamOffload[int8]", "nn.Adam", 0.65, None, ABOUT_25M),
     ("ms_optim.AdamOffload[int8]", "nn.AdamOffload", 0.5, None, ABOUT_25M),
     ("ms_optim.AdamOffload[bf16]", "nn.Adam", 0.85, None, ABOUT_25M),
@@ -139,38 +138,11 @@ def lamb_speedup_ceiling(medians):
 TOPK_N, TOPK_K = 25_000_000, 25_000
 TOPK_BARS = [("ops.topk", 1 / 20), ("numpy argpartition", 1 / 8)]
 
-LAYOUTS = ("resnet50", "equal4")
-
 
 def thread_count():
     """OMP_NUM_THREADS when set, else os.cpu_count()."""
     env = os.environ.get("OMP_NUM_THREADS")
     return (int(env) if env and env.strip().isdigit() else os.cpu_count()), bool(env)
-
-
-def resnet50_sizes(n):
-    """Tensor sizes of ResNet-50 with its channel width scaled so the total is closest to n."""
-    def total(width):
-        return sum(int(np.prod(s)) for _, s in resnet50_shapes(width))
-
-    width = 1.0  # ResNet-50 itself (25.56M) stands for 25M
-    if total(width) > 1.03 * n:
-        lo, hi = 0.0, 1.0
-        for _ in range(40):  # total() grows with the width
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if total(mid) < n else (lo, mid)
-        width = min((lo, hi), key=lambda w: abs(total(w) - n))
-    return [int(np.prod(s)) for _, s in resnet50_shapes(width)], width
-
-
-def layout_sizes(layout, n):
-    """(tensor sizes, description) of a layout for about n parameters."""
-    if layout == "equal4":
-        parts = max(1, min(4, n))
-        base = n // parts
-        return [base] * (parts - 1) + [n - base * (parts - 1)], f"{parts} equal tensors"
-    sizes, width = resnet50_sizes(n)
-    return sizes, f"ResNet-50 tensors at width {width:.3f}, largest {max(sizes):,}"
 
 
 def _powers():
@@ -200,8 +172,8 @@ def _adam_alone(sizes, grads, moment_dtype="float32"):
     tail = [np.float32([1e-3]), np.zeros(1, np.float32), _powers(),
             kernels.consts_array("adam", beta1=0.9, beta2=0.999, eps=1e-8, inv_scale=1.0,
                                  nesterov=False), np.zeros(1, np.float32)]
-    calls = [_native.prepare_aot(entry, p[lo:hi] + m[lo:hi] + v[lo:hi]
-                                 + [x for sc in scales for x in sc[lo:hi]] + grads[lo:hi] + tail)
+    calls = [prepare_kernel(entry, p[lo:hi] + m[lo:hi] + v[lo:hi]
+                            + [x for sc in scales for x in sc[lo:hi]] + grads[lo:hi] + tail)
              for lo, hi in kernels.buckets([0] * len(sizes))]
     return lambda: [c() for c in calls]
 
@@ -215,14 +187,13 @@ def _lamb_alone(sizes, grads):
                 kernels.consts_array("lamb", beta1=0.9, beta2=0.999, eps=1e-6, clip_norm=0.0,
                                      clip_lo=-np.inf, clip_hi=np.inf, always_adapt=False),
                 np.zeros(hi - lo, np.float32)]
-        calls.append(_native.prepare_aot("ms_optim_lamb", p[lo:hi] + m[lo:hi] + v[lo:hi]
-                                         + grads[lo:hi] + tail))
+        calls.append(prepare_kernel("ms_optim_lamb", p[lo:hi] + m[lo:hi] + v[lo:hi]
+                                    + grads[lo:hi] + tail))
     return lambda: [c() for c in calls]
 
 
 def _dgc_alone(sizes, grads):
     """DGCMomentum's kernels (select, apply, dense momentum) on their own buffers."""
-    from kernel_alone_dgc import dgc_kernel_alone_step
     return dgc_kernel_alone_step(sizes, grads)
 
 
@@ -433,13 +404,6 @@ def run_topk(steps, seed, report):
     return judge_topk(timings, report)
 
 
-def parse_size(text):
-    value = float(text)
-    if value < 1 or value != int(value):
-        raise argparse.ArgumentTypeError(f"size must be a positive integer, got {text!r}")
-    return int(value)
-
-
 def fmt_ratio(r):
     return "n/a" if r is None else f"{r:.3f}"
 
@@ -509,9 +473,10 @@ def run_size(entries, layout, sizes, described, args, report):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_optimizers",
+                                     description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", nargs="+", type=parse_size,
+    parser.add_argument("--sizes", nargs="+", type=parameter_count,
                         default=[1_000_000, 10_000_000, 25_000_000],
                         help="total float32 parameter counts (e.g. 1e6 1e7 2.5e7)")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per optimizer")
@@ -541,7 +506,7 @@ def main(argv=None):
     ms.set_device("CPU")
 
     threads, from_env = thread_count()
-    isa = _native.isa()
+    isa = ms_optim.native_info()["isa"]
     sizes_sorted = sorted(set(args.sizes))
     print(f"ms_optim {ms_optim.__version__}, mindspore {ms.__version__}, numpy {np.__version__}, "
           f"python {platform.python_version()}")

@@ -1,23 +1,25 @@
 """Step time of bitsandbytes' CPU Adam8bit, for comparison with AdamOffload(moment_dtype="int8").
 
 bitsandbytes is not a dependency of ms_optim: run this in a separate
-environment that has torch and bitsandbytes (no MindSpore needed):
+environment that has torch and bitsandbytes (no MindSpore needed), from the
+repository root:
 
     python3 -m venv /tmp/bnb && /tmp/bnb/bin/pip install torch bitsandbytes
-    OMP_NUM_THREADS=2 /tmp/bnb/bin/python scripts/bench_bnb_adam8bit.py --size 2.5e7
+    OMP_NUM_THREADS=2 /tmp/bnb/bin/python -m benchmarks.bench_bnb_adam8bit --size 2.5e7
 
 It steps --tensors equal float32 tensors (25M parameters in 4 by default, the
 bench's "equal4" layout) with random gradients and prints the median step
 time and ns per parameter.  Compare with ``ms_optim.AdamOffload[int8]`` of
-``scripts/bench_optimizers.py --layouts equal4 --sizes 2.5e7`` on the same
-machine.
+``python -m benchmarks.bench_optimizers --layouts equal4 --sizes 2.5e7`` on the
+same machine.
 """
 import argparse
 import time
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_bnb_adam8bit",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=float, default=2.5e7, help="total parameters")
     ap.add_argument("--tensors", type=int, default=4, help="equal tensors the size is split in")
     ap.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")

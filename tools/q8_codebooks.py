@@ -9,7 +9,7 @@ float32 run's.  Each row is one choice of block size and of the code
 - ``EnMk``: a small float, n exponent and k mantissa bits, no subnormals,
   whose largest code is exactly 1 (ms_optim's rule, reference.q8_encode);
 - ``EnMk<1``: the same with the largest code just below 1
-  (``1 - 2^-(k+1)``), as ms_optim's first version had;
+  (``1 - 2^-(k+1)``), every code used, for comparison;
 - ``tree``: a dynamic tree code in the manner of Dettmers et al. (2022):
   decade d = 0, 1, ... holds 2^(bits - 1 - d) evenly spaced values in
   [10^-(d+1), 10^-d], so values near the absmax get the most resolution.
@@ -26,19 +26,15 @@ nearest value, so the rows differ only in their grids.  (The library's code
 differs from its grid here only below the smallest non-zero code, where it
 flushes m to 0.)
 
-    python scripts/q8_codebooks.py                 # the table in docs/ALGORITHMS.md §1.1
-    python scripts/q8_codebooks.py --steps 100 --n 8192
+    python -m tools.q8_codebooks                 # the table in docs/algorithms.md §1.1
+    python -m tools.q8_codebooks --steps 100 --n 8192
 """
 import argparse
-import os
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ms_optim import reference  # noqa: E402
-from cli_types import positive_int  # noqa: E402
+from examples.common.cli import positive_int
+from ms_optim import reference
 
 f32 = np.float32
 
@@ -112,7 +108,8 @@ def run(code, block, keep, sigma, n, steps, seed, lr=1e-3, b1=0.9, b2=0.999, eps
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.q8_codebooks",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=positive_int, default=32768, help="elements (a multiple of 2048)")
     ap.add_argument("--steps", type=positive_int, default=300, help="Adam steps")
     ap.add_argument("--seed", type=int, default=0)

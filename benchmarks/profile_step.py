@@ -2,11 +2,11 @@
 
 Each line times one GRAPH_MODE cell call (median of --steps calls) on the
 host CPU, for a parameter layout (ResNet-50's 161 tensors scaled to about
---size parameters, as scripts/bench_optimizers.py):
+--size parameters, as benchmarks/bench_optimizers.py):
 
 - the floor of a graph call (a cell that returns a constant);
 - the graph ops an optimizer runs around its kernel (beta powers, concat);
-- a no-op AOT Custom op (a probe compiled by this script, doing nothing)
+- a no-op AOT Custom op (a probe compiled by this benchmark, doing nothing)
   with 1 input, and with all the tensors as inputs of one op, and one probe
   op per tensor: MindSpore's cost per Custom op and per op input;
 - the same with the inputs marked as written in place (side_effect_mem);
@@ -17,8 +17,8 @@ host CPU, for a parameter layout (ResNet-50's 161 tensors scaled to about
   back to Python;
 - OpenMP: a 2-thread kernel call on a small tensor against a 1-thread one.
 
-The findings are written up in docs/PROFILE.md.  Run:
-    python scripts/profile_step.py [--size 1e6] [--steps 50]
+The findings are written up in docs/PROFILE.md.  Run, from the repository root:
+    python -m benchmarks.profile_step [--size 1e6] [--steps 50]
 """
 import argparse
 import ctypes
@@ -34,10 +34,10 @@ import mindspore as ms
 from mindspore import nn, ops
 from mindspore.ops import CustomRegOp, DataType
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_optimizers import layout_sizes  # noqa: E402
-
-from ms_optim import _native, kernels  # noqa: E402
+import ms_optim
+from benchmarks.layouts import layout_sizes
+from ms_optim import kernels
+from ms_optim.testing import advance_beta_powers, override_kernel, prepare_kernel
 
 _PROBE = r"""
 #include <cstdint>
@@ -82,7 +82,7 @@ def build_probe(tmp, name="probe", source=_PROBE, link=()):
 
 def build_shim(tmp):
     """The timing shim, linked to the loaded library (same file: the same instance)."""
-    libdir = os.path.dirname(_native.library_path())
+    libdir = os.path.dirname(ms_optim.native_info()["library"])
     lib = build_probe(tmp, "shim", _SHIM, ["-L" + libdir, "-lms_optim", "-Wl,-rpath," + libdir])
     handle = ctypes.CDLL(lib)
     for fn in ("timed_to_entry", "timed_kernel"):
@@ -93,7 +93,7 @@ def build_shim(tmp):
 def split_step(step, shim, alone, steps):
     """Medians (ms) of: Python call to kernel entry, the kernel, kernel exit to return, and
     of the kernel alone (`alone`), timed after each step so that both see the same machine
-    (its memory bandwidth drifts by tens of percent over minutes here)."""
+    (a machine's memory bandwidth can drift by tens of percent over minutes)."""
     parts = []
     for i in range(steps + 2):
         shim.timed_mark()
@@ -139,7 +139,7 @@ class GraphOps(nn.Cell):
         opt = self.opt
         lr = opt.get_lr()
         opt.assignadd(opt.global_step, opt.global_step_increase_tensor)
-        b1, b2 = opt._advance_beta_powers()
+        b1, b2 = advance_beta_powers(opt)
         return ops.concat((b1, b2)) + lr
 
 
@@ -191,7 +191,8 @@ def params_of(sizes, tag):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.profile_step",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=float, default=1e6, help="total parameters (default 1e6)")
     ap.add_argument("--steps", type=int, default=50, help="timed calls per line")
     args = ap.parse_args(argv)
@@ -199,12 +200,12 @@ def main(argv=None):
         ap.error("--size must be >= 1000 and --steps >= 1")
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
-    import ms_optim
 
     sizes, described = layout_sizes("resnet50", int(args.size))
     n, K = sum(sizes), len(sizes)
-    print(f"layout: {described}; {K} tensors, {n:,} parameters; isa {_native.isa()}, "
-          f"threads {_native.native_info()['kernel_threads']}")
+    info = ms_optim.native_info()
+    print(f"layout: {described}; {K} tensors, {n:,} parameters; isa {info['isa']}, "
+          f"threads {info['kernel_threads']}")
     rows = []
 
     def row(what, value_ms, per=None):
@@ -242,8 +243,8 @@ def main(argv=None):
              kernels.consts_array("adam", beta1=0.9, beta2=0.999, eps=1e-8, inv_scale=1.0,
                                   nesterov=0)]
     done = np.zeros(1, np.float32)
-    alone = _native.prepare_aot("ms_optim_adam_inplace",
-                                [a for group in bufs for a in group] + hyper + [done])
+    alone = prepare_kernel("ms_optim_adam_inplace",
+                           [a for group in bufs for a in group] + hyper + [done])
     row("native Adam kernel alone (ctypes, one multi-tensor call)", median_ms(alone, args.steps))
     for name, make in (("ms_optim.AdamOffload step in MindSpore",
                         lambda p: ms_optim.AdamOffload(p, learning_rate=1e-3)),
@@ -258,18 +259,13 @@ def main(argv=None):
     # the step split around its kernel by the timing shim
     with tempfile.TemporaryDirectory() as tmp:
         shim_lib, shim = build_shim(tmp)
-        real = _native.aot_func
-        _native.aot_func = lambda entry: (f"{shim_lib}:timed_adam"
-                                          if entry == "ms_optim_adam_inplace" else real(entry))
-        try:
+        with override_kernel("ms_optim_adam_inplace", f"{shim_lib}:timed_adam"):
             grads = ms.ParameterTuple(ms.Parameter(ms.Tensor(b), name=f"gshim{i}",
                                                    requires_grad=False)
                                       for i, b in enumerate(bufs[3]))
             step = Step(ms_optim.AdamOffload(params_of(sizes, "shim"), learning_rate=1e-3),
                         grads)
             before, kernel, after, alone_ms = split_step(step, shim, alone, args.steps)
-        finally:
-            _native.aot_func = real
     row("AdamOffload step: Python call to the kernel's entry", before)
     row("AdamOffload step: the kernel, inside MindSpore", kernel)
     row("AdamOffload step: the kernel's exit to the return", after)
@@ -279,10 +275,10 @@ def main(argv=None):
     small = [np.abs(rng.standard_normal(1 << 15)).astype(np.float32) for _ in range(4)]
     one = small + hyper + [done]
     row("Adam kernel, one 32K tensor (goes parallel)",
-        median_ms(_native.prepare_aot("ms_optim_adam_inplace", one), 200))
+        median_ms(prepare_kernel("ms_optim_adam_inplace", one), 200))
     tiny = [a[:(1 << 15) - 64].copy() for a in small] + hyper + [done]
     row("Adam kernel, one 32K-64 tensor (stays on one thread)",
-        median_ms(_native.prepare_aot("ms_optim_adam_inplace", tiny), 200))
+        median_ms(prepare_kernel("ms_optim_adam_inplace", tiny), 200))
     return 0
 
 

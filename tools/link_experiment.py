@@ -1,19 +1,19 @@
 """DGC where it pays: time to accuracy of dense and DGC training over a shaped link between hosts.
 
-Needs root (network namespaces, veth, tc; see scripts/netlab.py).  From the
+Needs root (network namespaces, veth, tc; see tools/netlab.py).  From the
 repository root, with the environment active:
 
-    python scripts/link_experiment.py                        # 2 hosts, 1gbit, big MLP, digits
-    python scripts/link_experiment.py --rate 10gbit --runs dense,dgc-999 \\
+    python -m tools.link_experiment                        # 2 hosts, 1gbit, big MLP, digits
+    python -m tools.link_experiment --rate 10gbit --runs dense,dgc-999 \\
         --steps dense=60,dgc-999=200
-    python scripts/link_experiment.py --model small --data synthetic --runs dgc-999 \\
-        --fault linkdown@20:5                                # host 1 offline 5 s at step 20
-    python scripts/link_experiment.py --runs dgc-999 --fault kill@20   # SIGKILL host 1's worker
+    python -m tools.link_experiment --model small --data synthetic --runs dgc-999 \\
+        --fault linkdown@20:5                              # host 1 offline 5 s at step 20
+    python -m tools.link_experiment --runs dgc-999 --fault kill@20   # SIGKILL host 1's worker
 
 Every run gets a fresh lab (hosts, link, addresses): its counters start at
 zero, no socket or port state and no fault of an earlier run carries over, and
 building one takes a fraction of a second.  In it one msrun per host starts
-scripts/link_worker.py; host 0's msrun also runs the scheduler on host 0's
+tools/link_worker.py; host 0's msrun also runs the scheduler on host 0's
 address.  While a run goes, a line every few steps follows rank 0's progress.
 
 Output in OUT: link_results.json (configuration; per run: per-step time and
@@ -42,12 +42,10 @@ import statistics
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import link_worker  # noqa: E402
-import netlab  # noqa: E402
+from tools import link_worker, netlab
 
-WORKER = os.path.join(HERE, "link_worker.py")
+# msrun runs the worker as a file, in the run's folder; netlab puts the root on PYTHONPATH
+WORKER = os.path.abspath(link_worker.__file__)
 POLL_S = 0.2
 
 
@@ -381,10 +379,11 @@ def plot(records, path, title):
 # --------------------------------------------------------------------- main --
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.link_experiment",
+                                     description=__doc__.splitlines()[0])
     netlab.add_lab_arguments(parser)
     parser.add_argument("--runs", default="dense,dgc,dgc-paddle,dgc-999",
-                        help="comma-separated recipes of scripts/link_worker.py: "
+                        help="comma-separated recipes of tools/link_worker.py: "
                              f"{', '.join(sorted(link_worker.RECIPES))}")
     link_worker.add_model_arguments(parser)
     parser.add_argument("--steps", default="150",

@@ -1,11 +1,13 @@
 """Data-parallel digits training under msrun: DGCMomentum against dense Momentum.
 
-Run by scripts/msrun_train.sh, one msrun launch per optimizer:
+Run by examples/msrun_train.sh, one msrun launch per optimizer, from the repository
+root with the root on PYTHONPATH (msrun runs this file as a script):
 
-    msrun --worker_num=2 --local_worker_num=2 --master_addr=127.0.0.1 --master_port=8118 \\
-          --log_dir=results/msrun/log_dgc --join=True scripts/train_dist.py --opt dgc
+    PYTHONPATH=$PWD msrun --worker_num=2 --local_worker_num=2 --master_addr=127.0.0.1 \\
+          --master_port=8118 --log_dir=results/msrun/log_dgc --join=True \\
+          examples/train_dist.py --opt dgc
 
-Each worker trains the MLP of scripts/train.py on its shard of the training
+Each worker trains the MLP of examples/common/digits.py on its shard of the training
 split (rank r takes samples r, r + R, ...), batch 32 per worker:
 - ``--opt dgc``: ms_optim.DGCMomentum in MindSpore's default STAND_ALONE mode;
   the optimizer exchanges the compressed gradients itself;
@@ -14,7 +16,7 @@ split (rank r takes samples r, r + R, ...), batch 32 per worker:
 Rank 0 prints per-epoch progress and writes OUT/<opt>.json; every rank writes
 a checksum of its final parameters so the replicas can be compared.
 
-``python scripts/train_dist.py --report OUT`` (no msrun) prints the
+``python -m examples.train_dist --report OUT`` (no msrun) prints the
 comparison table and saves OUT/msrun_loss.png.
 """
 import argparse
@@ -24,30 +26,27 @@ import os
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from cli_types import nonnegative_int, positive_float, positive_int  # noqa: E402
+import mindspore as ms
+import numpy as np
+from mindspore import ParallelMode, nn
+from mindspore.communication import get_group_size, get_rank, init
+
+import ms_optim
+from examples.common import digits
+from examples.common.cli import nonnegative_int, positive_float, positive_int
 
 WARMUP = [0.75, 0.9375, 0.984375, 0.996, 0.999]
 
 
 def train(args):
-    import mindspore as ms
-    import numpy as np
-    from mindspore import ParallelMode, nn
-    from mindspore.communication import get_group_size, get_rank, init
-
-    import ms_optim
-    import train as single  # scripts/train.py: data and network
-
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
     init()
     rank, nranks = get_rank(), get_group_size()
     ms.set_seed(args.seed)
-    x_train, y_train, x_test, y_test = single.load_data(args.seed)
+    x_train, y_train, x_test, y_test = digits.load_data(args.seed)
     x_train, y_train = x_train[rank::nranks], y_train[rank::nranks]
-    net = single.make_net()
+    net = digits.make_net()
     steps_per_epoch = len(x_train) // args.batch
     if args.opt == "dgc":
         opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=args.lr, momentum=0.9,
@@ -70,7 +69,7 @@ def train(args):
         for b in range(steps_per_epoch):
             idx = order[b * args.batch:(b + 1) * args.batch]
             losses.append(float(step(ms.Tensor(x_train[idx]), ms.Tensor(y_train[idx])).asnumpy()))
-        acc = single.evaluate(net, x_test, y_test)
+        acc = digits.evaluate(net, x_test, y_test)
         history["train_loss"].append(float(np.mean(losses)))
         history["test_acc"].append(acc)
         if rank == 0:
@@ -135,6 +134,7 @@ def report(out):
 
 def build_parser():
     parser = argparse.ArgumentParser(
+        prog="python -m examples.train_dist",
         description=__doc__.split("\n\n")[0],
         epilog="Under msrun (one process per worker): --opt dgc|momentum [--epochs --batch --lr "
                "--seed --out]; afterwards, without msrun: --report OUT.")

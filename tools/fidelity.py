@@ -3,11 +3,11 @@
 Two real tasks, each trained once per ``moment_dtype`` from the same initial
 weights on the same batches, so that only the moments' storage differs:
 
-- **digits**: the MLP and data of scripts/train.py (scikit-learn's bundled
-  digits, 75/25 split), AdamOffload lr 1e-3, batch 32, over 3 seeds (the
-  seed sets the split, the initial weights and the batch order).  Reported:
-  final test accuracy per seed, and its difference from float32 moments in
-  points (issue 14's bar: within 0.3 points, averaged over the seeds).
+- **digits**: the MLP and data of examples/common/digits.py (scikit-learn's
+  bundled digits, 75/25 split), AdamOffload lr 1e-3, batch 32, over 3 seeds
+  (the seed sets the split, the initial weights and the batch order).
+  Reported: final test accuracy per seed, and its difference from float32
+  moments in points (target: within 0.3 points, averaged over the seeds).
 - **charlm**: a character-level language model (embedding 64, one LSTM
   layer of 256, a linear read-out; 0.4M parameters; AdamOffload lr 2e-3,
   batch 32 windows of 64 characters) on the Python standard
@@ -15,14 +15,14 @@ weights on the same batches, so that only the moments' storage differs:
   sorted list of modules, the first 90% of the text for training and the
   last 10% held out.  Reported: the held-out loss (nats per character) every
   --eval-every steps, and the final one's difference from float32 moments
-  in percent (bars: bfloat16 within 1%, int8 within 2%, either way: a lower
+  in percent (targets: bfloat16 within 1%, int8 within 2%, either way: a lower
   loss is a different training run too, not a faithful one).
 
 Writes DIR/fidelity.json and DIR/fidelity.png (held-out loss curves, and
 the digits accuracies).  Run from the repository root:
 
-    python scripts/fidelity.py                      # both tasks, results/
-    python scripts/fidelity.py --tasks charlm --steps 300
+    python -m tools.fidelity                      # both tasks, results/
+    python -m tools.fidelity --tasks charlm --steps 300
 """
 import argparse
 import json
@@ -37,12 +37,11 @@ import mindspore as ms
 from mindspore import nn
 
 import ms_optim
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_types import positive_int  # noqa: E402
+from examples.common.cli import positive_int
+from examples.common.digits import batches, evaluate, load_data, make_net
 
 DTYPES = ("float32", "bfloat16", "int8")
-# issue 14's bars: digits in accuracy points (mean over seeds), charlm in percent of loss
+# The targets: digits in accuracy points (mean over seeds), charlm in percent of loss
 DIGITS_BAR_POINTS = 0.3
 CHARLM_BAR_PERCENT = {"bfloat16": 1.0, "int8": 2.0}
 # The standard library modules the corpus is made of, in this order.
@@ -63,8 +62,6 @@ def adam(params, moment_dtype, lr):
 # ------------------------------------------------------------------ digits --
 
 def run_digits(seeds, epochs, dtypes):
-    from train import batches, evaluate, load_data, make_net
-
     out = {}
     for seed in seeds:
         data = load_data(seed)
@@ -101,7 +98,7 @@ def load_corpus():
                 parts.append(fh.read())
             used.append(rel)
     if not parts:
-        raise SystemExit(f"fidelity.py: no standard library sources found under {root}")
+        raise SystemExit(f"tools.fidelity: no standard library sources found under {root}")
     return np.frombuffer(b"\n".join(parts), np.uint8), used
 
 
@@ -238,7 +235,8 @@ def plot(digits, charlm, path):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python -m tools.fidelity",
+                                 description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", nargs="+", choices=("digits", "charlm"),
                     default=["digits", "charlm"], help="which tasks to run (default: both)")

@@ -2,6 +2,7 @@
 
     with Lab(hosts=2, rate="1gbit") as lab:
         proc = lab.msrun(0, nworkers=2, port=lab.free_port(), log_dir=..., script=..., args=[...])
+        # msrun runs `script` as a file, with the repository root on PYTHONPATH
         lab.counters(0)            # {"tx_bytes": ..., "rx_bytes": ...} of host 0's interface
         lab.set_link(1, up=False)  # a link outage of host 1
 
@@ -22,9 +23,9 @@ would leave them running and the namespaces alive), then deletes the
 namespaces, which removes their veths and the bridge.
 
 Anything the kernel or iproute2 refuses raises `NetlabError` with the command
-and its stderr; the scripts turn it into exit code 2.
+and its stderr; the tools turn it into exit code 2.
 
-``python scripts/netlab.py [--hosts N] [--rate R] [--delay D] [--mbytes M]``
+``python -m tools.netlab [--hosts N] [--rate R] [--delay D] [--mbytes M]``
 builds a lab, streams M MB over TCP from the last host to host 0, prints the
 throughput, the interface counters and ``tc -s qdisc``, and tears down.
 """
@@ -42,6 +43,7 @@ import time
 
 _RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
 _DELAY_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
 TBF_LATENCY = "20ms"  # tbf queue limit, in time at `rate`: deep enough that TCP reaches the rate
 GSO_MAX = 65536       # a veth hands tbf GSO packets up to 64 KiB; a smaller bucket splits them
 
@@ -90,7 +92,7 @@ def tbf_burst(rate_bps):
 
     The classic rule: the bucket must hold what the link sends in one timer
     tick, rate / HZ, or the shaper cannot reach its rate; and at least one
-    64 KiB GSO packet, which it would otherwise split.  Measured on a veth here
+    64 KiB GSO packet, which it would otherwise split.  Measured on a veth
     (HZ 250, 2 cores, one TCP stream, payload rate): at 10gbit a 5 MB bucket
     (= rate/HZ) gave 9.3-9.6 Gbit/s, 64 KiB only 4.6; at 1gbit and 100mbit
     rate/HZ gave 0.96 and 0.10 Gbit/s.  Unshaped, the veth itself moved
@@ -241,9 +243,13 @@ class Lab:
 
     def msrun(self, host, nworkers, port, log_dir, script, args, stdout=None, cwd=None):
         """One msrun for host `host` (node rank = host index, one worker on it), joined to
-        the scheduler that host 0's msrun starts on its address."""
+        the scheduler that host 0's msrun starts on its address.  msrun runs `script` as a
+        file: the repository root leads its PYTHONPATH, so that the script imports the
+        examples, benchmarks and tools packages."""
         bindir = os.path.dirname(sys.executable)  # msrun starts `python` from PATH
-        env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
+        pythonpath = os.environ.get("PYTHONPATH")
+        env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""),
+                   PYTHONPATH=ROOT + (os.pathsep + pythonpath if pythonpath else ""))
         argv = [os.path.join(bindir, "msrun"), f"--worker_num={nworkers}", "--local_worker_num=1",
                 f"--node_rank={host}", f"--master_addr={self.hosts[0].addr}",
                 f"--master_port={port}", f"--log_dir={log_dir}", "--join=True", script] + list(args)
@@ -290,7 +296,7 @@ class Lab:
 
 
 def _kill_group(proc):
-    """SIGKILL the process group (session) of a process we started."""
+    """SIGKILL the process group (session) of a process the lab started."""
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -375,7 +381,7 @@ def measure_throughput(lab, mbytes, sender=-1, receiver=0):
 
 
 def add_lab_arguments(parser):
-    """The options of a lab (--hosts, --rate, --delay), shared by the scripts that build one."""
+    """The options of a lab (--hosts, --rate, --delay), shared by the tools that build one."""
     parser.add_argument("--hosts", type=int, default=2,
                         help="number of hosts (>= 2; more than 2 are joined by a bridge)")
     parser.add_argument("--rate", default="1gbit",
@@ -385,7 +391,8 @@ def add_lab_arguments(parser):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.netlab",
+                                     description=__doc__.splitlines()[0])
     add_lab_arguments(parser)
     parser.add_argument("--mbytes", type=int, default=200,
                         help="MiB streamed over one TCP connection from the last host to host 0")

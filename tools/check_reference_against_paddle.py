@@ -4,7 +4,7 @@ Not part of the test suite (PaddlePaddle is not a dependency). Run it in an
 environment that has paddlepaddle and numpy, from the repository root:
 
     python3 -m venv /tmp/pd && /tmp/pd/bin/pip install paddlepaddle==3.3.1 numpy
-    /tmp/pd/bin/python scripts/check_reference_against_paddle.py
+    /tmp/pd/bin/python -m tools.check_reference_against_paddle
 
 Without PaddlePaddle it says how to get it and exits 2.
 
@@ -20,12 +20,13 @@ import types
 
 import numpy as np
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INSTALL_HINT = """\
-{script}: PaddlePaddle is not installed in this Python ({python}).
-It is not a dependency of ms_optim; install it in a separate venv and run this script there:
+tools.check_reference_against_paddle: PaddlePaddle is not installed in this Python ({python}).
+It is not a dependency of ms_optim; install it in a separate venv and run this tool there:
 
     python3 -m venv /tmp/pd && /tmp/pd/bin/pip install paddlepaddle==3.3.1 numpy
-    /tmp/pd/bin/python scripts/check_reference_against_paddle.py"""
+    cd {root} && /tmp/pd/bin/python -m tools.check_reference_against_paddle"""
 
 
 def import_paddle():
@@ -35,20 +36,18 @@ def import_paddle():
     except ModuleNotFoundError as exc:
         if exc.name != "paddle":
             raise
-        print(INSTALL_HINT.format(script=os.path.basename(__file__), python=sys.executable),
-              file=sys.stderr)
+        print(INSTALL_HINT.format(python=sys.executable, root=ROOT), file=sys.stderr)
         sys.exit(2)
     return paddle
 
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 # reference.py and the plain-Python modules it imports (dgc_plan) are loaded from the
 # package's folder under a package of their own, so ms_optim/__init__.py (MindSpore) never runs.
 _pkg = types.ModuleType("ms_optim_ref")
-_pkg.__path__ = [os.path.join(HERE, "..", "ms_optim")]
+_pkg.__path__ = [os.path.join(ROOT, "ms_optim")]
 sys.modules["ms_optim_ref"] = _pkg
 spec = importlib.util.spec_from_file_location(
-    "ms_optim_ref.reference", os.path.join(HERE, "..", "ms_optim", "reference.py"))
+    "ms_optim_ref.reference", os.path.join(ROOT, "ms_optim", "reference.py"))
 reference = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = reference
 spec.loader.exec_module(reference)
@@ -104,7 +103,8 @@ def run_case(paddle, name, clip, wd=0.01, always_adapt=False, exclude_b=True):
 
 
 def main(argv=None):
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+    argparse.ArgumentParser(prog="python -m tools.check_reference_against_paddle",
+                            description=__doc__.split("\n\n")[0]).parse_args(argv)
     paddle = import_paddle()
     paddle.set_device("cpu")
     cases = [("plain", "none"), ("clip by global norm", "global"), ("clip by norm", "norm"),

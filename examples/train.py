@@ -1,12 +1,12 @@
 """Train a small MLP on scikit-learn's digits dataset with several optimizers and compare them.
 
-This is the project's end-to-end check that the optimizers really train a network:
-the 1797 8x8 digit images bundled with scikit-learn (no download) are split 75/25
-(stratified), standardized with statistics of the training split, and a
-64 -> 256 -> 128 -> 10 ReLU MLP is trained with each optimizer of ``OPTIMIZERS``
-below, in MindSpore GRAPH_MODE on the CPU.  Every optimizer starts from the same
-initial weights and sees the same sequence of shuffled mini-batches, so the
-comparison is fair.
+The end-to-end check that the optimizers really train a network: on the digits
+task of examples/common/digits.py (the 1797 8x8 digit images bundled with
+scikit-learn, no download, split 75/25 stratified and standardized with
+statistics of the training split), a 64 -> 256 -> 128 -> 10 ReLU MLP is
+trained with each optimizer of ``OPTIMIZERS`` below, in MindSpore GRAPH_MODE
+on the CPU.  Every optimizer starts from the same initial weights and sees the
+same sequence of shuffled mini-batches, so the comparison is fair.
 
 Each epoch prints one line: train loss averaged over the batches, test accuracy,
 the seconds of that epoch ("epoch 0.4s") and the seconds since that optimizer's
@@ -22,9 +22,9 @@ written, with the curves, to the output folder:
 
 Run from the repository root:
 
-    python scripts/train.py                    # all optimizers, results/ folder
-    python scripts/train.py --only Adam        # entries whose name contains "Adam"
-    python scripts/train.py --epochs 5 --out /tmp/run --seed 1
+    python -m examples.train                    # all optimizers, results/ folder
+    python -m examples.train --only Adam        # entries whose name contains "Adam"
+    python -m examples.train --epochs 5 --out /tmp/run --seed 1
 
 To compare another optimizer, append one ``OptimizerSpec`` to ``OPTIMIZERS``.
 """
@@ -32,7 +32,6 @@ import argparse
 import inspect
 import json
 import os
-import sys
 import time
 from collections import namedtuple
 
@@ -42,12 +41,11 @@ from mindspore import nn
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
 import ms_optim
+from examples.common import digits
+from examples.common.cli import nonnegative_int, positive_int
 
-# scikit-learn (load_data) and matplotlib (plot_curves) are imported where they are
-# used, so that the options are checked, and make_net / evaluate can be imported by
-# other scripts, without them.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_types import nonnegative_int, positive_int  # noqa: E402
+# scikit-learn (digits.load_data) and matplotlib (plot_curves) are imported where they are
+# used, so that the options are checked without them.
 
 
 class WarmupLinearDecay(LearningRateSchedule):
@@ -131,53 +129,6 @@ def hyperparameters(spec, epochs):
             "epochs": epochs, "settings": settings}
 
 
-def load_data(seed):
-    """Digits as float32 features (standardized on the train split) and int32 labels."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-    from sklearn.preprocessing import StandardScaler
-
-    x, y = load_digits(return_X_y=True)
-    x_train, x_test, y_train, y_test = train_test_split(
-        x.astype(np.float32), y.astype(np.int32), test_size=0.25, stratify=y, random_state=seed)
-    scaler = StandardScaler().fit(x_train)
-    x_train = scaler.transform(x_train).astype(np.float32)
-    x_test = scaler.transform(x_test).astype(np.float32)
-    return x_train, y_train, x_test, y_test
-
-
-def make_net(init_weights=None):
-    """The MLP; with `init_weights` ({name: numpy array}) its parameters are set to those."""
-    net = nn.SequentialCell([
-        nn.Dense(64, 256), nn.ReLU(),   # 16384 weights: DGC compresses it
-        nn.Dense(256, 128), nn.ReLU(),  # 32768 weights: compressed
-        nn.Dense(128, 10),
-    ])
-    if init_weights is not None:
-        # Through numpy: Tensor.copy() is unreliable in MindSpore 2.10.
-        params = {name: ms.Parameter(ms.Tensor(arr), name) for name, arr in init_weights.items()}
-        not_loaded, _ = ms.load_param_into_net(net, params, strict_load=True)
-        if not_loaded:
-            raise RuntimeError(f"initial weights not loaded for: {not_loaded}")
-    return net
-
-
-def evaluate(net, x, y):
-    """Accuracy of `net` on the whole of (x, y)."""
-    net.set_train(False)
-    logits = net(ms.Tensor(x)).asnumpy()
-    net.set_train(True)
-    return float((logits.argmax(axis=1) == y).mean())
-
-
-def batches(n, batch_size, rng):
-    """Shuffled index batches of one epoch; the last partial batch is dropped so that
-    every step has the same shape and the graph is compiled once."""
-    order = rng.permutation(n)
-    for start in range(0, n - batch_size + 1, batch_size):
-        yield order[start:start + batch_size]
-
-
 def epoch_line(name, epoch, epochs, loss, acc, epoch_s, elapsed_s):
     """The progress line of one epoch: the epoch's own seconds and those since the run
     started, each labelled."""
@@ -188,7 +139,7 @@ def epoch_line(name, epoch, epochs, loss, acc, epoch_s, elapsed_s):
 def train_one(spec, epochs, data, init_weights, seed):
     """Train a fresh net from `init_weights` with `spec`'s optimizer; the run's history."""
     x_train, y_train, x_test, y_test = data
-    net = make_net(init_weights)
+    net = digits.make_net(init_weights)
     loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     optimizer = spec.optimizer(net.trainable_params(), **spec.settings)
     step = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), optimizer)
@@ -199,8 +150,8 @@ def train_one(spec, epochs, data, init_weights, seed):
     start = last = time.perf_counter()
     for epoch in range(1, epochs + 1):
         losses = [float(step(ms.Tensor(x_train[idx]), ms.Tensor(y_train[idx])).asnumpy())
-                  for idx in batches(len(x_train), spec.batch_size, rng)]
-        acc = evaluate(net, x_test, y_test)
+                  for idx in digits.batches(len(x_train), spec.batch_size, rng)]
+        acc = digits.evaluate(net, x_test, y_test)
         now = time.perf_counter()
         elapsed, epoch_s, last = now - start, now - last, now
         history["train_loss"].append(float(np.mean(losses)))
@@ -287,7 +238,8 @@ def plot_curves(results, path):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m examples.train",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=positive_int, default=None,
                         help="epochs for every optimizer, >= 1 (default: each entry's own)")
     parser.add_argument("--only", default=None, metavar="NAME_SUBSTRING",
@@ -320,8 +272,8 @@ def main(argv=None):
     ms.set_seed(args.seed)
     np.random.seed(args.seed)
 
-    data = load_data(args.seed)
-    init_weights = {p.name: p.asnumpy() for p in make_net().get_parameters()}
+    data = digits.load_data(args.seed)
+    init_weights = {p.name: p.asnumpy() for p in digits.make_net().get_parameters()}
     print(f"digits: {len(data[0])} train / {len(data[2])} test samples; "
           f"MindSpore {ms.__version__}, GRAPH_MODE, CPU; seed {args.seed}", flush=True)
 

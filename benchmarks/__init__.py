@@ -1,0 +1,1 @@
+"""Benchmarks of ms_optim, each run from the repository root: python -m benchmarks.X"""
