@@ -1,28 +1,33 @@
-"""Build and install ms_optim.
+"""The native build of ms_optim (metadata: pyproject.toml).
 
-The native kernels in ms_optim/ops/ are compiled at install time into one
-shared library, ms_optim/libms_optim.so, loaded by MindSpore's AOT custom ops
-and by ctypes.  kernels_impl.h is compiled three times (isa_scalar.cpp,
-isa_avx2.cpp, isa_avx512.cpp), each with its own instruction-set flags; the
-library picks one at run time, so one build runs on any x86-64 CPU.
+The native sources in ms_optim/ops/ (core/: rules, loops, ISA dispatch;
+kernels/: the kernels; aot/: the MindSpore adapters; capi/: the C library) are
+compiled at install time into one shared library, ms_optim/libms_optim.so,
+loaded by MindSpore's AOT custom ops and by ctypes.  The kernels are compiled
+three times (core/isa_scalar.cpp, isa_avx2.cpp, isa_avx512.cpp), each with its
+own instruction-set flags; the library picks one at run time, so one build runs
+on any x86-64 CPU.
 """
+import glob
 import os
 import shlex
 import subprocess
 
-from setuptools import Extension, find_packages, setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
+# The one include root of the native sources: every #include of ours is relative
+# to it ("core/rules.h", "kernels/adam.h", "capi/include/ms_optim.h").  Sources
+# and headers are found by folder.
 OPS = os.path.join("ms_optim", "ops")
-SOURCES = ["dispatch.cpp", "aot_adam.cpp", "aot_lamb.cpp", "aot_dgc.cpp", "topk.cpp", "isa_scalar.cpp", "isa_avx2.cpp", "isa_avx512.cpp",
-           "capi.cpp", "capi_config.cpp", "capi_state.cpp", "capi_registry.cpp"]
-HEADERS = ["contract.h", "kernels.h", "kernels_impl.h", "rules.h", "common.h", "topk.h", "ps_kernels.h", "ps_kernels_impl.h",
-           "loops_impl.h", "capi_internal.h", "include/ms_optim.h"]
+SOURCES = sorted(glob.glob(os.path.join(OPS, "**", "*.cpp"), recursive=True))
+HEADERS = sorted(glob.glob(os.path.join(OPS, "**", "*.h"), recursive=True))
 
 # -fno-math-errno lets sqrt vectorize; -ffp-contract=off and no -ffast-math keep
 # every operation IEEE-rounded, so each ISA matches the numpy reference bit for bit.
 COMMON_FLAGS = ["-std=c++17", "-O3", "-fPIC", "-fopenmp", "-fno-math-errno", "-ffp-contract=off",
                 "-fvisibility=hidden", "-D_GLIBCXX_USE_CXX11_ABI=0", "-Wall", "-Wextra"]
+# The ISA units' own flags, by file name (core/isa_*.cpp).
 ISA_FLAGS = {
     "isa_scalar.cpp": [],
     "isa_avx2.cpp": ["-mavx2", "-mfma", "-mf16c"],
@@ -52,10 +57,11 @@ class BuildNative(build_ext):
         tmp = os.path.abspath(os.path.join(self.build_temp, "ms_optim_native"))
         os.makedirs(tmp, exist_ok=True)
         os.makedirs(os.path.dirname(out), exist_ok=True)
+        includes = [f"-I{os.path.abspath(d)}" for d in ext.include_dirs]
         objects = []
         for src in ext.sources:
-            obj = os.path.join(tmp, os.path.basename(src) + ".o")
-            flags = COMMON_FLAGS + ISA_FLAGS.get(os.path.basename(src), [])
+            obj = os.path.join(tmp, os.path.basename(src) + ".o")  # the file names are unique
+            flags = COMMON_FLAGS + includes + ISA_FLAGS.get(os.path.basename(src), [])
             if os.path.basename(src) == "dispatch.cpp":
                 flags = flags + [f'-DMSOPT_BUILD_FLAGS="{_describe_flags(cxx)}"']
             self._run(cxx + flags + ["-c", os.path.abspath(src), "-o", obj])
@@ -68,18 +74,10 @@ class BuildNative(build_ext):
         subprocess.check_call(cmd)
 
 
+# The project's metadata, dependencies and package data are in pyproject.toml; this file
+# only describes the native library, whose per-file compiler flags need code.
 setup(
-    name="ms_optim",
-    version="0.1.0",
-    description="Communication- and memory-efficient optimizers for MindSpore",
-    packages=find_packages(include=["ms_optim", "ms_optim.*"]),
-    package_data={"ms_optim": ["ops/*.h", "ops/*.cpp", "ops/include/*.h"]},
     ext_modules=[Extension("ms_optim.libms_optim",
-                           sources=[os.path.join(OPS, s) for s in SOURCES],
-                           depends=[os.path.join(OPS, h) for h in HEADERS])],
+                           sources=SOURCES, depends=HEADERS, include_dirs=[OPS])],
     cmdclass={"build_ext": BuildNative},
-    python_requires=">=3.9",
-    # MindSpore 2.10 has modules built against NumPy 1.x (Tensor arithmetic fails under 2.x).
-    install_requires=["mindspore==2.10.0", "numpy>=1.22,<2"],
-    extras_require={"test": ["pytest"], "examples": ["scikit-learn", "matplotlib"]},
 )

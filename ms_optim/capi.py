@@ -83,7 +83,7 @@ class CapiError(RuntimeError):
 
 def include_dir():
     """Directory holding ms_optim.h (pass it to the C compiler as -I)."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "ops", "include")
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "ops", "capi", "include")
 
 
 def header_path():

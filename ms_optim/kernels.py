@@ -4,7 +4,7 @@ Three things live here and nowhere else:
 
 - **Constants layouts.**  A kernel's fixed hyper-parameters travel as one
   float32 tensor whose layout is a C++ struct declared by a list of field
-  names in ``ops/contract.h``.  ``LAYOUTS`` declares the same names once on
+  names in ``ops/core/contract.h``.  ``LAYOUTS`` declares the same names once on
   this side; ``consts(kernel, **values)`` builds the tensor by name (a
   missing or unknown name is a ValueError), and the first op built for a
   kernel compares the names with the library's own list
@@ -33,7 +33,7 @@ _FORMATS = {mstype.float32: _F32, mstype.float16: _F16, mstype.float64: DataType
             mstype.bfloat16: DataType.BF16_Default, mstype.int32: _I32, mstype.int8: _I8,
             mstype.uint8: _U8}
 
-# The field names of each constants struct of ops/contract.h, in order.
+# The field names of each constants struct of ops/core/contract.h, in order.
 LAYOUTS = {
     "adam": ("beta1", "beta2", "eps", "inv_scale", "nesterov"),
     "adam_ext": ("beta1", "beta2", "eps", "inv_scale", "nesterov", "decoupled"),
@@ -124,7 +124,7 @@ def moment_storage(moment_dtype):
 
 def adam_op(k, dtype, delta, moment_dtype="float32"):
     """Multi-tensor Adam step over `k` parameters of `dtype` (float32 or float16), moments
-    stored as `moment_dtype` (MOMENT_DTYPES; ops/aot_adam.cpp).
+    stored as `moment_dtype` (MOMENT_DTYPES; ops/aot/aot_adam.cpp).
 
     In place (``delta=False``): inputs param[k], m[k], v[k], [m_scale[k], v_scale[k] for int8],
     grad[k], lr (1 or k), wd (1 or k), powers float32[2], consts (LAYOUTS["adam"] or

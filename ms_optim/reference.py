@@ -365,7 +365,7 @@ class DGCReference:
 # hyper-parameters cast to T, with the operation order of rules.h, so the
 # library matches bit for bit.  Arrays are updated in place.
 
-PS_NORM_BLOCK = 2048  # kPsNormBlock in ps_kernels.h
+PS_NORM_BLOCK = 2048  # kPsNormBlock in core/ps_kernels.h
 
 
 def ps_lr(lr, step, policy="const", lr_decay_a=0.0, lr_decay_b=0.0):
@@ -418,7 +418,7 @@ def ps_adam_step(p, m, v, g, lr, beta1, beta2, eps, beta1_power, beta2_power, ne
 
 
 def ps_sumsq(x):
-    """sum(x^2) in double in the library's fixed order (ps_kernels.h): blocks of
+    """sum(x^2) in double in the library's fixed order (core/ps_kernels.h): blocks of
     PS_NORM_BLOCK elements, 8 interleaved lanes summed in order, lanes combined
     pairwise, blocks added in order.  The same bits for any ISA or thread count."""
     x = np.asarray(x, np.float64).ravel()

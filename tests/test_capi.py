@@ -10,6 +10,7 @@
   against the installed library, and the Go example through cgo.
 """
 import ast
+import glob
 import os
 import re
 import shutil
@@ -682,16 +683,18 @@ def test_header_and_library_are_found():
 # ------------------------------------------------------------- C programs --
 
 def _setup_lists():
-    """SOURCES, COMMON_FLAGS and ISA_FLAGS of setup.py, read without running it."""
+    """The sources (setup.py's glob: every .cpp under ms_optim/ops), COMMON_FLAGS and
+    ISA_FLAGS of setup.py, read without running it."""
     with open(os.path.join(ROOT, "setup.py")) as f:
         tree = ast.parse(f.read())
     found = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             name = getattr(node.targets[0], "id", None)
-            if name in ("SOURCES", "COMMON_FLAGS", "ISA_FLAGS"):
+            if name in ("COMMON_FLAGS", "ISA_FLAGS"):
                 found[name] = ast.literal_eval(node.value)
-    return found["SOURCES"], found["COMMON_FLAGS"], found["ISA_FLAGS"]
+    sources = sorted(glob.glob(os.path.join(OPS, "**", "*.cpp"), recursive=True))
+    return sources, found["COMMON_FLAGS"], found["ISA_FLAGS"]
 
 
 def _run_all(cmds, cwd):
@@ -727,9 +730,9 @@ def sanitized_programs(tmp_path_factory):
     common = [f for f in common if not f.startswith("-O") and f != "-fvisibility=hidden"]
     cmds, objects = [], []
     for src in sources:
-        obj = os.path.join(out, src + ".o")
-        cmds.append(["g++"] + common + isa_flags.get(src, []) + SANITIZE +
-                    ["-c", os.path.join(OPS, src), "-o", obj])
+        obj = os.path.join(out, os.path.basename(src) + ".o")
+        cmds.append(["g++"] + common + ["-I", OPS] + isa_flags.get(os.path.basename(src), []) +
+                    SANITIZE + ["-c", src, "-o", obj])
         objects.append(obj)
     for prog in ("test_capi", "fuzz_capi"):
         cmds.append(["gcc"] + C_FLAGS + SANITIZE + ["-I", capi.include_dir(), "-c",

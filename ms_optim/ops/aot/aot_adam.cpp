@@ -31,10 +31,10 @@
 #include <new>
 #include <vector>
 
-#include "common.h"
-#include "contract.h"
-#include "kernels.h"
-#include "rules.h"
+#include "core/common.h"
+#include "core/contract.h"
+#include "core/kernels.h"
+#include "core/rules.h"
 
 namespace msopt {
 namespace {

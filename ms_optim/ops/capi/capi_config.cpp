@@ -6,7 +6,7 @@
 #include <string>
 #include <system_error>
 
-#include "capi_internal.h"
+#include "capi/capi_internal.h"
 
 namespace msopt {
 namespace capi {

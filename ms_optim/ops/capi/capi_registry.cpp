@@ -3,7 +3,7 @@
 #include <shared_mutex>
 #include <unordered_map>
 
-#include "capi_internal.h"
+#include "capi/capi_internal.h"
 
 namespace msopt {
 namespace capi {

@@ -1,12 +1,12 @@
-// The C library for parameter servers: the functions of include/ms_optim.h,
+// The C library for parameter servers: the functions of capi/include/ms_optim.h,
 // and the update engine under them (dense, rows, lazy regularization).
 // Config parsing, the state blob and the handle registry are capi_config.cpp,
 // capi_state.cpp and capi_registry.cpp (declarations in capi_internal.h).
 //
 // A handle owns a copy of the parameter, the optimizer's buffers and a step
 // counter; every call validates all of its arguments before changing anything,
-// runs the per-ISA kernels of ps_kernels_impl.h (math in rules.h) on OpenMP
-// threads for large inputs, and never lets an exception or an abort escape.
+// runs the per-ISA kernels of kernels/ps_kernels_impl.h (math in core/rules.h)
+// on OpenMP threads for large inputs, and never lets an exception or an abort escape.
 //
 // Handles are opaque tokens looked up in a registry (a stale or made-up handle
 // is an error, not a crash); each optimizer has its own mutex, so calls on one
@@ -26,10 +26,10 @@
 #include <numeric>
 #include <vector>
 
-#include "capi_internal.h"
-#include "kernels.h"
-#include "ps_kernels.h"
-#include "rules.h"
+#include "capi/capi_internal.h"
+#include "core/kernels.h"
+#include "core/ps_kernels.h"
+#include "core/rules.h"
 
 namespace msopt {
 namespace capi {

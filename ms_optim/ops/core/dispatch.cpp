@@ -10,10 +10,10 @@
 #include <iterator>
 #include <string>
 
-#include "common.h"
-#include "contract.h"
-#include "kernels.h"
-#include "ps_kernels.h"
+#include "core/common.h"
+#include "core/contract.h"
+#include "core/kernels.h"
+#include "core/ps_kernels.h"
 
 namespace msopt {
 namespace {

@@ -1,21 +1,28 @@
 // Loops of the C library for parameter servers, compiled once per instruction
-// set: included at the end of isa_scalar.cpp / isa_avx2.cpp / isa_avx512.cpp
-// (after MSOPT_ISA_NS and MSOPT_ISA_NAME are defined), so the plain `omp simd`
-// loops below are vectorized with that unit's -m flags.  The per-element math
-// is rules.h; each kernel runs one contiguous range on the calling thread.
-// Adam and Lamb are the shared loops of loops_impl.h with this library's
-// policies.  Needs kernels_impl.h included first (with_flags, loops_impl.h).
+// set: included by core/isa_scalar.cpp / isa_avx2.cpp / isa_avx512.cpp (which
+// define MSOPT_ISA_NS and MSOPT_ISA_NAME), so the plain `omp simd` loops below
+// are vectorized with that unit's -m flags.  The per-element math is
+// core/rules.h; each kernel runs one contiguous range on the calling thread.
+// Adam and Lamb are the shared loops of core/loops_impl.h with this library's
+// policies.
+#pragma once
 #ifndef MSOPT_ISA_NS
-#error "define MSOPT_ISA_NS before including ps_kernels_impl.h"
+#error "define MSOPT_ISA_NS before including kernels/ps_kernels_impl.h"
+#endif
+#ifndef MSOPT_ISA_NAME
+#error "define MSOPT_ISA_NAME before including kernels/ps_kernels_impl.h"
 #endif
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
-#include "ps_kernels.h"
-#include "rules.h"
+#include "core/loops_impl.h"
+#include "core/ps_kernels.h"
+#include "core/rules.h"
+#include "kernels/threading.h"
 
 namespace msopt {
 namespace MSOPT_ISA_NS {

@@ -15,7 +15,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "capi_internal.h"
+#include "capi/capi_internal.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the state format is little-endian");
 

@@ -1,5 +1,5 @@
 // Internal declarations of the C library for parameter servers (the functions
-// of include/ms_optim.h), shared by its four sources:
+// of capi/include/ms_optim.h), shared by its four sources:
 //   capi_config.cpp    the config string: keys, defaults, ranges
 //   capi_state.cpp     the state blob: header layout, CRC, serialize/deserialize
 //   capi_registry.cpp  optimizers behind opaque handles
@@ -16,8 +16,8 @@
 #include <mutex>
 #include <new>
 
-#include "common.h"
-#include "include/ms_optim.h"
+#include "core/common.h"
+#include "capi/include/ms_optim.h"
 
 namespace msopt {
 namespace capi {

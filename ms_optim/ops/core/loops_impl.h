@@ -1,7 +1,7 @@
 // The Adam and Lamb loops of both kernel families, written once: the AOT
-// kernels (kernels_impl.h) and the C library for parameter servers
-// (ps_kernels_impl.h) instantiate them for their element type and their own
-// policies, so each keeps its operation order, and so its bits:
+// kernels (kernels/adam.h, kernels/lamb.h) and the C library for parameter
+// servers (kernels/ps_kernels_impl.h) instantiate them for their element type
+// and their own policies, so each keeps its operation order, and so its bits:
 //   Grad  how a gradient element is read: as given (C library), times a scale
 //         (AOT: 1/loss_scale), or scaled and value-clipped (AOT Lamb);
 //   Norm  the order Lamb's squared norms are summed in, block by block:
@@ -9,7 +9,8 @@
 //         but ISA-dependent; C library: 8 fixed lanes over kPsNormBlock,
 //         ISA- and thread-independent).
 // Per-element math is rules.h.  Compiled once per ISA: included by
-// kernels_impl.h and ps_kernels_impl.h, in the ISA's namespace (MSOPT_ISA_NS).
+// kernels/adam.h, kernels/lamb.h and kernels/ps_kernels_impl.h, in the ISA's
+// namespace (MSOPT_ISA_NS).
 #pragma once
 #ifndef MSOPT_ISA_NS
 #error "define MSOPT_ISA_NS before including loops_impl.h"
@@ -18,7 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "rules.h"
+#include "core/rules.h"
 
 // In the ISA's own namespace, not an anonymous one: the C library's kernels
 // (namespace ps, external linkage) hold these types in their lambdas.
@@ -57,7 +58,7 @@ struct AdamStep {
 // The end of one Adam element, m and v already updated: the direction (with
 // AdamW's decoupled decay under kDecoupled), then the step written as the
 // delta or added to the parameter.  Shared by adam_loop and the compact-moment
-// loop of kernels_impl.h.
+// loop of kernels/adam.h.
 template <class T, bool kDelta, bool kNesterov, bool kDecay, bool kDecoupled>
 inline void adam_finish(T gi, T mi, T vi, T &out, T b1, T c1, T eps, T wd, T nlr) {
   T dir = rules::adam_direction<T, kNesterov>(gi, mi, vi, b1, c1, eps);

@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include "common.h"
-#include "contract.h"
-#include "kernels.h"
-#include "topk.h"
+#include "core/common.h"
+#include "core/contract.h"
+#include "core/kernels.h"
+#include "kernels/topk.h"
 
 using msopt::AotArgs;
 using msopt::fail;

@@ -10,7 +10,7 @@
 // 4. Otherwise (too few, or too many, e.g. many ties at the threshold) fall
 //    back to an exact radix select over the whole array: three histogram
 //    passes find T and how many ties to take, a last pass emits the result.
-#include "topk.h"
+#include "kernels/topk.h"
 
 #include <omp.h>
 
@@ -20,9 +20,9 @@
 #include <new>
 #include <vector>
 
-#include "common.h"
-#include "kernels.h"
-#include "rules.h"
+#include "core/common.h"
+#include "core/kernels.h"
+#include "core/rules.h"
 
 namespace msopt {
 namespace {

@@ -127,7 +127,7 @@ inline T dgc_dense_momentum(T g, T &u, T momentum) {
 }
 
 // ---------------------------------------------------------------------------
-// Rules of the C library for parameter servers (capi.cpp, ps_kernels_impl.h),
+// Rules of the C library for parameter servers (capi/capi.cpp, kernels/ps_kernels_impl.h),
 // mirrored by the ps_* functions at the end of ms_optim/reference.py.  Adam and
 // Lamb there use the rules above, as the AOT kernels do.
 

@@ -1,10 +1,11 @@
 // ms_optim native kernels: the declarations every translation unit shares.
 //
-// The math lives in kernels_impl.h, which is compiled once per instruction set
-// (isa_scalar.cpp, isa_avx2.cpp, isa_avx512.cpp) into its own namespace.  The
-// dispatcher (dispatch.cpp) picks one table of function pointers at run time
-// from the CPU's features.  Both the MindSpore AOT adapters (aot_*.cpp) and the
-// plain C ABI call kernels only through that table.
+// The math lives in the kernels/ headers (kernels/table_impl.h defines the
+// table), compiled once per instruction set (core/isa_scalar.cpp, isa_avx2.cpp,
+// isa_avx512.cpp) into its own namespace.  The dispatcher (core/dispatch.cpp)
+// picks one table of function pointers at run time from the CPU's features.
+// Both the MindSpore AOT adapters (aot/aot_*.cpp) and the plain C ABI call
+// kernels only through that table.
 //
 // No MindSpore or Python headers here or in any kernel source.
 #pragma once

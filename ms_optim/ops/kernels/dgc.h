@@ -1,0 +1,162 @@
+// The DGC kernels: the momentum correction fused with the gathering of top-k
+// candidates (KernelTable::dgc_accumulate_range_f32, gather_abs_f32; the
+// selection is kernels/topk.cpp) and the dense momentum (dgc_momentum).
+// Compiled once per instruction set, inside that ISA's namespace (MSOPT_ISA_NS,
+// defined by each core/isa_*.cpp unit).
+#pragma once
+#ifndef MSOPT_ISA_NS
+#error "define MSOPT_ISA_NS before including kernels/dgc.h"
+#endif
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "core/kernels.h"
+#include "core/rules.h"
+#include "kernels/half.h"
+#include "kernels/threading.h"
+
+namespace msopt {
+namespace MSOPT_ISA_NS {
+namespace {
+
+// Gathering runs in 64-element chunks: a vectorized max of |x| over the chunk
+// decides whether the chunk needs a scalar look (rare at DGC's sparsities).
+constexpr int64_t kGatherChunk = 64;
+
+inline void gather_chunk(const float *x, int64_t base, int64_t len, float thr, int32_t *out,
+                         int64_t cap, int64_t &count) {
+  float cmax = 0.0f;
+#pragma omp simd reduction(max : cmax)
+  for (int64_t j = 0; j < len; ++j) cmax = std::max(cmax, std::fabs(x[j]));
+  if (!(cmax >= thr)) return;
+  for (int64_t j = 0; j < len; ++j) {
+    if (std::fabs(x[j]) >= thr) {
+      if (count < cap) out[count] = static_cast<int32_t>(base + j);
+      ++count;
+    }
+  }
+}
+
+template <bool kNesterov>
+void dgc_accumulate_range(float *u, float *v, const float *grad, int64_t lo, int64_t hi,
+                          float momentum, Gather *g) {
+  const int t = omp_get_thread_num();
+  int32_t *out = g->slots + static_cast<int64_t>(t) * g->cap;
+  int64_t count = 0;
+  for (int64_t c = lo; c < hi; c += kGatherChunk) {
+    const int64_t len = std::min(kGatherChunk, hi - c);
+    float *uc = u + c, *vc = v + c;
+    const float *gc = grad + c;
+#pragma omp simd
+    for (int64_t j = 0; j < len; ++j) {
+      float ui = uc[j], vi = vc[j];
+      rules::dgc_accumulate<float, kNesterov>(gc[j], ui, vi, momentum);
+      uc[j] = ui;
+      vc[j] = vi;
+    }
+    gather_chunk(vc, c, len, g->threshold, out, g->cap, count);
+  }
+  g->counts[t] = count;
+}
+
+void dgc_accumulate_range_f32(float *u, float *v, const float *grad, int64_t lo, int64_t hi,
+                              float momentum, bool nesterov, Gather *g) {
+  if (nesterov)
+    dgc_accumulate_range<true>(u, v, grad, lo, hi, momentum, g);
+  else
+    dgc_accumulate_range<false>(u, v, grad, lo, hi, momentum, g);
+}
+
+void gather_abs_f32(const float *x, int64_t n, Gather *g) {
+  parallel_ranges(n, [&](int64_t lo, int64_t hi) {
+    const int t = omp_get_thread_num();
+    int32_t *out = g->slots + static_cast<int64_t>(t) * g->cap;
+    int64_t count = 0;
+    for (int64_t c = lo; c < hi; c += kGatherChunk)
+      gather_chunk(x + c, c, std::min(kGatherChunk, hi - c), g->threshold, out, g->cap, count);
+    g->counts[t] = count;
+  });
+}
+
+// float16 parameters are stepped in blocks converted through a stack buffer.
+constexpr int64_t kDgcHalfBlock = 1024;
+
+// p -= lr * step over [lo, hi) of one tensor (float16 p through float32 blocks).
+template <bool kNesterov>
+void dgc_dense_range(const DgcDenseTensor &x, int64_t lo, int64_t hi, float momentum) {
+  float *u = x.u;
+  const float *g = x.g;
+  const float lr = x.lr;
+  if (!x.half) {
+    float *p = static_cast<float *>(x.p);
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i) {
+      float ui = u[i];
+      const float step = rules::dgc_dense_momentum<float, kNesterov>(g[i], ui, momentum);
+      u[i] = ui;
+      p[i] = p[i] - lr * step;
+    }
+    return;
+  }
+  half_bits *p = static_cast<half_bits *>(x.p);
+  alignas(64) float pb[kDgcHalfBlock];
+  for (int64_t b = lo; b < hi; b += kDgcHalfBlock) {
+    const int64_t len = std::min(kDgcHalfBlock, hi - b);
+    f16_to_f32(p + b, pb, len);
+    float *ub = u + b;
+    const float *gb = g + b;
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) {
+      float ui = ub[i];
+      const float step = rules::dgc_dense_momentum<float, kNesterov>(gb[i], ui, momentum);
+      ub[i] = ui;
+      pb[i] = pb[i] - lr * step;
+    }
+    f32_to_f16(pb, p + b, len);
+  }
+}
+
+// The dense momentum goes parallel from this many elements in all: below, the
+// work (about 0.3 ms on one core) costs less than waking a team on cores that
+// MindSpore's threads share (ResNet-50's small tensors: 53K elements).
+constexpr int64_t kDgcDenseParallelMin = 8 * kParallelMin;
+
+template <bool kNesterov>
+void dgc_momentum_impl(const DgcDenseTensor *ts, int64_t count, float momentum) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < count; ++i) total += ts[i].n;
+  const int nthreads = kernel_threads();
+  if (total < kDgcDenseParallelMin || nthreads < 2) {
+    for (int64_t i = 0; i < count; ++i) dgc_dense_range<kNesterov>(ts[i], 0, ts[i].n, momentum);
+    return;
+  }
+#pragma omp parallel num_threads(nthreads)
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    for (int64_t i = 0; i < count; ++i)
+      if (ts[i].n >= kParallelMin) {
+        const Range r = thread_range(ts[i].n, nt, t);
+        if (r.lo < r.hi) dgc_dense_range<kNesterov>(ts[i], r.lo, r.hi, momentum);
+      }
+    // (elementwise: nothing to wait for between the two loops, nor after this one but the
+    // region's end)
+#pragma omp for schedule(dynamic, 1) nowait
+    for (int64_t i = 0; i < count; ++i)
+      if (ts[i].n < kParallelMin) dgc_dense_range<kNesterov>(ts[i], 0, ts[i].n, momentum);
+  }
+}
+
+void dgc_momentum(const DgcDenseTensor *ts, int64_t count, float momentum, bool nesterov) {
+  if (nesterov)
+    dgc_momentum_impl<true>(ts, count, momentum);
+  else
+    dgc_momentum_impl<false>(ts, count, momentum);
+}
+
+}  // namespace
+}  // namespace MSOPT_ISA_NS
+}  // namespace msopt

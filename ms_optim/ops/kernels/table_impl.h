@@ -1,0 +1,36 @@
+// The AOT kernel table of one instruction set (core/kernels.h's KernelTable),
+// its kernels written once and compiled once per instruction set.
+//
+// Include this file from exactly one translation unit per ISA (core/isa_*.cpp)
+// after defining MSOPT_ISA_NS (scalar, avx2 or avx512) and MSOPT_ISA_NAME; that
+// unit is compiled with the matching -m flags, so the plain loops of the
+// kernels/ headers are vectorized for that ISA by the compiler (`omp simd`, -O3
+// -fno-math-errno) and the float16 conversions use F16C / AVX-512 instructions
+// where available.  Threads come from OpenMP (kernels/threading.h).
+#pragma once
+#ifndef MSOPT_ISA_NS
+#error "define MSOPT_ISA_NS before including kernels/table_impl.h"
+#endif
+#ifndef MSOPT_ISA_NAME
+#error "define MSOPT_ISA_NAME before including kernels/table_impl.h"
+#endif
+
+// in the order of the concerns (and of the original single file)
+#include "core/kernels.h"
+#include "kernels/threading.h"
+#include "kernels/half.h"
+#include "kernels/adam.h"
+#include "kernels/lamb.h"
+#include "kernels/dgc.h"
+
+namespace msopt {
+namespace MSOPT_ISA_NS {
+
+extern const KernelTable kTable;
+const KernelTable kTable = {
+    MSOPT_ISA_NAME,   adam_multi,       lamb_f32,         gather_abs_f32,   sumsq_f32,
+    f16_to_f32,       f32_to_f16,       dgc_momentum,     dgc_accumulate_range_f32,
+};
+
+}  // namespace MSOPT_ISA_NS
+}  // namespace msopt
