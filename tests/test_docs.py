@@ -1,0 +1,188 @@
+"""The README and docs/ as a user meets them: their code runs as written, their links resolve,
+the README's commands are the ones CI runs, its figures are the benchmarks page's, and the public
+docstrings' examples pass as doctests."""
+import doctest
+import glob
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+DOCS = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+PAGES = [README, os.path.join(ROOT, "benchmarks", "README.md")] + DOCS
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def blocks(path, lang):
+    """The ```lang fenced blocks of a Markdown file, in order."""
+    return re.findall(rf"^```{lang}\n(.*?)^```", read(path), re.S | re.M)
+
+
+def rel(path):
+    return os.path.relpath(path, ROOT)
+
+
+PYTHON_BLOCKS = [(rel(p), i, code) for p in [README] + DOCS
+                 for i, code in enumerate(blocks(p, "python"))]
+
+
+@pytest.mark.parametrize("page, index, code", PYTHON_BLOCKS,
+                         ids=[f"{p}#{i}" for p, i, _ in PYTHON_BLOCKS])
+def test_python_block_runs_as_written(page, index, code, tmp_path):
+    """Each block alone, in a fresh interpreter, from the repository root."""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert res.returncode == 0, f"{page} block {index} failed:\n{code}\n{res.stderr[-3000:]}"
+
+
+def test_readme_has_blocks_for_every_optimizer():
+    code = "\n".join(c for p, _, c in PYTHON_BLOCKS if p == "README.md")
+    for name in ("AdamOffload", "Lamb", "DGCMomentum", "capi.Optimizer", "value_and_grad",
+                 "ms.Model"):
+        assert name in code, name
+
+
+def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_command():
+    first = blocks(README, "bash")[0]
+    lines = [line for line in first.splitlines() if line and not line.startswith("#")]
+    assert len(lines) == 2, first
+    main_job, tests = lines
+    assert main_job.endswith("python -m examples.train")
+    assert tests.endswith("python -m pytest -q tests")
+    ci = read(os.path.join(ROOT, ".ci", "run"))
+    assert tests in ci, "CI must run the README's test command as written"
+    # the main job's module exists where the command says
+    assert os.path.exists(os.path.join(ROOT, "examples", "train.py"))
+
+
+def test_readme_is_a_front_door():
+    assert len(read(README).splitlines()) <= 250
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("page", [rel(p) for p in PAGES])
+def test_relative_links_resolve(page):
+    path = os.path.join(ROOT, page)
+    text = read(path)
+    headings = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+                for h in re.findall(r"^#+ (.*)$", text, re.M)}
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+://", target) or target.startswith("mailto:"):
+            continue
+        file_part, _, anchor = target.partition("#")
+        if not file_part:
+            assert anchor in headings, f"{page}: no heading for #{anchor}"
+            continue
+        dest = os.path.normpath(os.path.join(os.path.dirname(path), file_part))
+        assert os.path.exists(dest), f"{page}: broken link {target}"
+        if anchor and dest.endswith(".md"):
+            dest_headings = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+                             for h in re.findall(r"^#+ (.*)$", read(dest), re.M)}
+            assert anchor in dest_headings, f"{page}: no heading #{anchor} in {file_part}"
+
+
+def test_readme_figures_are_the_benchmark_pages():
+    """Every number in the README's Figures section appears on the page its line links to."""
+    text = read(README)
+    section = text[text.index("\n## Figures\n"):]
+    section = section[:section.index("\n## ", 1)]
+    bullets = [b.replace("\n  ", " ") for b in re.findall(r"^- .*(?:\n  .*)*", section, re.M)]
+    assert len(bullets) >= 3
+    for line in bullets:
+        links = [t for t in LINK.findall(line) if not re.match(r"[a-z]+://", t)]
+        assert links, f"figure without a link to where it was measured: {line}"
+        page = read(os.path.normpath(os.path.join(ROOT, links[0].partition("#")[0])))
+        for number in re.findall(r"\d+(?:[.,]\d+)*", LINK.sub("", line)):
+            assert number in page, f"{number!r} ({line}) is not on {links[0]}"
+
+
+C_PAGE = os.path.join(ROOT, "docs", "capi.md")
+
+
+def test_c_library_example_builds_with_its_gcc_line_and_runs(tmp_path):
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("no gcc on PATH")
+    from ms_optim import capi
+    (code,) = blocks(C_PAGE, "c")
+    (build,) = [b for b in blocks(C_PAGE, "bash") if "server.c" in b]
+    assert 'gcc -I"$INC" server.c -L"$LIB" -lms_optim -Wl,-rpath,"$LIB" -o server' in build
+    (tmp_path / "server.c").write_text(code)
+    lib_dir = os.path.dirname(capi.library_path())
+    subprocess.run([gcc, "-Wall", "-Werror", f"-I{capi.include_dir()}", "server.c",
+                    f"-L{lib_dir}", "-lms_optim", f"-Wl,-rpath,{lib_dir}", "-o", "server"],
+                   cwd=tmp_path, check=True, capture_output=True, timeout=120)
+    res = subprocess.run([str(tmp_path / "server")], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    row = [float(x) for x in res.stdout.splitlines()[0].split(":")[1].split()]
+    np.testing.assert_allclose(row, [-0.001] * 3, rtol=1e-3)
+
+
+DOCTEST_MODULES = ["ms_optim.adam_offload", "ms_optim.lamb", "ms_optim.dgc", "ms_optim.clip",
+                   "ms_optim.regularizer", "ms_optim.capi", "ms_optim.dgc_plan"]
+
+
+@pytest.mark.parametrize("name", DOCTEST_MODULES)
+def test_docstring_examples_pass(name):
+    module = importlib.import_module(name)
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    tests = [t for t in finder.find(module, name) if t.examples]
+    for t in tests:
+        runner.run(t)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0, f"{name}: {result.failed} doctest example(s) failed"
+
+
+@pytest.mark.parametrize("name", ["AdamOffload", "Lamb", "DGCMomentum"])
+def test_public_optimizers_document_mindspore_sections(name):
+    import ms_optim
+    doc = getattr(ms_optim, name).__doc__
+    for section in ("Args:", "Inputs:", "Outputs:", "Raises:", "Supported Platforms:",
+                    "Examples:"):
+        assert section in doc, f"{name} lacks {section}"
+    assert ">>> " in doc
+
+
+# The repository speaks of the product; the history is CHANGELOG.md's.
+HISTORY = re.compile(r"\bissue [0-9]+|\bissue's|\bsessions?\b|"
+                     r"(?-i:\bI (have|did|cannot|could|tried|found)\b)|"
+                     r"our machines|\b(last|earlier|previous) (machine|host's|session)\b|"
+                     r"first release", re.I)
+ALLOWED = re.compile(r"scope=.session.|setsid|start_new_session|process group \(session\)|"
+                     r"sessions? of (its|their) own")
+
+
+def test_no_history_in_the_repository():
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+    found = []
+    for name in files:
+        if name == "CHANGELOG.md" or name.endswith((".png", ".so")):
+            continue
+        path = os.path.join(ROOT, name)
+        if not os.path.isfile(path):
+            continue
+        try:
+            lines = read(path).splitlines()
+        except UnicodeDecodeError:
+            continue
+        for i, line in enumerate(lines, 1):
+            if name == "tests/test_docs.py":
+                break  # the patterns themselves
+            if HISTORY.search(ALLOWED.sub("", line)):
+                found.append(f"{name}:{i}: {line.strip()[:100]}")
+    assert not found, "\n".join(found)
