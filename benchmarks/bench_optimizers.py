@@ -13,14 +13,8 @@ in ``RATIOS``.  The optimizers of one size are timed interleaved, one step of
 each per round in a rotating order, so a drift of the machine's memory
 bandwidth during the run affects them all alike; they are all alive at once.
 
-Layouts (benchmarks/layouts.py; ``python -m benchmarks.layouts --size N`` lists them):
-  resnet50  the 161 parameter tensors of ResNet-50 (torchvision's layout,
-            25,557,032 parameters) for N = 25M; for smaller N the channel
-            widths are scaled so the total is closest to N (width 0.166 at 1M,
-            0.61 at 10M): the tensor sizes of a real network.
-  equal4    4 equal tensors summing to N (6.25M elements each at 25M): few
-            kernel launches, and every tensor several times the CPU's
-            last-level cache.
+Layouts: ``resnet50`` (ResNet-50's 161 tensors, scaled to N) and ``equal4`` (4 equal
+tensors); ``python -m benchmarks.layouts --size N`` lists them (benchmarks/layouts.py).
 
 How to run, from the repository root::
 
