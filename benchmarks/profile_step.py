@@ -17,7 +17,7 @@ host CPU, for a parameter layout (ResNet-50's 161 tensors scaled to about
   back to Python;
 - OpenMP: a 2-thread kernel call on a small tensor against a 1-thread one.
 
-The findings are written up in docs/PROFILE.md.  Run, from the repository root:
+The findings are written up in benchmarks/README.md#where-a-steps-time-goes.  Run, from the repository root:
     python -m benchmarks.profile_step [--size 1e6] [--steps 50]
 """
 import argparse

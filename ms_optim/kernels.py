@@ -12,7 +12,7 @@ Three things live here and nowhere else:
 - **Bucketing** (``buckets``), on the model of apex's ``multi_tensor_apply``:
   the parameters are cut into runs of one dtype of at most ``MAX_TENSORS``,
   and each run is stepped by one multi-tensor op.  A MindSpore kernel launch
-  costs more than a small parameter's update (docs/PROFILE.md).
+  costs more than a small parameter's update (benchmarks/README.md#where-a-steps-time-goes).
 - **The op factories**: one function per native kernel, returning a
   ``mindspore.ops.Custom`` pinned to the host CPU (``_native.aot_op``).
 """

@@ -52,7 +52,7 @@ def adam_offload_step(p, m, v, g, lr, beta1, beta2, eps, beta1_power, beta2_powe
 
 
 # ------------------------------------------------ compact AdamOffload moments --
-# docs/ALGORITHMS.md §1.1: bfloat16 by round to nearest even; int8 by blocks of
+# docs/algorithms.md §1.1: bfloat16 by round to nearest even; int8 by blocks of
 # Q8_BLOCK elements, one float32 absmax per block, each element's |x| / absmax
 # coded as a small float (Q8_M: sign + 7 bits, Q8_V: 8 bits, no sign).
 
@@ -220,7 +220,7 @@ def _lamb_direction(p, m, v, g, beta1, beta2, eps, beta1_power, beta2_power, wei
 def lamb_step(p, m, v, g, lr, beta1, beta2, eps, beta1_power, beta2_power, weight_decay,
               always_adapt=False, grad_scale=1.0, clip_norm=0.0, clip_lo=-np.inf,
               clip_hi=np.inf):
-    """One Lamb step (PaddlePaddle's rule, docs/ALGORITHMS.md §2) on float32 p, m, v in place.
+    """One Lamb step (PaddlePaddle's rule, docs/algorithms.md §2) on float32 p, m, v in place.
 
     The gradient is first multiplied by `grad_scale` (1/loss_scale, times a global
     clip factor), then, if clip_norm > 0, scaled down to that norm, then clamped
@@ -292,7 +292,7 @@ def dgc_momentum(p, u, g, lr, momentum, nesterov=False):
 
 
 class DGCReference:
-    """Data-parallel DGCMomentum (docs/ALGORITHMS.md §3) over `nranks` workers in numpy.
+    """Data-parallel DGCMomentum (docs/algorithms.md §3) over `nranks` workers in numpy.
 
     params: list of arrays (shared by the workers); per parameter `wd` (L2
     through MindSpore's weight_decay, or the L2Decay coefficient) and `l1`.
@@ -435,7 +435,7 @@ def ps_sumsq(x):
 
 
 def ps_lamb_step(p, m, v, g, lr, beta1, beta2, eps, beta1_power, beta2_power, weight_decay=0.0):
-    """PaddlePaddle's Lamb (docs/ALGORITHMS.md §2, as lamb_step) in T, norms by ps_sumsq;
+    """PaddlePaddle's Lamb (docs/algorithms.md §2, as lamb_step) in T, norms by ps_sumsq;
     the trust ratio is used only with weight decay."""
     t = p.dtype.type
     r = _lamb_direction(p, m, v, g, beta1, beta2, eps, beta1_power, beta2_power, weight_decay)

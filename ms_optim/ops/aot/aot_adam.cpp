@@ -1,6 +1,6 @@
 // MindSpore AOT adapters for AdamOffload: multi-tensor ops, one call steps K
 // parameters (a MindSpore kernel launch per parameter costs more than a small
-// parameter's update: docs/PROFILE.md).
+// parameter's update: benchmarks/README.md#where-a-steps-time-goes).
 //
 // ABI: int F(int nparam, void **params, int *ndims, int64_t **shapes,
 //            const char **dtypes, void *stream, void *extra)

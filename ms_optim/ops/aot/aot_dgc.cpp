@@ -1,4 +1,4 @@
-// MindSpore AOT adapters for DGC (docs/ALGORITHMS.md §3) and plain top-k selection.
+// MindSpore AOT adapters for DGC (docs/algorithms.md §3) and plain top-k selection.
 // k is the length of the index output (static per compiled graph).
 #include <omp.h>
 

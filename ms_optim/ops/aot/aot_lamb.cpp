@@ -1,4 +1,4 @@
-// MindSpore AOT adapters for Lamb (PaddlePaddle's rule, docs/ALGORITHMS.md §2) and
+// MindSpore AOT adapters for Lamb (PaddlePaddle's rule, docs/algorithms.md §2) and
 // the squared-norm reduction used by global-norm gradient clipping.
 //
 // ms_optim_lamb is a multi-tensor op: one call steps K parameters, so a

@@ -1,6 +1,6 @@
 // The C library's state blob (msopt_get_state / msopt_restore).
 //
-// Little-endian, version 1 (README "State format"):
+// Little-endian, version 1 (docs/capi.md, "State format"):
 //   0   char[8] "MSOPTSTA"        8  u32 version (1)      12 u32 header bytes (160)
 //   16  u32 optimizer (0 sgd, 1 momentum, 2 adagrad, 3 adam, 4 lamb)
 //   20  u32 dtype                 24 i64 numel            32 i64 row_width

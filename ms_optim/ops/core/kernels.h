@@ -31,7 +31,7 @@ struct AdamArgs {
   bool decoupled;      // AdamW (nn.AdamWeightDecay): p -= lr_t * (direction + wd * p)
 };
 
-// How a multi-tensor Adam call stores its moments (docs/ALGORITHMS.md §1.1).
+// How a multi-tensor Adam call stores its moments (docs/algorithms.md §1.1).
 //   kF32:  m, v float32
 //   kBf16: m, v bfloat16 bits (round to nearest even)
 //   kQ8:   m int8, v uint8 codes in blocks of kQ8Block elements (per tensor, from its
@@ -58,7 +58,7 @@ struct AdamTensor {
 };
 
 // Hyper-parameters of one Lamb step shared by the tensors of one call
-// (PaddlePaddle's rule, docs/ALGORITHMS.md §2).
+// (PaddlePaddle's rule, docs/algorithms.md §2).
 struct LambArgs {
   float beta1;
   float beta2;

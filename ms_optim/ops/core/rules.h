@@ -100,7 +100,7 @@ inline float norm_clip_scale(double g_sq, float scale, float clip) {
   return norm > clip ? scale * static_cast<float>(clip / norm) : scale;
 }
 
-// DGC momentum correction (Lin et al. 2018; docs/ALGORITHMS.md §3): the local
+// DGC momentum correction (Lin et al. 2018; docs/algorithms.md §3): the local
 // gradient goes into the momentum u and the accumulated residual v.
 //   plain:    u = momentum * u + g;        v = v + u
 //   Nesterov: u = momentum * (u + g);      v = v + u + g

@@ -65,7 +65,7 @@ inline void adam_f32_range(float *out, float *m, float *v, const float *g, int64
 
 // ------------------------------------------------------- compact moments --
 // Each codec decodes a chunk of a tensor's moments [lo, lo + len) into float32
-// buffers and encodes them back after the step (docs/ALGORITHMS.md §1.1; the
+// buffers and encodes them back after the step (docs/algorithms.md §1.1; the
 // numpy rules are reference.py's bf16_* and q8_*).  kChunk: the elements per
 // chunk; kBlock: the unit a thread's share must be made of (1: any split).
 

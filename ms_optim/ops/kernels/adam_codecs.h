@@ -2,7 +2,7 @@
 // core/kernels.h): bfloat16 and the int8 small-float codes, element by element
 // (Bf16View), by block into float32 buffers (Q8Coder, with AVX2 steps of the
 // same bits), and the views adam_view_loop (kernels/adam.h) reads and writes
-// moments through.  docs/ALGORITHMS.md §1.1; the numpy rules are
+// moments through.  docs/algorithms.md §1.1; the numpy rules are
 // reference.py's bf16_* and q8_*.
 // Compiled once per instruction set, inside that ISA's namespace (MSOPT_ISA_NS,
 // defined by each core/isa_*.cpp unit).

@@ -175,7 +175,7 @@ void lamb_tensor(const LambTensor &x, const LambArgs &a, float *r, int64_t nt, i
 // dynamically in the order given (the adapter sorts them largest first), each
 // thread with its own slice of scratch.  A split tensor meets the team at
 // barriers, and a barrier costs a whole time slice whenever MindSpore's own
-// threads hold a core (measured: DGC's select, docs/PROFILE.md), so only the
+// threads hold a core (measured: DGC's select, benchmarks/README.md#where-a-steps-time-goes), so only the
 // tensors that cannot be balanced otherwise pay it.  One region per call, not
 // two per tensor: waking the team is what costs on small tensors.
 void lamb_f32(const LambTensor *ts, int64_t count, const LambArgs &a, float *scratch) {

@@ -91,7 +91,7 @@ typedef struct msopt_optimizer msopt_optimizer;
 int msopt_create(const char *optimizer, const char *config, msopt_dtype dtype, const void *param,
                  int64_t numel, int64_t row_width, msopt_optimizer **out);
 
-/* Creates an optimizer from a blob of msopt_get_state (format: README).
+/* Creates an optimizer from a blob of msopt_get_state (format: docs/capi.md).
  * msopt_update and msopt_update_rows fail with MSOPT_ERR_STATE once the step
  * counter is at INT64_MAX. */
 int msopt_restore(const void *state, int64_t state_len, msopt_optimizer **out);
