@@ -1,5 +1,6 @@
 // MindSpore AOT adapters for DGC (docs/algorithms.md §3) and plain top-k selection.
-// k is the length of the index output (static per compiled graph).
+// k is the length of the index output (static per compiled graph).  The
+// tensors each takes are declared in aot/signatures.h.
 #include <omp.h>
 
 #include <algorithm>
@@ -9,39 +10,34 @@
 #include <utility>
 #include <vector>
 
-#include "core/common.h"
+#include "aot/call.h"
 #include "core/contract.h"
 #include "core/kernels.h"
 #include "kernels/topk.h"
 
-using msopt::AotArgs;
-using msopt::fail;
-
+namespace msopt {
 namespace {
 
-int check_outputs(const AotArgs &a, int idx_i, const char *fn) {
-  if (!a.is(idx_i, "int32") || !a.is(idx_i + 1, "float32") || a.numel(idx_i) != a.numel(idx_i + 1))
-    return fail(msopt::kErrDtype, "%s: outputs must be int32[k] indices and float32[k] values",
-                fn);
-  return msopt::kOk;
+// The idx and val outputs: int32[k] and float32[k].
+int check_outputs(const AotCall &c, int idx, int val) {
+  MSOPT_TRY(c.require_dtype(idx, "int32"));
+  MSOPT_TRY(c.require_dtype(val, "float32"));
+  MSOPT_CHECK(c, c.numel(idx) == c.numel(val), kErrSize,
+              "idx and val must have the same length, got %lld and %lld",
+              static_cast<long long>(c.numel(idx)), static_cast<long long>(c.numel(val)));
+  return kOk;
 }
 
-}  // namespace
-
-// Input: x float32[n].  Outputs: idx int32[k], val float32[k]: the k entries of
-// largest |x|, ties to the lower index, ascending indices, val = x[idx].
-MSOPT_API int ms_optim_topk_abs(int nparam, void **params, int *ndims, int64_t **shapes,
-                                const char **dtypes, void *, void *) {
-  static const char *fn = "ms_optim_topk_abs";
-  if (nparam != 3) return fail(msopt::kErrSize, "%s: expected 3 tensors, got %d", fn, nparam);
-  const AotArgs a{nparam, params, ndims, shapes, dtypes};
-  if (!a.is(0, "float32")) return fail(msopt::kErrDtype, "%s: x must be float32", fn);
-  if (int rc = check_outputs(a, 1, fn)) return rc;
-  const msopt::ParallelSection section(a.numel(0));
-  return msopt::topk_abs(a.ptr<float>(0), a.numel(0), a.numel(1), a.ptr<int32_t>(1), a.ptr<float>(2));
+// x float32[n] -> idx int32[k], val float32[k]: the k entries of largest |x|,
+// ties to the lower index, ascending indices, val = x[idx].
+int topk_abs_body(const AotCall &c) {
+  using S = sig::ms_optim_topk_abs;
+  MSOPT_TRY(c.require_dtype(S::x, "float32"));
+  MSOPT_TRY(check_outputs(c, S::idx, S::val));
+  const ParallelSection section(c.numel(S::x));
+  return topk_abs(c.ptr<float>(S::x), c.numel(S::x), c.numel(S::idx), c.ptr<int32_t>(S::idx),
+                  c.ptr<float>(S::val));
 }
-
-namespace {
 
 // The parameter element types of ms_optim_dgc_apply_multi.  sub(i, d) is p[i] -= d:
 // float32 in place; float16 widened to float32, updated, and rounded once back
@@ -52,8 +48,8 @@ struct F32Param {
 };
 
 struct F16Param {
-  msopt::half_bits *p;
-  const msopt::KernelTable &k;
+  half_bits *p;
+  const KernelTable &k;
   void sub(int32_t i, float d) const {
     float x;
     k.f16_to_f32(p + i, &x, 1);
@@ -84,7 +80,7 @@ template <class Param>
 void merge_ascending_runs(const Param &p, const int32_t *idx, const float *val, int64_t r,
                           int64_t block, int64_t offset, int64_t k, float lr, int64_t n) {
   const float ranks = static_cast<float>(r);
-  const int threads = r * k >= msopt::kParallelMin ? msopt::kernel_threads() : 1;
+  const int threads = r * k >= kParallelMin ? kernel_threads() : 1;
 #pragma omp parallel num_threads(threads)
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -112,21 +108,21 @@ void merge_ascending_runs(const Param &p, const int32_t *idx, const float *val, 
 // p[i] -= lr * (s / r) for every index i of the r workers' entries (k per
 // worker, at w * block + offset), s the sum of i's values in rank order.
 template <class Param>
-int dgc_apply_entries(const Param &p, const int32_t *idx, const float *val, int64_t r,
-                      int64_t block, int64_t offset, int64_t k, float lr, int64_t n,
-                      const char *fn) {
+void dgc_apply_entries(const Param &p, const int32_t *idx, const float *val, int64_t r,
+                       int64_t block, int64_t offset, int64_t k, float lr, int64_t n) {
   const float ranks = static_cast<float>(r);
   if (r == 1) {  // one worker: its indices are distinct
     for (int64_t j = 0; j < k; ++j) p.sub(idx[offset + j], lr * (val[offset + j] / ranks));
-    return msopt::kOk;
+    return;
   }
   if (r <= kCursorMergeMax && runs_ascend(idx, r, block, offset, k)) {
-    const msopt::ParallelSection section(r * k);
+    const ParallelSection section(r * k);
     merge_ascending_runs(p, idx, val, r, block, offset, k, lr, n);
-    return msopt::kOk;
+    return;
   }
-  // merge the workers' runs by index; equal indices keep rank order
-  try {
+  // merge the workers' runs by index; equal indices keep rank order (a failed
+  // allocation throws std::bad_alloc, which run_aot reports)
+  {
     using Entry = std::pair<int32_t, float>;
     auto by_index = [](const Entry &x, const Entry &y) { return x.first < y.first; };
     std::vector<Entry> merged, next, run(static_cast<size_t>(k));
@@ -147,269 +143,209 @@ int dgc_apply_entries(const Param &p, const int32_t *idx, const float *val, int6
       for (; j < merged.size() && merged[j].first == i; ++j) s += merged[j].second;
       p.sub(i, lr * (s / ranks));
     }
-  } catch (const std::bad_alloc &) {
-    return fail(msopt::kErrNoMem, "%s: out of memory", fn);
   }
-  return msopt::kOk;
 }
 
 // Every index of tensor j's k entries, in each of the r workers' blocks, lies in
 // [0, n): checked for all tensors before any is updated.
-int check_entry_indices(const int32_t *idx, int64_t r, int64_t block, int64_t offset, int64_t k,
-                        int64_t n, int j, const char *fn) {
+int check_entry_indices(const AotCall &c, const int32_t *idx, int64_t r, int64_t block,
+                        int64_t offset, int64_t k, int64_t n, int j) {
   for (int64_t w = 0; w < r; ++w)
     for (int64_t e = 0; e < k; ++e) {
       const int32_t i = idx[w * block + offset + e];
-      if (i < 0 || i >= n)
-        return fail(msopt::kErrSize, "%s: tensor %d: index %d outside [0, %lld)", fn, j, i,
-                    (long long)n);
+      MSOPT_CHECK(c, i >= 0 && i < n, kErrValue, "param%d: index %d of worker %lld outside [0, %lld)",
+                  j, i, static_cast<long long>(w), static_cast<long long>(n));
     }
-  return msopt::kOk;
+  return kOk;
 }
-
-// dgc_apply_entries on parameter input j (float32, or float16 through float32).
-int apply_param(const AotArgs &a, int j, const int32_t *idx, const float *val, int64_t r,
-                int64_t block, int64_t offset, int64_t k, float lr, const char *fn) {
-  return a.is(j, "float16")
-      ? dgc_apply_entries(F16Param{a.ptr<msopt::half_bits>(j), msopt::kernels()}, idx, val, r,
-                          block, offset, k, lr, a.numel(j), fn)
-      : dgc_apply_entries(F32Param{a.ptr<float>(j)}, idx, val, r, block, offset, k, lr,
-                          a.numel(j), fn);
-}
-
-}  // namespace
 
 // ------------------------------------------------- multi-tensor DGC steps --
 //
 // One op per bucket of parameters instead of one per parameter: a MindSpore
 // launch costs more than the work on a small tensor.
 
-// The dense momentum takes the gradients as a list of M tensors (the step's
-// whole gradient tuple) and an int32[K] `gidx`: tensor j's gradient is
-// src[gidx[j]].  MindSpore's graph compiler builds a sub-tuple element by
-// element (about 10 ms a parameter); passing the whole tuple costs nothing.
-
-// Checks gidx (input gi, K entries into M sources starting at input s0): each
-// chosen source float32 of `numel` elements as tensor j (sizes from input j).
-int check_sources(const AotArgs &a, int K, int s0, int M, int gi, const char *fn) {
-  if (!a.is(gi, "int32") || a.numel(gi) != K)
-    return fail(msopt::kErrSize, "%s: gidx must be int32[%d]", fn, K);
-  const int32_t *g = a.ptr<int32_t>(gi);
-  for (int j = 0; j < K; ++j) {
-    if (g[j] < 0 || g[j] >= M)
-      return fail(msopt::kErrSize, "%s: gidx[%d] = %d is outside [0, %d)", fn, j, g[j], M);
-    if (!a.is(s0 + g[j], "float32"))
-      return fail(msopt::kErrDtype, "%s: the gradient of tensor %d must be float32, got %s", fn,
-                  j, a.dtypes[s0 + g[j]]);
-    if (a.numel(s0 + g[j]) != a.numel(j))
-      return fail(msopt::kErrSize, "%s: the gradient of tensor %d has %lld elements, not %lld",
-                  fn, j, (long long)a.numel(s0 + g[j]), (long long)a.numel(j));
-  }
-  return msopt::kOk;
-}
-
-// Inputs: u[K], v[K], grad[K] (float32, tensor j of n_j elements), consts
-// float32[2] = (momentum, use_nesterov), ks int32[K].  Outputs: idx int32[L],
-// val float32[L], L = sum(ks): tensor j's k_j selections (as
-// DGC's local step: momentum correction into u and v, exact top-k of |v|, ties
-// to the lower index, ascending indices) side by side, so the outputs are the bucket's block of
+// u, v, grad (float32, tensor j of n_j elements), consts float32[2] =
+// (momentum, use_nesterov), ks int32[K] -> idx int32[L], val float32[L],
+// L = sum(ks): tensor j's k_j selections (as DGC's local step: momentum
+// correction into u and v, exact top-k of |v|, ties to the lower index,
+// ascending indices) side by side, so the outputs are the bucket's block of
 // the fused exchange buffer (indices local to each tensor).  u, v in place.
-// One parallel region for the whole bucket (msopt::topk_abs_multi): each
-// tensor whole on one thread.
-MSOPT_API int ms_optim_dgc_select_multi(int nparam, void **params, int *ndims, int64_t **shapes,
-                                        const char **dtypes, void *, void *) {
-  static const char *fn = "ms_optim_dgc_select_multi";
-  if (nparam < 7 || (nparam - 4) % 3 != 0)
-    return fail(msopt::kErrSize, "%s: expected 3K + 4 tensors (K >= 1), got %d", fn, nparam);
-  const AotArgs a{nparam, params, ndims, shapes, dtypes};
-  const int K = (nparam - 4) / 3, ci = 3 * K, ki = 3 * K + 1, oi = 3 * K + 2;
-  if (!a.is(ci, "float32") || a.numel(ci) != msopt::DgcConsts::kCount)
-    return fail(msopt::kErrSize, "%s: consts must be float32[%d]", fn, msopt::DgcConsts::kCount);
-  if (!a.is(ki, "int32") || a.numel(ki) != K)
-    return fail(msopt::kErrSize, "%s: ks must be int32[%d]", fn, K);
-  if (int rc = check_outputs(a, oi, fn)) return rc;
-  const int32_t *ks = a.ptr<int32_t>(ki);
+// One parallel region for the whole bucket (topk_abs_multi): each tensor whole
+// on one thread.
+int select_body(const AotCall &c) {
+  using S = sig::ms_optim_dgc_select_multi;
+  const int K = c.K();
+  for (int s : {S::u, S::v, S::grad}) MSOPT_TRY(c.require_dtype(s, "float32"));
+  MSOPT_TRY(c.require_same_numel(S::u, {S::v, S::grad}));
+  MSOPT_TRY(c.require_f32(S::consts, DgcConsts::kCount));
+  MSOPT_TRY(c.require_dtype(S::ks, "int32"));
+  MSOPT_TRY(check_outputs(c, S::idx, S::val));
+  const int32_t *ks = c.ptr<int32_t>(S::ks);
   int64_t total_k = 0, total_n = 0;
   for (int j = 0; j < K; ++j) {
-    const int64_t n = a.numel(j);
-    for (int t = 0; t < 3; ++t) {
-      if (!a.is(t * K + j, "float32"))
-        return fail(msopt::kErrDtype, "%s: u, v, grad of tensor %d must be float32", fn, j);
-      if (a.numel(t * K + j) != n)
-        return fail(msopt::kErrSize, "%s: u, v, grad sizes of tensor %d differ", fn, j);
-    }
-    if (ks[j] < 1 || ks[j] > n)
-      return fail(msopt::kErrSize, "%s: k = %d of tensor %d is outside [1, %lld]", fn, ks[j], j,
-                  (long long)n);
+    const int64_t n = c.numel(S::u, j);
+    MSOPT_CHECK(c, ks[j] >= 1 && ks[j] <= n, kErrValue, "ks[%d] = %d is outside [1, %lld]", j,
+                ks[j], static_cast<long long>(n));
     total_k += ks[j];
     total_n += n;
   }
-  if (total_k != a.numel(oi))
-    return fail(msopt::kErrSize, "%s: the ks sum to %lld, the outputs hold %lld", fn,
-                (long long)total_k, (long long)a.numel(oi));
-  const msopt::DgcConsts &c = *a.ptr<const msopt::DgcConsts>(ci);
-  int32_t *idx = a.ptr<int32_t>(oi);
-  float *val = a.ptr<float>(oi + 1);
-  try {
-    std::vector<msopt::TopkSource> srcs;
-    std::vector<int64_t> n(K), k(K), off(K);
-    srcs.reserve(K);
-    for (int j = 0; j < K; ++j) {
-      float *u = a.ptr<float>(j), *v = a.ptr<float>(K + j);
-      srcs.push_back({v, u, v, a.ptr<float>(2 * K + j), c.momentum, c.nesterov != 0.0f});
-      n[j] = a.numel(j);
-      k[j] = ks[j];
-      off[j] = j == 0 ? 0 : off[j - 1] + k[j - 1];
-    }
-    const msopt::ParallelSection section(total_n);
-    if (int rc = msopt::topk_abs_multi(srcs.data(), n.data(), k.data(), off.data(), K, idx, val))
-      return rc;
-    for (int j = 0; j < K; ++j)  // momentum factor masking
-      for (int64_t e = off[j]; e < off[j] + k[j]; ++e) {
-        srcs[j].u[idx[e]] = 0.0f;
-        srcs[j].v[idx[e]] = 0.0f;
-      }
-  } catch (const std::bad_alloc &) {
-    return fail(msopt::kErrNoMem, "%s: out of memory", fn);
-  }
-  return msopt::kOk;
-}
-
-// Inputs: param[K] (all float32 or all float16), idx int32[R*L] and val
-// float32[R*L] (every worker's fused selection buffer, gathered in rank
-// order), lr float32[1] or float32[K], layout int32[1 + 2K] = (R, offset_0..,
-// k_0..): tensor j's k_j entries start at r*L + offset_j in worker r's block.
-// Output: done float32[1].  Per tensor, param -= lr * G with G =
-// scatter_add(0, idx, val) / R: per index the values are summed in rank order,
-// then divided by R.  A float16 param is updated in float32 and rounded once to
-// float16 (nearest even) per touched element.
-MSOPT_API int ms_optim_dgc_apply_multi(int nparam, void **params, int *ndims, int64_t **shapes,
-                                       const char **dtypes, void *, void *) {
-  static const char *fn = "ms_optim_dgc_apply_multi";
-  if (nparam < 6) return fail(msopt::kErrSize, "%s: expected K + 5 tensors (K >= 1), got %d", fn, nparam);
-  const AotArgs a{nparam, params, ndims, shapes, dtypes};
-  const int K = nparam - 5, ii = K, vi = K + 1, li = K + 2, yi = K + 3, oi = K + 4;
-  const bool half = a.is(0, "float16");
-  for (int j = 0; j < K; ++j)
-    if (!a.is(j, half ? "float16" : "float32"))
-      return fail(msopt::kErrDtype, "%s: params must be all float32 or all float16, got %s", fn,
-                  dtypes[j]);
-  if (!a.is(ii, "int32") || !a.is(vi, "float32") || !a.is(li, "float32") || !a.is(yi, "int32") ||
-      !a.is(oi, "float32"))
-    return fail(msopt::kErrDtype, "%s: expected int32 idx, float32 val/lr, int32 layout, "
-                "float32 done", fn);
-  const int64_t total = a.numel(ii);
-  if (a.numel(vi) != total || (a.numel(li) != 1 && a.numel(li) != K) || a.numel(yi) != 1 + 2 * K ||
-      a.numel(oi) != 1)
-    return fail(msopt::kErrSize, "%s: idx/val sizes differ, or lr/layout/done malformed", fn);
-  const int32_t *layout = a.ptr<int32_t>(yi);
-  const int64_t r = layout[0];
-  if (r < 1 || total % r != 0)
-    return fail(msopt::kErrSize, "%s: %lld entries are not %lld workers' blocks", fn,
-                (long long)total, (long long)r);
-  const int64_t block = total / r;
-  const int32_t *idx = a.ptr<int32_t>(ii);
-  const float *val = a.ptr<float>(vi), *lr = a.ptr<float>(li);
+  MSOPT_CHECK(c, total_k == c.numel(S::idx), kErrSize, "the ks sum to %lld, idx holds %lld",
+              static_cast<long long>(total_k), static_cast<long long>(c.numel(S::idx)));
+  const DgcConsts &k = *c.ptr<const DgcConsts>(S::consts);
+  int32_t *idx = c.ptr<int32_t>(S::idx);
+  float *val = c.ptr<float>(S::val);
+  std::vector<TopkSource> srcs;
+  std::vector<int64_t> n(K), kk(K), off(K);
+  srcs.reserve(K);
   for (int j = 0; j < K; ++j) {
-    const int64_t offset = layout[1 + j], k = layout[1 + K + j], n = a.numel(j);
-    if (offset < 0 || k < 0 || offset + k > block)
-      return fail(msopt::kErrSize, "%s: tensor %d's entries (offset %lld, k %lld) do not fit "
-                  "a block of %lld", fn, j, (long long)offset, (long long)k, (long long)block);
-    if (int rc = check_entry_indices(idx, r, block, offset, k, n, j, fn)) return rc;
+    float *u = c.ptr<float>(S::u, j), *v = c.ptr<float>(S::v, j);
+    srcs.push_back({v, u, v, c.ptr<float>(S::grad, j), k.momentum, k.nesterov != 0.0f});
+    n[j] = c.numel(S::u, j);
+    kk[j] = ks[j];
+    off[j] = j == 0 ? 0 : off[j - 1] + kk[j - 1];
   }
-  for (int j = 0; j < K; ++j)
-    if (int rc = apply_param(a, j, idx, val, r, block, layout[1 + j], layout[1 + K + j],
-                             lr[a.numel(li) == 1 ? 0 : j], fn))
-      return rc;
-  *a.ptr<float>(oi) = 0.0f;
-  return msopt::kOk;
-}
-
-// Inputs: param[K] (float32, or float16 updated in float32 and rounded once),
-// u[K] (float32), src[M] (gradients; tensor j's is src[gidx[j]], float32), lr
-// float32[1] or float32[K], consts float32[2] = (momentum, use_nesterov), gidx
-// int32[K].  Output: done float32[1].  DGC's dense momentum
-// (rules::dgc_dense_momentum; p -= lr * step), u and p in place.
-MSOPT_API int ms_optim_dgc_momentum(int nparam, void **params, int *ndims, int64_t **shapes,
-                                    const char **dtypes, void *, void *) {
-  static const char *fn = "ms_optim_dgc_momentum";
-  if (nparam < 7) return fail(msopt::kErrSize, "%s: expected 2K + M + 4 tensors, got %d", fn, nparam);
-  const AotArgs a{nparam, params, ndims, shapes, dtypes};
-  const int gi = nparam - 2, ci = nparam - 3, li = nparam - 4, oi = nparam - 1;
-  const int64_t k64 = a.numel(gi);
-  if (k64 < 1 || 2 * k64 + 1 > li)
-    return fail(msopt::kErrSize, "%s: gidx of %lld tensors does not fit %d tensors", fn,
-                (long long)k64, nparam);
-  const int K = static_cast<int>(k64), M = li - 2 * K;
-  if (!a.is(li, "float32") || (a.numel(li) != 1 && a.numel(li) != K))
-    return fail(msopt::kErrSize, "%s: lr must be float32[1] or float32[%d]", fn, K);
-  if (!a.is(ci, "float32") || a.numel(ci) != msopt::DgcConsts::kCount)
-    return fail(msopt::kErrSize, "%s: consts must be float32[%d]", fn, msopt::DgcConsts::kCount);
-  if (!a.is(oi, "float32") || a.numel(oi) != 1)
-    return fail(msopt::kErrSize, "%s: done must be float32[1]", fn);
-  if (int rc = check_sources(a, K, 2 * K, M, gi, fn)) return rc;
-  const float *lr = a.ptr<float>(li);
-  const msopt::DgcConsts &c = *a.ptr<const msopt::DgcConsts>(ci);
-  const int32_t *gidx = a.ptr<int32_t>(gi);
-  try {
-    std::vector<msopt::DgcDenseTensor> ts(static_cast<size_t>(K));
-    int64_t total = 0;
-    for (int j = 0; j < K; ++j) {
-      const bool half = a.is(j, "float16");
-      if (!half && !a.is(j, "float32"))
-        return fail(msopt::kErrDtype, "%s: param %d must be float32 or float16, got %s", fn, j,
-                    dtypes[j]);
-      if (!a.is(K + j, "float32"))
-        return fail(msopt::kErrDtype, "%s: u of tensor %d must be float32", fn, j);
-      const int64_t n = a.numel(j);
-      if (a.numel(K + j) != n)
-        return fail(msopt::kErrSize, "%s: param and u sizes of tensor %d differ", fn, j);
-      ts[j] = {params[j], half, a.ptr<float>(K + j), a.ptr<float>(2 * K + gidx[j]), n,
-               lr[a.numel(li) == 1 ? 0 : j]};
-      total += n;
+  const ParallelSection section(total_n);
+  MSOPT_TRY(topk_abs_multi(srcs.data(), n.data(), kk.data(), off.data(), K, idx, val));
+  for (int j = 0; j < K; ++j)  // momentum factor masking
+    for (int64_t e = off[j]; e < off[j] + kk[j]; ++e) {
+      srcs[j].u[idx[e]] = 0.0f;
+      srcs[j].v[idx[e]] = 0.0f;
     }
-    const msopt::ParallelSection section(total);
-    msopt::kernels().dgc_momentum(ts.data(), K, c.momentum, c.nesterov != 0.0f);
-  } catch (const std::bad_alloc &) {
-    return fail(msopt::kErrNoMem, "%s: out of memory", fn);
-  }
-  *a.ptr<float>(oi) = 0.0f;
-  return msopt::kOk;
+  return kOk;
 }
 
-// Input: int32[R*W], every worker's model signature (W values each) gathered
-// in rank order.  Output: int32[1] = 1.  Fails, after printing every worker's
-// signature to stderr, when the workers disagree: their exchange buffers would
-// not match, and collectives on mismatched buffers hang or corrupt memory.
-MSOPT_API int ms_optim_check_replicas(int nparam, void **params, int *ndims, int64_t **shapes,
-                                      const char **dtypes, void *, void *) {
-  static const char *fn = "ms_optim_check_replicas";
-  if (nparam != 3) return fail(msopt::kErrSize, "%s: expected 3 tensors, got %d", fn, nparam);
-  const AotArgs a{nparam, params, ndims, shapes, dtypes};
-  if (!a.is(0, "int32") || !a.is(1, "int32") || !a.is(2, "int32") || a.numel(2) != 1)
-    return fail(msopt::kErrDtype, "%s: expected int32 signatures, int32[1] width, int32[1] out", fn);
-  const int64_t total = a.numel(0), width = a.ptr<int32_t>(1)[0];
-  if (width < 1 || total % width != 0)
-    return fail(msopt::kErrSize, "%s: %lld values are not rows of %lld", fn, (long long)total,
-                (long long)width);
-  const int32_t *sig = a.ptr<int32_t>(0);
+// param (all float32 or all float16), idx int32[R*L] and val float32[R*L]
+// (every worker's fused selection buffer, gathered in rank order), lr
+// float32[1] or float32[K], layout int32[1 + 2K] = (R, offset_0.., k_0..):
+// tensor j's k_j entries start at r*L + offset_j in worker r's block -> done
+// float32[1].  Per tensor, param -= lr * G with G = scatter_add(0, idx, val) / R:
+// per index the values are summed in rank order, then divided by R.  A
+// float16 param is updated in float32 and rounded once to float16 (nearest
+// even) per touched element.
+int apply_body(const AotCall &c) {
+  using S = sig::ms_optim_dgc_apply_multi;
+  const int K = c.K();
+  const bool half = c.is(S::param, "float16");
+  MSOPT_TRY(c.require_dtype(S::param, half ? "float16" : "float32"));
+  MSOPT_TRY(c.require_dtype(S::idx, "int32"));
+  MSOPT_TRY(c.require_dtype(S::val, "float32"));
+  MSOPT_TRY(c.require_f32(S::lr, 1, K));
+  MSOPT_TRY(c.require_dtype(S::layout, "int32"));
+  MSOPT_TRY(c.require_f32(S::done, 1));
+  const int64_t total = c.numel(S::idx);
+  MSOPT_CHECK(c, c.numel(S::val) == total, kErrSize, "idx and val must have the same length, "
+              "got %lld and %lld", static_cast<long long>(total),
+              static_cast<long long>(c.numel(S::val)));
+  MSOPT_CHECK(c, c.numel(S::layout) == 1 + 2 * K, kErrSize,
+              "layout must have 1 + 2K = %d elements, got %lld", 1 + 2 * K,
+              static_cast<long long>(c.numel(S::layout)));
+  const int32_t *layout = c.ptr<int32_t>(S::layout);
+  const int64_t r = layout[0];
+  MSOPT_CHECK(c, r >= 1 && total % r == 0, kErrValue,
+              "layout[0] = %lld workers do not divide the %lld entries", static_cast<long long>(r),
+              static_cast<long long>(total));
+  const int64_t block = total / r;
+  const int32_t *idx = c.ptr<int32_t>(S::idx);
+  const float *val = c.ptr<float>(S::val), *lr = c.ptr<float>(S::lr);
+  for (int j = 0; j < K; ++j) {
+    const int64_t offset = layout[1 + j], k = layout[1 + K + j];
+    MSOPT_CHECK(c, offset >= 0 && k >= 0 && offset + k <= block, kErrValue,
+                "param%d's entries (offset %lld, k %lld) do not fit a block of %lld", j,
+                static_cast<long long>(offset), static_cast<long long>(k),
+                static_cast<long long>(block));
+    MSOPT_TRY(check_entry_indices(c, idx, r, block, offset, k, c.numel(S::param, j), j));
+  }
+  for (int j = 0; j < K; ++j) {
+    const int64_t offset = layout[1 + j], k = layout[1 + K + j], n = c.numel(S::param, j);
+    const float lr_j = lr[c.numel(S::lr) == 1 ? 0 : j];
+    if (half)
+      dgc_apply_entries(F16Param{c.ptr<half_bits>(S::param, j), kernels()}, idx, val, r, block,
+                        offset, k, lr_j, n);
+    else
+      dgc_apply_entries(F32Param{c.ptr<float>(S::param, j)}, idx, val, r, block, offset, k, lr_j,
+                        n);
+  }
+  *c.ptr<float>(S::done) = 0.0f;
+  return kOk;
+}
+
+// param (float32, or float16 updated in float32 and rounded once), u
+// (float32), src (the step's whole gradient tuple; tensor j's is src[gidx[j]],
+// float32), lr float32[1] or float32[K], consts float32[2] = (momentum,
+// use_nesterov), gidx int32[K] -> done float32[1].  DGC's dense momentum
+// (rules::dgc_dense_momentum; p -= lr * step), u and p in place.  MindSpore's
+// graph compiler builds a sub-tuple element by element (about 10 ms a
+// parameter); passing the whole tuple and gidx costs nothing.
+int momentum_body(const AotCall &c) {
+  using S = sig::ms_optim_dgc_momentum;
+  const int K = c.K(), M = c.count(S::src);
+  MSOPT_TRY(c.require_f32(S::lr, 1, K));
+  MSOPT_TRY(c.require_f32(S::consts, DgcConsts::kCount));
+  MSOPT_TRY(c.require_dtype(S::gidx, "int32"));
+  MSOPT_TRY(c.require_f32(S::done, 1));
+  MSOPT_TRY(c.require_dtype(S::u, "float32"));
+  MSOPT_TRY(c.require_same_numel(S::param, {S::u}));
+  const int32_t *gidx = c.ptr<int32_t>(S::gidx);
+  for (int j = 0; j < K; ++j) {
+    MSOPT_CHECK(c, c.is(S::param, "float32", j) || c.is(S::param, "float16", j), kErrDtype,
+                "param%d must be float32 or float16, got %s", j, c.dtype(S::param, j));
+    MSOPT_CHECK(c, gidx[j] >= 0 && gidx[j] < M, kErrValue, "gidx[%d] = %d is outside [0, %d)", j,
+                gidx[j], M);
+    MSOPT_CHECK(c, c.is(S::src, "float32", gidx[j]), kErrDtype,
+                "src%d (the gradient of param%d) must be float32, got %s", gidx[j], j,
+                c.dtype(S::src, gidx[j]));
+    MSOPT_CHECK(c, c.numel(S::src, gidx[j]) == c.numel(S::param, j), kErrSize,
+                "src%d (the gradient of param%d) has %lld elements, param%d %lld", gidx[j], j,
+                static_cast<long long>(c.numel(S::src, gidx[j])), j,
+                static_cast<long long>(c.numel(S::param, j)));
+  }
+  const float *lr = c.ptr<float>(S::lr);
+  const DgcConsts &k = *c.ptr<const DgcConsts>(S::consts);
+  std::vector<DgcDenseTensor> ts(static_cast<size_t>(K));
+  int64_t total = 0;
+  for (int j = 0; j < K; ++j) {
+    const int64_t n = c.numel(S::param, j);
+    ts[j] = {c.ptr<void>(S::param, j), c.is(S::param, "float16", j), c.ptr<float>(S::u, j),
+             c.ptr<float>(S::src, gidx[j]), n, lr[c.numel(S::lr) == 1 ? 0 : j]};
+    total += n;
+  }
+  const ParallelSection section(total);
+  kernels().dgc_momentum(ts.data(), K, k.momentum, k.nesterov != 0.0f);
+  *c.ptr<float>(S::done) = 0.0f;
+  return kOk;
+}
+
+// signatures int32[R*W] (every worker's model signature, W values each,
+// gathered in rank order), width int32[1] = W -> ok int32[1] = 1.  Fails with
+// kErrReplica, after printing every worker's signature to stderr, when the
+// workers disagree: their exchange buffers would not match, and collectives
+// on mismatched buffers hang or corrupt memory.
+int check_replicas_body(const AotCall &c) {
+  using S = sig::ms_optim_check_replicas;
+  for (int s : {S::signatures, S::width, S::ok}) MSOPT_TRY(c.require_dtype(s, "int32"));
+  MSOPT_CHECK(c, c.numel(S::width) == 1 && c.numel(S::ok) == 1, kErrSize,
+              "width and ok must be int32[1], got %lld and %lld elements",
+              static_cast<long long>(c.numel(S::width)), static_cast<long long>(c.numel(S::ok)));
+  const int64_t total = c.numel(S::signatures), width = c.ptr<int32_t>(S::width)[0];
+  MSOPT_CHECK(c, width >= 1 && total % width == 0, kErrValue,
+              "%lld signature values are not rows of width %lld", static_cast<long long>(total),
+              static_cast<long long>(width));
+  const int32_t *sig = c.ptr<int32_t>(S::signatures);
   bool same = true;
   for (int64_t i = width; i < total; ++i) same &= sig[i] == sig[i % width];
   if (!same) {
     std::fprintf(stderr, "ms_optim: DGCMomentum workers were built with different models; "
                  "signatures (parameters, elements, hash of shapes and settings, step) by rank:\n");
     for (int64_t w = 0; w < total / width; ++w) {
-      std::fprintf(stderr, "  rank %lld:", (long long)w);
+      std::fprintf(stderr, "  rank %lld:", static_cast<long long>(w));
       for (int64_t j = 0; j < width; ++j) std::fprintf(stderr, " %d", sig[w * width + j]);
       std::fprintf(stderr, "\n");
     }
-    return fail(msopt::kErrSize, "%s: workers disagree on the model", fn);
+    return c.fail(kErrReplica, "workers disagree on the model");
   }
-  *a.ptr<int32_t>(2) = 1;
-  return msopt::kOk;
+  *c.ptr<int32_t>(S::ok) = 1;
+  return kOk;
 }
-
-namespace {
 
 // Bytes per element of the dtype strings MindSpore passes, 0 if unknown.
 int64_t element_bytes(const char *dtype) {
@@ -437,7 +373,7 @@ uint64_t digest_bytes(const unsigned char *data, int64_t bytes, uint64_t salt) {
   const int64_t words = bytes / 8;
   uint64_t sum = 0;
 #pragma omp parallel for reduction(+ : sum) schedule(static) \
-    num_threads(msopt::kernel_threads()) if (words >= msopt::kParallelMin)
+    num_threads(kernel_threads()) if (words >= kParallelMin)
   for (int64_t i = 0; i < words; ++i) {
     uint64_t w;
     std::memcpy(&w, data + 8 * i, 8);
@@ -448,33 +384,39 @@ uint64_t digest_bytes(const unsigned char *data, int64_t bytes, uint64_t salt) {
   return sum + mix64(tail ^ mix64(static_cast<uint64_t>(words) + salt)) + static_cast<uint64_t>(bytes);
 }
 
-}  // namespace
-
-// Inputs: K tensors of one dtype.  Output: int32[2], a 64-bit digest of their
+// p (K tensors of one dtype) -> digest int32[2]: a 64-bit digest of their
 // bytes and sizes (in input order).  Workers compare digests of their
 // parameters to skip broadcasting a model they already share.
-MSOPT_API int ms_optim_digest(int nparam, void **params, int *ndims, int64_t **shapes,
-                              const char **dtypes, void *, void *) {
-  static const char *fn = "ms_optim_digest";
-  if (nparam < 2) return fail(msopt::kErrSize, "%s: expected K >= 1 inputs and 1 output", fn);
-  const AotArgs a{nparam, params, ndims, shapes, dtypes};
-  const int out = nparam - 1;
-  if (!a.is(out, "int32") || a.numel(out) != 2)
-    return fail(msopt::kErrSize, "%s: the output must be int32[2]", fn);
+int digest_body(const AotCall &c) {
+  using S = sig::ms_optim_digest;
+  MSOPT_CHECK(c, c.is(S::digest, "int32") && c.numel(S::digest) == 2, kErrSize,
+              "digest must be int32[2], got %s with %lld elements", c.dtype(S::digest),
+              static_cast<long long>(c.numel(S::digest)));
   int64_t total = 0;
-  for (int i = 0; i < out; ++i) {
-    if (element_bytes(a.dtypes[i]) == 0)
-      return fail(msopt::kErrDtype, "%s: input %d has unsupported dtype %s", fn, i, a.dtypes[i]);
-    total += a.numel(i) * element_bytes(a.dtypes[i]);
+  for (int i = 0; i < c.K(); ++i) {
+    const int64_t bytes = element_bytes(c.dtype(S::p, i));
+    MSOPT_CHECK(c, bytes != 0, kErrDtype, "p%d has unsupported dtype %s", i, c.dtype(S::p, i));
+    total += c.numel(S::p, i) * bytes;
   }
-  const msopt::ParallelSection section(total / 8);
+  const ParallelSection section(total / 8);
   uint64_t h = 0;
-  for (int i = 0; i < out; ++i) {
+  for (int i = 0; i < c.K(); ++i) {
     const uint64_t salt = mix64(0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(i + 1));
-    h = mix64(h ^ digest_bytes(a.ptr<unsigned char>(i), a.numel(i) * element_bytes(a.dtypes[i]), salt));
+    h = mix64(h ^ digest_bytes(c.ptr<unsigned char>(S::p, i),
+                               c.numel(S::p, i) * element_bytes(c.dtype(S::p, i)), salt));
   }
-  int32_t *o = a.ptr<int32_t>(out);
+  int32_t *o = c.ptr<int32_t>(S::digest);
   o[0] = static_cast<int32_t>(static_cast<uint32_t>(h));
   o[1] = static_cast<int32_t>(static_cast<uint32_t>(h >> 32));
-  return msopt::kOk;
+  return kOk;
 }
+
+}  // namespace
+}  // namespace msopt
+
+MSOPT_AOT_ENTRY(ms_optim_topk_abs, msopt::topk_abs_body)
+MSOPT_AOT_ENTRY(ms_optim_dgc_select_multi, msopt::select_body)
+MSOPT_AOT_ENTRY(ms_optim_dgc_apply_multi, msopt::apply_body)
+MSOPT_AOT_ENTRY(ms_optim_dgc_momentum, msopt::momentum_body)
+MSOPT_AOT_ENTRY(ms_optim_check_replicas, msopt::check_replicas_body)
+MSOPT_AOT_ENTRY(ms_optim_digest, msopt::digest_body)

@@ -18,13 +18,16 @@ enum Status : int {
   kOk = MSOPT_OK,
   kErrNull = MSOPT_ERR_NULL,          // a required pointer is NULL
   kErrHandle = MSOPT_ERR_HANDLE,      // not a live handle
-  kErrSize = MSOPT_ERR_SIZE,          // a count, length, shape or number of arguments is wrong
+  kErrSize = MSOPT_ERR_SIZE,          // a count, length or shape is wrong
   kErrDtype = MSOPT_ERR_DTYPE,        // an element type is unknown, mismatched or unsupported
   kErrConfig = MSOPT_ERR_CONFIG,      // an unknown name or a bad config
   kErrRow = MSOPT_ERR_ROW,            // a row id is out of range
   kErrState = MSOPT_ERR_STATE,        // a bad state blob
   kErrNoMem = MSOPT_ERR_NOMEM,        // out of memory
   kErrInternal = MSOPT_ERR_INTERNAL,  // a bug
+  kErrArgs = MSOPT_ERR_ARGS,          // an AOT kernel got the wrong number of tensors
+  kErrValue = MSOPT_ERR_VALUE,        // a value read from a tensor is out of range
+  kErrReplica = MSOPT_ERR_REPLICA,    // distributed workers disagree on the model
 };
 
 // Records a printf-style message for msopt_last_error() on this thread and

@@ -59,6 +59,11 @@ typedef enum MSOPT_ENUM_BASE_ {
 #define MSOPT_ERR_STATE (-7)    /* a state blob is truncated, corrupted or mismatched */
 #define MSOPT_ERR_NOMEM (-8)    /* out of memory */
 #define MSOPT_ERR_INTERNAL (-9) /* unexpected internal failure (a bug: please report) */
+/* The MindSpore AOT kernels' own causes (the C library functions above never
+ * return these): */
+#define MSOPT_ERR_ARGS (-10)    /* a kernel got the wrong number of tensors */
+#define MSOPT_ERR_VALUE (-11)   /* a value read from a tensor is out of range (an index, a k) */
+#define MSOPT_ERR_REPLICA (-12) /* distributed workers disagree on the model */
 
 typedef struct msopt_optimizer msopt_optimizer;
 

@@ -1,0 +1,123 @@
+// The tensors each MindSpore AOT kernel takes, declared once per kernel.
+//
+// MindSpore calls an AOT kernel with one flat array of tensors: its inputs,
+// then its outputs.  Each list below names them in that order, each with its
+// arity:
+//   kOne    one tensor;
+//   kEach   one tensor per parameter of the call (K of them, side by side:
+//           param0..param{K-1});
+//   kCountK one tensor of K elements (it also tells K where a kRest group
+//           leaves the count ambiguous);
+//   kRest   as many tensors as remain (at most one group per kernel, and only
+//           single tensors after it).
+// The list drives three things, so they cannot drift apart:
+//   - the adapter's indexing: AotCall (aot/call.h) resolves K and where every
+//     slot starts from the tensor count, and the adapters address tensors as
+//     c.index(S::grad, i), never by arithmetic of their own;
+//   - what the library reports through msopt_aot_signature(entry), e.g.
+//     "param:each m:each v:each grad:each lr wd powers consts -> done";
+//   - the Python side (ms_optim/kernels.py), which reads that report and
+//     assembles every call by slot name: the optimizers, the tests and the
+//     benchmarks.
+// Adding an input is one edit here plus the kernel's use of it.  The tensors'
+// element types and sizes are checked by each adapter (ops/aot/aot_*.cpp).
+//
+// No MindSpore or Python headers here.
+#pragma once
+
+namespace msopt {
+
+enum class Arity : int { kOne, kEach, kCountK, kRest };
+
+struct Slot {
+  const char *name;
+  Arity arity;
+  bool output;
+};
+
+// AdamOffload, parameters updated in place.  lr, wd: float32[1] or [K];
+// powers: contract.h Powers; consts: AdamConsts or AdamExtConsts.
+#define MSOPT_AOT_ADAM_INPLACE(IN, OUT)                                                   \
+  IN(param, kEach) IN(m, kEach) IN(v, kEach) IN(grad, kEach) IN(lr, kOne) IN(wd, kOne)   \
+  IN(powers, kOne) IN(consts, kOne) OUT(done, kOne)
+
+// AdamOffload's delta path: the moments updated in place, the steps returned.
+#define MSOPT_AOT_ADAM_DELTA(IN, OUT)                                                     \
+  IN(m, kEach) IN(v, kEach) IN(grad, kEach) IN(lr, kOne) IN(powers, kOne) IN(consts, kOne) \
+  OUT(delta, kEach)
+
+// The same with int8 moments: one float32 absmax scale per block of each.
+#define MSOPT_AOT_ADAM_Q8_INPLACE(IN, OUT)                                                \
+  IN(param, kEach) IN(m, kEach) IN(v, kEach) IN(m_scale, kEach) IN(v_scale, kEach)        \
+  IN(grad, kEach) IN(lr, kOne) IN(wd, kOne) IN(powers, kOne) IN(consts, kOne)             \
+  OUT(done, kOne)
+
+#define MSOPT_AOT_ADAM_Q8_DELTA(IN, OUT)                                                  \
+  IN(m, kEach) IN(v, kEach) IN(m_scale, kEach) IN(v_scale, kEach) IN(grad, kEach)         \
+  IN(lr, kOne) IN(powers, kOne) IN(consts, kOne) OUT(delta, kEach)
+
+// Lamb: gscale multiplies every gradient; the output holds the trust ratios.
+#define MSOPT_AOT_LAMB(IN, OUT)                                                           \
+  IN(param, kEach) IN(m, kEach) IN(v, kEach) IN(grad, kEach) IN(lr, kOne) IN(wd, kOne)   \
+  IN(gscale, kOne) IN(powers, kOne) IN(consts, kOne) OUT(ratios, kOne)
+
+// The sum of squares of every element of K tensors (global-norm clipping).
+#define MSOPT_AOT_SUMSQ(IN, OUT) IN(grad, kEach) OUT(sumsq, kOne)
+
+// Top-k of |x|.
+#define MSOPT_AOT_TOPK_ABS(IN, OUT) IN(x, kOne) OUT(idx, kOne) OUT(val, kOne)
+
+// DGC's local step: ks holds each parameter's k.
+#define MSOPT_AOT_DGC_SELECT_MULTI(IN, OUT)                                               \
+  IN(u, kEach) IN(v, kEach) IN(grad, kEach) IN(consts, kOne) IN(ks, kCountK)              \
+  OUT(idx, kOne) OUT(val, kOne)
+
+// DGC's apply of every worker's selections: layout = (R, offsets[K], counts[K]).
+#define MSOPT_AOT_DGC_APPLY_MULTI(IN, OUT)                                                \
+  IN(param, kEach) IN(idx, kOne) IN(val, kOne) IN(lr, kOne) IN(layout, kOne)              \
+  OUT(done, kOne)
+
+// DGC's dense momentum: src is the step's whole gradient tuple, gidx[j] the
+// source of parameter j.
+#define MSOPT_AOT_DGC_MOMENTUM(IN, OUT)                                                   \
+  IN(param, kEach) IN(u, kEach) IN(src, kRest) IN(lr, kOne) IN(consts, kOne)              \
+  IN(gidx, kCountK) OUT(done, kOne)
+
+// The workers' model signatures, gathered: fails unless all agree.
+#define MSOPT_AOT_CHECK_REPLICAS(IN, OUT) IN(signatures, kOne) IN(width, kOne) OUT(ok, kOne)
+
+// A 64-bit digest of K tensors of one dtype.
+#define MSOPT_AOT_DIGEST(IN, OUT) IN(p, kEach) OUT(digest, kOne)
+
+// Every kernel: its exported entry and its list.
+#define MSOPT_AOT_KERNELS(X)                                  \
+  X(ms_optim_adam_inplace, MSOPT_AOT_ADAM_INPLACE)            \
+  X(ms_optim_adam_delta, MSOPT_AOT_ADAM_DELTA)                \
+  X(ms_optim_adam_q8_inplace, MSOPT_AOT_ADAM_Q8_INPLACE)      \
+  X(ms_optim_adam_q8_delta, MSOPT_AOT_ADAM_Q8_DELTA)          \
+  X(ms_optim_lamb, MSOPT_AOT_LAMB)                            \
+  X(ms_optim_sumsq, MSOPT_AOT_SUMSQ)                          \
+  X(ms_optim_topk_abs, MSOPT_AOT_TOPK_ABS)                    \
+  X(ms_optim_dgc_select_multi, MSOPT_AOT_DGC_SELECT_MULTI)    \
+  X(ms_optim_dgc_apply_multi, MSOPT_AOT_DGC_APPLY_MULTI)      \
+  X(ms_optim_dgc_momentum, MSOPT_AOT_DGC_MOMENTUM)            \
+  X(ms_optim_check_replicas, MSOPT_AOT_CHECK_REPLICAS)        \
+  X(ms_optim_digest, MSOPT_AOT_DIGEST)
+
+// sig::<entry>: the slot ids (sig::ms_optim_lamb::grad, ...), kSlots, and
+// kSpec, the slots in order.
+#define MSOPT_AOT_SLOT_ID(name, arity) name,
+#define MSOPT_AOT_SLOT_IN(name, arity) Slot{#name, Arity::arity, false},
+#define MSOPT_AOT_SLOT_OUT(name, arity) Slot{#name, Arity::arity, true},
+#define MSOPT_AOT_DECLARE(entry, LIST)                                                  \
+  struct entry {                                                                        \
+    enum Id : int { LIST(MSOPT_AOT_SLOT_ID, MSOPT_AOT_SLOT_ID) kSlots };                \
+    static constexpr const char *kEntry = #entry;                                       \
+    static constexpr Slot kSpec[kSlots] = {LIST(MSOPT_AOT_SLOT_IN, MSOPT_AOT_SLOT_OUT)}; \
+  };
+
+namespace sig {
+MSOPT_AOT_KERNELS(MSOPT_AOT_DECLARE)
+}  // namespace sig
+
+}  // namespace msopt
