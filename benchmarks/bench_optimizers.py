@@ -158,17 +158,18 @@ def _adam_alone(sizes, grads, moment_dtype="float32"):
     mt, vt, scaled = kernels.moment_storage(moment_dtype)
     mnp, vnp = (ops.zeros(1, t).asnumpy().dtype for t in (mt, vt))  # numpy's view of each
     m, v = [np.zeros(n, mnp) for n in sizes], [np.zeros(n, vnp) for n in sizes]
-    entry, scales = "ms_optim_adam_inplace", []
     if scaled:
-        entry = "ms_optim_adam_q8_inplace"
         blocks = [-(-n // kernels.q8_block()) for n in sizes]
-        scales = [[np.zeros(b, np.float32) for b in blocks] for _ in range(2)]
-    tail = [np.float32([1e-3]), np.zeros(1, np.float32), _powers(),
-            kernels.consts_array("adam", beta1=0.9, beta2=0.999, eps=1e-8, inv_scale=1.0,
-                                 nesterov=False), np.zeros(1, np.float32)]
-    calls = [prepare_kernel(entry, p[lo:hi] + m[lo:hi] + v[lo:hi]
-                            + [x for sc in scales for x in sc[lo:hi]] + grads[lo:hi] + tail)
-             for lo, hi in kernels.buckets([0] * len(sizes))]
+        m_scale, v_scale = ([np.zeros(b, np.float32) for b in blocks] for _ in range(2))
+    hyper = dict(lr=np.float32([1e-3]), wd=np.zeros(1, np.float32), powers=_powers(),
+                 consts=kernels.consts_array("adam", beta1=0.9, beta2=0.999, eps=1e-8,
+                                             inv_scale=1.0, nesterov=False))
+    calls = []
+    for lo, hi in kernels.buckets([0] * len(sizes)):
+        scale_slots = dict(m_scale=m_scale[lo:hi], v_scale=v_scale[lo:hi]) if scaled else {}
+        calls.append(prepare_kernel(kernels.adam_entry(False, scaled), param=p[lo:hi],
+                                    m=m[lo:hi], v=v[lo:hi], grad=grads[lo:hi],
+                                    done=np.zeros(1, np.float32), **scale_slots, **hyper))
     return lambda: [c() for c in calls]
 
 
@@ -176,13 +177,13 @@ def _lamb_alone(sizes, grads):
     """ms_optim.Lamb's kernel (weight decay 0.01: the trust-ratio path) on its own buffers."""
     p, m, v = _state_buffers(sizes, seed=8)
     calls = []
+    consts = kernels.consts_array("lamb", beta1=0.9, beta2=0.999, eps=1e-6, clip_norm=0.0,
+                                  clip_lo=-np.inf, clip_hi=np.inf, always_adapt=False)
     for lo, hi in kernels.buckets([0] * len(sizes)):
-        tail = [np.float32([1e-3]), np.float32([0.01]), np.float32([1.0]), _powers(),
-                kernels.consts_array("lamb", beta1=0.9, beta2=0.999, eps=1e-6, clip_norm=0.0,
-                                     clip_lo=-np.inf, clip_hi=np.inf, always_adapt=False),
-                np.zeros(hi - lo, np.float32)]
-        calls.append(prepare_kernel("ms_optim_lamb", p[lo:hi] + m[lo:hi] + v[lo:hi]
-                                    + grads[lo:hi] + tail))
+        calls.append(prepare_kernel(
+            "ms_optim_lamb", param=p[lo:hi], m=m[lo:hi], v=v[lo:hi], grad=grads[lo:hi],
+            lr=np.float32([1e-3]), wd=np.float32([0.01]), gscale=np.float32([1.0]),
+            powers=_powers(), consts=consts, ratios=np.zeros(hi - lo, np.float32)))
     return lambda: [c() for c in calls]
 
 

@@ -28,8 +28,8 @@ LR = 1e-3
 
 
 def _step_calls(sizes, seed, grads=None):
-    """The kernel calls of one step, as a list of (entry, arrays); `grads` (float32 arrays of
-    `sizes`) default to random ones of the scale the bench uses."""
+    """The kernel calls of one step, as a list of (entry, tensors by slot name); `grads`
+    (float32 arrays of `sizes`) default to random ones of the scale the bench uses."""
     plan = dgc_plan.DGCPlan(sizes, [True] * len(sizes), (SPARSITY,), 0, 1)
     rng = np.random.default_rng(seed)
     params = [rng.standard_normal(n, dtype=np.float32) for n in sizes]
@@ -49,19 +49,21 @@ def _step_calls(sizes, seed, grads=None):
         ids = comp[lo:hi]
         off = plan.stage_offsets[0][lo]
         width = sum(ks[lo:hi])
-        calls.append(("ms_optim_dgc_select_multi",
-                      [u[i] for i in ids] + v[lo:hi] + [grads[i] for i in ids]
-                      + [consts, np.array(ks[lo:hi], np.int32), idx[off:off + width],
-                         val[off:off + width]]))
+        calls.append(("ms_optim_dgc_select_multi", dict(
+            u=[u[i] for i in ids], v=v[lo:hi], grad=[grads[i] for i in ids], consts=consts,
+            ks=np.array(ks[lo:hi], np.int32), idx=idx[off:off + width],
+            val=val[off:off + width])))
     for lo, hi in kernels.buckets((0,) * len(comp)):
         ids = comp[lo:hi]
         layout = np.array((1,) + plan.stage_offsets[0][lo:hi] + ks[lo:hi], np.int32)
-        calls.append(("ms_optim_dgc_apply_multi", [params[i] for i in ids]
-                      + [idx, val, lr, layout, np.zeros(1, np.float32)]))
+        calls.append(("ms_optim_dgc_apply_multi", dict(
+            param=[params[i] for i in ids], idx=idx, val=val, lr=lr, layout=layout,
+            done=np.zeros(1, np.float32))))
     for lo, hi in kernels.buckets((0,) * len(dense)):
         ids = dense[lo:hi]
-        calls.append(("ms_optim_dgc_momentum", [params[i] for i in ids] + [u[i] for i in ids]
-                      + grads + [lr, consts, np.array(ids, np.int32), np.zeros(1, np.float32)]))
+        calls.append(("ms_optim_dgc_momentum", dict(
+            param=[params[i] for i in ids], u=[u[i] for i in ids], src=grads, lr=lr,
+            consts=consts, gidx=np.array(ids, np.int32), done=np.zeros(1, np.float32))))
     return calls
 
 
@@ -70,9 +72,9 @@ def dgc_kernel_alone_step(sizes, grads=None, seed=0):
     gradient arrays when given), checked once through call_kernel, then with the ctypes
     arguments prepared once (``prepare_kernel``): the kernels' time only."""
     calls = _step_calls([int(n) for n in sizes], seed, grads)
-    for entry, arrays in calls:  # checked (and the buffers' pages touched) once
-        call_kernel(entry, arrays)
-    runs = [prepare_kernel(entry, arrays) for entry, arrays in calls]
+    for entry, tensors in calls:  # checked (and the buffers' pages touched) once
+        call_kernel(entry, **tensors)
+    runs = [prepare_kernel(entry, **tensors) for entry, tensors in calls]
     return lambda: [run() for run in runs]
 
 

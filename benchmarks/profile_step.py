@@ -238,13 +238,16 @@ def main(argv=None):
     rng = np.random.default_rng(1)
     bufs = [[(rng.standard_normal(s) * (j != 1 and j != 2)).astype(np.float32) for s in sizes]
             for j in range(4)]  # p, m = 0, v = 0, g
-    hyper = [np.array([1e-3], np.float32), np.array([0.0], np.float32),
-             kernels.consts_array("powers", beta1_power=0.9, beta2_power=0.999),
-             kernels.consts_array("adam", beta1=0.9, beta2=0.999, eps=1e-8, inv_scale=1.0,
-                                  nesterov=0)]
-    done = np.zeros(1, np.float32)
-    alone = prepare_kernel("ms_optim_adam_inplace",
-                           [a for group in bufs for a in group] + hyper + [done])
+    hyper = dict(lr=np.array([1e-3], np.float32), wd=np.array([0.0], np.float32),
+                 powers=kernels.consts_array("powers", beta1_power=0.9, beta2_power=0.999),
+                 consts=kernels.consts_array("adam", beta1=0.9, beta2=0.999, eps=1e-8,
+                                             inv_scale=1.0, nesterov=0),
+                 done=np.zeros(1, np.float32))
+
+    def adam_alone(p, m, v, g):
+        return prepare_kernel("ms_optim_adam_inplace", param=p, m=m, v=v, grad=g, **hyper)
+
+    alone = adam_alone(*bufs)
     row("native Adam kernel alone (ctypes, one multi-tensor call)", median_ms(alone, args.steps))
     for name, make in (("ms_optim.AdamOffload step in MindSpore",
                         lambda p: ms_optim.AdamOffload(p, learning_rate=1e-3)),
@@ -273,12 +276,11 @@ def main(argv=None):
 
     # OpenMP start-up: one small tensor through the 2-thread and the 1-thread path
     small = [np.abs(rng.standard_normal(1 << 15)).astype(np.float32) for _ in range(4)]
-    one = small + hyper + [done]
     row("Adam kernel, one 32K tensor (goes parallel)",
-        median_ms(prepare_kernel("ms_optim_adam_inplace", one), 200))
-    tiny = [a[:(1 << 15) - 64].copy() for a in small] + hyper + [done]
+        median_ms(adam_alone(*([a] for a in small)), 200))
+    tiny = [[a[:(1 << 15) - 64].copy()] for a in small]
     row("Adam kernel, one 32K-64 tensor (stays on one thread)",
-        median_ms(prepare_kernel("ms_optim_adam_inplace", tiny), 200))
+        median_ms(adam_alone(*tiny), 200))
     return 0
 
 

@@ -8,8 +8,9 @@
 - ``clip``: ``ClipGradByGlobalNorm``, ``ClipGradByNorm`` and ``ClipGradByValue``, the
   ``grad_clip`` of Lamb (DGCMomentum takes ``ClipGradByNorm``).
 - ``regularizer``: ``L1Decay`` and ``L2Decay``, DGCMomentum's ``regularization``.
-- ``native_info()``: what the native kernels run with; ``NativeLibraryError``: the
-  native library is missing or broken.
+- ``native_info()``: what the native kernels run with; ``last_native_error()``: why
+  the last native kernel call failed; ``NativeLibraryError``: the native library is
+  missing or broken.
 - ``ms_optim.capi``: the C library for parameter servers, from Python.
 
 Every optimizer subclasses ``mindspore.nn.Optimizer``; see each class's docstring.
@@ -18,8 +19,8 @@ from . import clip, regularizer
 from .adam_offload import AdamOffload
 from .dgc import DGCMomentum
 from .lamb import Lamb
-from ._native import NativeLibraryError, native_info
+from ._native import NativeLibraryError, last_native_error, native_info
 
 __all__ = ["AdamOffload", "DGCMomentum", "Lamb", "clip", "regularizer", "NativeLibraryError",
-           "native_info"]
+           "last_native_error", "native_info"]
 __version__ = "0.1.0"

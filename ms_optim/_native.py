@@ -29,13 +29,12 @@ _SIGNATURES = {
 _AOT_ARGTYPES = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
                  ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_char_p),
                  ctypes.c_void_p, ctypes.c_void_p]
-AOT_KERNELS = ("ms_optim_adam_inplace", "ms_optim_adam_delta", "ms_optim_adam_q8_inplace",
-               "ms_optim_adam_q8_delta", "ms_optim_lamb", "ms_optim_sumsq",
-               "ms_optim_topk_abs",
-               "ms_optim_check_replicas", "ms_optim_digest", "ms_optim_dgc_select_multi",
-               "ms_optim_dgc_apply_multi", "ms_optim_dgc_momentum")
-for _name in AOT_KERNELS:
-    _SIGNATURES[_name] = (ctypes.c_int, _AOT_ARGTYPES)
+# What the library reports of its AOT kernels (ops/aot/signatures.h declares them).
+_AOT_SIGNATURES = {
+    "msopt_aot_kernels": (ctypes.c_char_p, []),
+    "msopt_aot_signature": (ctypes.c_char_p, [ctypes.c_char_p]),
+    "msopt_last_kernel_error": (ctypes.c_char_p, []),
+}
 
 
 class NativeLibraryError(RuntimeError):
@@ -180,11 +179,63 @@ def last_error():
     return lib().msopt_last_error().decode()
 
 
+def aot_kernels():
+    """The names of the library's AOT kernel entries (``ms_optim_lamb``, ...)."""
+    handle = lib_with(_AOT_SIGNATURES, "the AOT kernel declarations")
+    return tuple(handle.msopt_aot_kernels().decode().split())
+
+
+def aot_signature(entry):
+    """The tensors AOT kernel `entry` takes, as the library declares them
+    (ops/aot/signatures.h): a string like ``"param:each m:each lr wd -> done"``.
+    ValueError for an unknown entry."""
+    handle = lib_with(_AOT_SIGNATURES, "the AOT kernel declarations")
+    raw = handle.msopt_aot_signature(entry.encode())
+    if raw is None:
+        raise ValueError(f"unknown native kernel {entry!r}; the library has {aot_kernels()}")
+    return raw.decode()
+
+
+def last_native_error():
+    """Why the most recent native kernel call failed.
+
+    A native kernel that rejects its tensors returns an error code, and MindSpore's
+    ``RuntimeError`` shows only that code ("Return value from CPU AOT kernel ... is
+    -3"); the kernel's own message, naming the kernel, the tensor and what was wrong,
+    is kept here (and written to stderr as ``ms_optim: ...``).  The optimizers check
+    their arguments and gradients before a kernel sees them, so a message here points
+    at a tensor that changed behind the optimizer's back, or at a bug.
+
+    Returns:
+        str, the message of the most recent failed kernel call on any thread, or ``""``
+        when none failed.  Its codes are the C library's (``docs/capi.md``), e.g.
+        ``MSOPT_ERR_SIZE`` (-3) for a wrong element count.
+
+    Raises:
+        NativeLibraryError: If the native library is missing or cannot be loaded.
+
+    Supported Platforms:
+        ``CPU``
+
+    Examples:
+        >>> import ms_optim
+        >>> isinstance(ms_optim.last_native_error(), str)
+        True
+    """
+    return lib_with(_AOT_SIGNATURES, "msopt_last_kernel_error").msopt_last_kernel_error().decode()
+
+
+def _aot_entry(entry):
+    """The ctypes function of AOT kernel `entry`, its signature declared."""
+    aot_signature(entry)  # ValueError for an unknown entry
+    fn = getattr(lib(), entry)
+    fn.restype, fn.argtypes = ctypes.c_int, _AOT_ARGTYPES
+    return fn
+
+
 def aot_func(entry):
     """The ``"path:function"`` string MindSpore's AOT Custom op expects, checked to load."""
-    if entry not in AOT_KERNELS:
-        raise ValueError(f"unknown native kernel {entry!r}")
-    lib()  # fail here, naming the file, if the library is missing or broken
+    aot_signature(entry)  # fails here, naming the file or the entry, if either is wrong
     return f"{library_path()}:{entry}"
 
 
@@ -236,7 +287,7 @@ def prepare_aot(entry, arrays):
     shapes = (ctypes.POINTER(ctypes.c_int64) * n)(
         *[ctypes.cast(b, ctypes.POINTER(ctypes.c_int64)) for b in shape_bufs])
     dtypes = (ctypes.c_char_p * n)(*[str(a.dtype).encode() for a in arrays])
-    fn = getattr(lib(), entry)
+    fn = _aot_entry(entry)
 
     def run():
         rc = fn(n, ptrs, ndims, shapes, dtypes, None, None)

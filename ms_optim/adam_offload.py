@@ -207,6 +207,7 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         self.adam_ops = tuple(kernels.adam_op(hi - lo, self._parameters[lo].dtype, impl == "delta",
                                               moment_dtype)
                               for lo, hi in self.buckets)
+        self.adam_order = kernels.call_order(kernels.adam_entry(impl == "delta", self.scaled))
         # weight decay per parameter: MindSpore's decay flags (no groups: parameters named
         # beta/gamma are not decayed) as a 0/1 mask per bucket, None where all or none decay
         flags = tuple(f and self.exec_weight_decay for f in self.decay_flags)
@@ -248,12 +249,13 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         done = True
         for b, (lo, hi) in enumerate(self.buckets):
             lr_b = self.per_tensor(lr, lo, hi, self.is_group_lr)
-            state = self.moment1[lo:hi] + self.moment2[lo:hi]
-            if self.scaled:
-                state = state + self.moment1_scale[lo:hi] + self.moment2_scale[lo:hi]
-            state = state + gradients[lo:hi]
+            # the scales are read only by the int8 kernels' order (empty otherwise)
+            m, v = self.moment1[lo:hi], self.moment2[lo:hi]
+            m_scale, v_scale = self.moment1_scale[lo:hi], self.moment2_scale[lo:hi]
             if self.impl == "delta":
-                deltas = self.adam_ops[b](*state, lr_b, powers, self.consts)
+                deltas = self.adam_ops[b](*kernels.arrange(
+                    self.adam_order, m=m, v=v, m_scale=m_scale, v_scale=v_scale,
+                    grad=gradients[lo:hi], lr=lr_b, powers=powers, consts=self.consts))
                 if hi - lo == 1:
                     deltas = (deltas,)
                 for j in range(hi - lo):
@@ -270,8 +272,10 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
                         wd_b = wd_b * self.decay_masks[b]
                 if self.adamw:
                     wd_b = wd_b * self.inv_loss_scale
-                done = F.depend(done, self.adam_ops[b](*(params[lo:hi] + state), lr_b, wd_b,
-                                                        powers, self.consts))
+                done = F.depend(done, self.adam_ops[b](*kernels.arrange(
+                    self.adam_order, param=params[lo:hi], m=m, v=v, m_scale=m_scale,
+                    v_scale=v_scale, grad=gradients[lo:hi], lr=lr_b, wd=wd_b, powers=powers,
+                    consts=self.consts)))
         return done
 
     def _adamw_decay(self, lr, weight_decay, i, param):

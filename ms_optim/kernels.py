@@ -1,7 +1,13 @@
 """Every MindSpore AOT op of ms_optim, built in one place.
 
-Three things live here and nowhere else:
+Four things live here and nowhere else:
 
+- **Calls by name.**  Which tensors a kernel takes, and in which order, is
+  declared once, in ``ops/aot/signatures.h``; the library reports it
+  (``signature(entry)``).  An op is built with each slot's dtype given by name
+  (``native_op``), and called with its tensors given by name (``arrange``,
+  ``arrange_arrays``): a missing or unknown name is a ValueError, and no
+  argument order is written on this side.
 - **Constants layouts.**  A kernel's fixed hyper-parameters travel as one
   float32 tensor whose layout is a C++ struct declared by a list of field
   names in ``ops/core/contract.h``.  ``LAYOUTS`` declares the same names once on
@@ -17,6 +23,7 @@ Three things live here and nowhere else:
   ``mindspore.ops.Custom`` pinned to the host CPU (``_native.aot_op``).
 """
 import ctypes
+from typing import NamedTuple
 
 import numpy as np
 from mindspore import Tensor
@@ -27,11 +34,10 @@ from . import _native
 
 MAX_TENSORS = 256  # parameters per multi-tensor op
 
-_F32, _F16, _I32 = DataType.F32_Default, DataType.F16_Default, DataType.I32_Default
-_BF16, _I8, _U8 = DataType.BF16_Default, DataType.I8_Default, DataType.U8_Default
-_FORMATS = {mstype.float32: _F32, mstype.float16: _F16, mstype.float64: DataType.F64_Default,
-            mstype.bfloat16: DataType.BF16_Default, mstype.int32: _I32, mstype.int8: _I8,
-            mstype.uint8: _U8}
+_FORMATS = {mstype.float32: DataType.F32_Default, mstype.float16: DataType.F16_Default,
+            mstype.float64: DataType.F64_Default, mstype.bfloat16: DataType.BF16_Default,
+            mstype.int32: DataType.I32_Default, mstype.int8: DataType.I8_Default,
+            mstype.uint8: DataType.U8_Default}
 
 # The field names of each constants struct of ops/core/contract.h, in order.
 LAYOUTS = {
@@ -96,12 +102,118 @@ def buckets(keys, max_tensors=None):
     return tuple(out)
 
 
-def _names(k, *kinds):
-    return tuple(f"{kind}{i}" for kind in kinds for i in range(k))
-
-
 def _fmt(dtype):
     return _FORMATS[dtype]
+
+
+# ------------------------------------------------------- calls by name --
+
+class Slot(NamedTuple):
+    """One slot of a kernel's declaration: its name, its arity (``"one"``; ``"each"``, one
+    tensor per parameter; ``"count"``, one tensor of K elements; ``"rest"``, as many as
+    remain) and whether it is an output."""
+    name: str
+    arity: str
+    output: bool
+
+    @property
+    def multi(self):
+        """True for a slot of several tensors (given as a sequence)."""
+        return self.arity in ("each", "rest")
+
+
+_signatures = {}
+
+
+def signature(entry):
+    """The slots of AOT kernel `entry`, in call order, as the library declares them."""
+    if entry not in _signatures:
+        text = _native.aot_signature(entry)
+        inputs, _, outputs = text.partition(" -> ")
+        _signatures[entry] = tuple(
+            Slot(*(word.split(":") + ["one"])[:2], output)
+            for part, output in ((inputs, False), (outputs, True)) for word in part.split())
+    return _signatures[entry]
+
+
+def call_order(entry):
+    """The inputs of `entry` as ``(name, multi)`` pairs, for ``arrange``."""
+    return tuple((s.name, s.multi) for s in signature(entry) if not s.output)
+
+
+def arrange(order, **named):
+    """The positional inputs of an op, from its tensors given by name: `order` is
+    ``call_order(entry)``, a slot of several tensors takes a tuple; names the order does
+    not hold are not used (a caller of several entries passes the union).  Runs inside a
+    cell's ``construct`` (graph mode unrolls the loop)."""
+    out = ()
+    for name, multi in order:
+        if multi:
+            out = out + named[name]
+        else:
+            out = out + (named[name],)
+    return out
+
+
+def _check_names(entry, given, want):
+    missing = [n for n in want if n not in given]
+    unknown = [n for n in given if n not in want]
+    if missing or unknown:
+        raise ValueError(f"native kernel {entry}: missing {missing}, unknown {unknown}; it "
+                         f"takes {list(want)}")
+
+
+def first_index(entry, name, k):
+    """The position of slot `name`'s first tensor among the inputs of a call of `entry` on
+    `k` parameters (before any ``"rest"`` slot)."""
+    at = 0
+    for s in signature(entry):
+        if s.name == name:
+            return at
+        if s.arity == "rest":
+            break
+        at += k if s.arity == "each" else 1
+    raise ValueError(f"native kernel {entry} has no slot {name!r} before a variable one")
+
+
+def arrange_arrays(entry, **named):
+    """The flat array list (inputs, then outputs) of a direct call of `entry` (through
+    ``ms_optim.testing``), from its tensors given by name; ValueError naming a missing or
+    unknown slot, or slots of one tensor per parameter whose lengths differ."""
+    slots = signature(entry)
+    _check_names(entry, named, [s.name for s in slots])
+    counts = {s.name: len(named[s.name]) for s in slots if s.arity == "each"}
+    if len(set(counts.values())) > 1:
+        raise ValueError(f"native kernel {entry}: the per-parameter slots differ in length: "
+                         f"{counts}")
+    out = []
+    for s in slots:
+        out.extend(named[s.name] if s.multi else [named[s.name]])
+    return out
+
+
+def native_op(entry, k, dtypes, out_shape, out_dtype, inplace, rest=0):
+    """A ``mindspore.ops.Custom`` running AOT kernel `entry` on `k` parameters (and `rest`
+    tensors in a ``"rest"`` slot): `dtypes` gives each slot's dtype by name, one mindspore
+    dtype for all its tensors or a sequence of one per tensor.  ValueError naming a
+    missing or unknown slot."""
+    slots = signature(entry)
+    _check_names(entry, dtypes, [s.name for s in slots])
+    names = {False: [], True: []}
+    formats = []
+    for s in slots:
+        n = {"each": k, "rest": rest}.get(s.arity, 1)
+        d = dtypes[s.name]
+        each = tuple(d) if isinstance(d, (tuple, list)) else (d,) * n
+        if len(each) != n:
+            raise ValueError(f"native kernel {entry}: slot {s.name} takes {n} dtypes, got "
+                             f"{len(each)}")
+        formats.extend(_fmt(x) for x in each)
+        names[s.output].extend([s.name] if s.arity in ("one", "count") else
+                               [f"{s.name}{i}" for i in range(n)])
+    return _native.aot_op(entry, out_shape=out_shape, out_dtype=out_dtype,
+                          inputs=tuple(names[False]), outputs=tuple(names[True]),
+                          dtype_formats=[tuple(formats)], inplace=inplace)
 
 
 # ------------------------------------------------------------------ Adam --
@@ -124,88 +236,73 @@ def moment_storage(moment_dtype):
 
 def adam_op(k, dtype, delta, moment_dtype="float32"):
     """Multi-tensor Adam step over `k` parameters of `dtype` (float32 or float16), moments
-    stored as `moment_dtype` (MOMENT_DTYPES; ops/aot/aot_adam.cpp).
-
-    In place (``delta=False``): inputs param[k], m[k], v[k], [m_scale[k], v_scale[k] for int8],
-    grad[k], lr (1 or k), wd (1 or k), powers float32[2], consts (LAYOUTS["adam"] or
-    ["adam_ext"]); output float32[1].
-    Delta: inputs m[k], v[k], [scales], grad[k], lr, powers, consts; outputs the k steps,
-    each shaped and typed as its gradient.
-    """
+    stored as `moment_dtype` (MOMENT_DTYPES; ops/aot/aot_adam.cpp).  Its entry (in place,
+    or delta; int8 moments add the m_scale and v_scale slots) is ``adam_entry``'s."""
     check_layout("adam")
     check_layout("adam_ext")
     check_layout("powers")
-    p = _fmt(dtype)
     mt, vt, scaled = moment_storage(moment_dtype)
-    mom = (_FORMATS[mt],) * k + (_FORMATS[vt],) * k
-    mom_names = _names(k, "m", "v")
+    f32 = mstype.float32
+    dtypes = dict(m=mt, v=vt, grad=dtype, lr=f32, powers=f32, consts=f32)
     if scaled:
-        mom += (_F32,) * (2 * k)
-        mom_names += _names(k, "m_scale", "v_scale")
-    q8 = "_q8" if scaled else ""
-    nin = len(mom_names)
-    if delta:
-        op = _native.aot_op(
-            f"ms_optim_adam{q8}_delta",
-            out_shape=lambda *shapes: tuple(shapes[nin:nin + k]) if k > 1 else shapes[nin],
-            out_dtype=lambda *dtypes: tuple(dtypes[nin:nin + k]) if k > 1 else dtypes[nin],
-            inputs=mom_names + _names(k, "grad") + ("lr", "powers", "consts"),
-            outputs=_names(k, "delta"),
-            dtype_formats=[mom + (p,) * k + (_F32,) * 3 + (p,) * k], inplace=True)
-    else:
-        op = _native.aot_op(
-            f"ms_optim_adam{q8}_inplace", out_shape=lambda *shapes: [1],
-            out_dtype=lambda *dtypes: mstype.float32,
-            inputs=_names(k, "param") + mom_names + _names(k, "grad") + ("lr", "wd", "powers",
-                                                                         "consts"),
-            outputs=("done",),
-            dtype_formats=[(p,) * k + mom + (p,) * k + (_F32,) * 5], inplace=True)
-    return op
+        dtypes.update(m_scale=f32, v_scale=f32)
+    if delta:  # each step shaped and typed as its gradient
+        g = first_index(adam_entry(True, scaled), "grad", k)
+        dtypes["delta"] = dtype
+        return native_op(
+            adam_entry(True, scaled), k, dtypes, inplace=True,
+            out_shape=lambda *shapes: tuple(shapes[g:g + k]) if k > 1 else shapes[g],
+            out_dtype=lambda *dts: tuple(dts[g:g + k]) if k > 1 else dts[g])
+    dtypes.update(param=dtype, wd=f32, done=f32)
+    return native_op(adam_entry(False, scaled), k, dtypes, inplace=True,
+                     out_shape=lambda *shapes: [1], out_dtype=lambda *dts: mstype.float32)
+
+
+def adam_entry(delta, scaled):
+    """The Adam kernel entry: delta or in place, int8 (scaled) moments or not."""
+    return f"ms_optim_adam{'_q8' if scaled else ''}_{'delta' if delta else 'inplace'}"
 
 
 # ------------------------------------------------------------------ Lamb --
 
 def lamb_op(k):
-    """Multi-tensor Lamb step: inputs param[k], m[k], v[k], grad[k] (float32), lr (1 or k),
-    wd (1 or k), gscale (scalar), powers float32[2], consts (LAYOUTS["lamb"]); output the
-    k trust ratios, float32[k]."""
+    """Multi-tensor Lamb step over `k` float32 parameters (ops/aot/aot_lamb.cpp); its
+    output holds the k trust ratios."""
     check_layout("lamb")
     check_layout("powers")
-    return _native.aot_op(
-        "ms_optim_lamb", out_shape=lambda *shapes: [k], out_dtype=lambda *dtypes: mstype.float32,
-        inputs=_names(k, "param", "m", "v", "grad") + ("lr", "wd", "gscale", "powers", "consts"),
-        outputs=("ratios",), dtype_formats=[(_F32,) * (4 * k + 6)], inplace=True)
+    f32 = mstype.float32
+    return native_op("ms_optim_lamb", k, dict.fromkeys(
+        ("param", "m", "v", "grad", "lr", "wd", "gscale", "powers", "consts", "ratios"), f32),
+        out_shape=lambda *shapes: [k], out_dtype=lambda *dts: f32, inplace=True)
 
 
 def sumsq_op(k):
     """The sum of the squares of every element of k float32 inputs, float32[1]."""
-    return _native.aot_op(
-        "ms_optim_sumsq", out_shape=lambda *shapes: [1], out_dtype=lambda *dtypes: mstype.float32,
-        inputs=_names(k, "grad"), outputs=("sumsq",), dtype_formats=[(_F32,) * (k + 1)],
-        inplace=False)
+    f32 = mstype.float32
+    return native_op("ms_optim_sumsq", k, dict(grad=f32, sumsq=f32),
+                     out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32, inplace=False)
 
 
 # ------------------------------------------------------------------- DGC --
 
 def topk_abs_op(k):
     """The k entries of largest |x| of a float32 input: (idx int32[k], val float32[k])."""
-    return _native.aot_op(
-        "ms_optim_topk_abs", out_shape=lambda x: ([k], [k]),
-        out_dtype=lambda x: (mstype.int32, mstype.float32), inputs=("x",),
-        outputs=("idx", "val"), dtype_formats=[(_F32, _I32, _F32)], inplace=False)
+    return native_op("ms_optim_topk_abs", 0,
+                     dict(x=mstype.float32, idx=mstype.int32, val=mstype.float32),
+                     out_shape=lambda x: ([k], [k]),
+                     out_dtype=lambda x: (mstype.int32, mstype.float32), inplace=False)
 
 
 def dgc_select_multi_op(ks):
-    """DGC's local step for len(ks) = K parameters in one op: u[K], v[K], grad[K] (float32),
-    consts float32[2] (momentum, nesterov), ks int32[K] -> (idx int32[L], val float32[L]),
-    L = sum(ks): parameter j's k_j selections side by side, the bucket's block of the fused
-    exchange buffer.  u and v updated in place."""
-    n, total = len(ks), int(sum(ks))
-    op = _native.aot_op(
-        "ms_optim_dgc_select_multi", out_shape=lambda *shapes: ([total], [total]),
-        out_dtype=lambda *dtypes: (mstype.int32, mstype.float32),
-        inputs=_names(n, "u", "v", "grad") + ("consts", "ks"), outputs=("idx", "val"),
-        dtype_formats=[(_F32,) * (3 * n + 1) + (_I32, _I32, _F32)], inplace=True)
+    """DGC's local step for len(ks) = K float32 parameters in one op (ops/aot/aot_dgc.cpp):
+    idx int32[L] and val float32[L], L = sum(ks), parameter j's k_j selections side by
+    side, the bucket's block of the fused exchange buffer; u and v updated in place."""
+    total = int(sum(ks))
+    f32, i32 = mstype.float32, mstype.int32
+    op = native_op("ms_optim_dgc_select_multi", len(ks),
+                   dict(u=f32, v=f32, grad=f32, consts=f32, ks=i32, idx=i32, val=f32),
+                   out_shape=lambda *shapes: ([total], [total]),
+                   out_dtype=lambda *dts: (i32, f32), inplace=True)
     # Ops that differ only in their output-shape function compare equal, and under msrun
     # MindSpore merged two of them (the second's k used for both): the ks become an attribute.
     op.add_prim_attr("ms_optim_ks", tuple(int(k) for k in ks))
@@ -213,43 +310,34 @@ def dgc_select_multi_op(ks):
 
 
 def dgc_apply_multi_op(k, dtype):
-    """p -= lr * scatter_add(every worker's values) / R for k parameters of `dtype`: inputs
-    param[k], idx int32[R*L], val float32[R*L], lr float32 (1 or k), layout int32[1 + 2k]
-    (R, the k offsets, the k counts); output float32[1]."""
-    return _native.aot_op(
-        "ms_optim_dgc_apply_multi", out_shape=lambda *shapes: [1],
-        out_dtype=lambda *dtypes: mstype.float32,
-        inputs=_names(k, "param") + ("idx", "val", "lr", "layout"), outputs=("done",),
-        dtype_formats=[(_fmt(dtype),) * k + (_I32, _F32, _F32, _I32, _F32)], inplace=True)
+    """p -= lr * scatter_add(every worker's values) / R for k parameters of `dtype`
+    (ops/aot/aot_dgc.cpp)."""
+    f32, i32 = mstype.float32, mstype.int32
+    return native_op("ms_optim_dgc_apply_multi", k,
+                     dict(param=dtype, idx=i32, val=f32, lr=f32, layout=i32, done=f32),
+                     out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32, inplace=True)
 
 
 def dgc_momentum_op(dtypes, src_dtypes):
     """DGC's dense momentum for K parameters of `dtypes` (float32, or float16 stepped in
-    float32): inputs param[K], u[K] (float32), src (gradients of `src_dtypes`, parameter
-    j's is src[gidx[j]], float32), lr float32 (1 or K), consts float32[2] (momentum,
-    nesterov), gidx int32[K]; output float32[1]."""
-    k = len(dtypes)
-    return _native.aot_op(
-        "ms_optim_dgc_momentum", out_shape=lambda *shapes: [1],
-        out_dtype=lambda *dtypes: mstype.float32,
-        inputs=_names(k, "param", "u") + _names(len(src_dtypes), "src") + ("lr", "consts", "gidx"),
-        outputs=("done",),
-        dtype_formats=[tuple(_fmt(d) for d in dtypes) + (_F32,) * k
-                       + tuple(_fmt(d) for d in src_dtypes) + (_F32, _F32, _I32, _F32)],
-        inplace=True)
+    float32), their gradients among the sources of `src_dtypes` (ops/aot/aot_dgc.cpp)."""
+    f32 = mstype.float32
+    return native_op("ms_optim_dgc_momentum", len(dtypes),
+                     dict(param=tuple(dtypes), u=f32, src=tuple(src_dtypes), lr=f32, consts=f32,
+                          gidx=mstype.int32, done=f32),
+                     out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32, inplace=True,
+                     rest=len(src_dtypes))
 
 
 def check_replicas_op():
     """Fails unless every worker's gathered int32 signature is the same."""
-    return _native.aot_op(
-        "ms_optim_check_replicas", out_shape=lambda *shapes: [1],
-        out_dtype=lambda *dtypes: mstype.int32, inputs=("signatures", "width"),
-        outputs=("ok",), dtype_formats=[(_I32, _I32, _I32)], inplace=False)
+    i32 = mstype.int32
+    return native_op("ms_optim_check_replicas", 0, dict(signatures=i32, width=i32, ok=i32),
+                     out_shape=lambda *shapes: [1], out_dtype=lambda *dts: i32, inplace=False)
 
 
 def digest_op(k, dtype):
     """A 64-bit digest (int32[2]) of k tensors of `dtype`."""
-    return _native.aot_op(
-        "ms_optim_digest", out_shape=lambda *shapes: [2], out_dtype=lambda *dtypes: mstype.int32,
-        inputs=_names(k, "p"), outputs=("digest",),
-        dtype_formats=[(_fmt(dtype),) * k + (_I32,)], inplace=False)
+    i32 = mstype.int32
+    return native_op("ms_optim_digest", k, dict(p=dtype, digest=i32),
+                     out_shape=lambda *shapes: [2], out_dtype=lambda *dts: i32, inplace=False)

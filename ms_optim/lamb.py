@@ -264,6 +264,8 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
                 sumsq.add_prim_attr("ms_optim_bucket", b)
                 sumsq_ops.append(sumsq)
         self.lamb_ops = tuple(ops_)
+        self.lamb_order = kernels.call_order("ms_optim_lamb")
+        self.sumsq_order = kernels.call_order("ms_optim_sumsq")
         self.decay_masks = tuple(masks)
         self.sumsq_ops = tuple(sumsq_ops)
 
@@ -283,7 +285,8 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
                 # one multi-tensor op per bucket sums the squares of all its gradients
                 sq_norms = ()
                 for b, (lo, hi) in enumerate(self.buckets):
-                    sq_norms = sq_norms + (self.sumsq_ops[b](*gradients[lo:hi]),)
+                    sq_norms = sq_norms + (self.sumsq_ops[b](*kernels.arrange(
+                        self.sumsq_order, grad=gradients[lo:hi])),)
                 # the squared norms are of the loss-scaled gradients
                 grad_scale = self.inv_scale * self.grad_clip.factor(sq_norms, self.inv_scale)
             return self._native_step(params, gradients, lr, weight_decay, grad_scale, powers)
@@ -303,7 +306,8 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
             wd_b = self.per_tensor(weight_decay, lo, hi, self.is_group)
             if self.decay_masks[b] is not None:
                 wd_b = wd_b * self.decay_masks[b]
-            args = (params[lo:hi] + self.moment1[lo:hi] + self.moment2[lo:hi]
-                    + gradients[lo:hi] + (lr_b, wd_b, grad_scale, powers, self.consts))
+            args = kernels.arrange(self.lamb_order, param=params[lo:hi], m=self.moment1[lo:hi],
+                                   v=self.moment2[lo:hi], grad=gradients[lo:hi], lr=lr_b,
+                                   wd=wd_b, gscale=grad_scale, powers=powers, consts=self.consts)
             ratios = ratios + (self.lamb_ops[b](*args),)
         return self.concat(ratios) if len(ratios) > 1 else ratios[0]

@@ -6,51 +6,71 @@ without MindSpore (to check a kernel against a reference, or to time it
 alone), and expose the few pieces of an optimizer's step that a benchmark
 times on their own:
 
-- ``call_kernel(entry, arrays)``: runs one kernel entry once, in place;
-- ``prepare_kernel(entry, arrays)``: a callable running it with its ctypes
+- ``call_kernel(entry, **tensors)``: runs one kernel entry once, in place;
+- ``prepare_kernel(entry, **tensors)``: a callable running it with its ctypes
   arguments built once (what the kernel costs alone);
+- ``kernel_signature(entry)``: the tensors it takes, by name;
 - ``select_isa(name)``: forces the kernels of one instruction set;
 - ``override_kernel(entry, func)``: Custom ops built inside the ``with`` call
   another AOT function in place of `entry` (a timing shim, for instance);
 - ``advance_beta_powers(opt)``: the beta powers step of the Adam-family
   optimizers, for a cell that times it.
 
-The kernel entries are those of ``KERNELS``.  The arrays are numpy arrays,
-C-contiguous, the kernel's inputs then its outputs, in the order and of the
+The kernel entries are those of ``kernel_names()``.  Their tensors are given by
+slot name, as the library declares them (``kernel_signature``): numpy arrays,
+C-contiguous, a list of arrays for a slot of one tensor per parameter, of the
 shapes and dtypes the kernel's op takes (ms_optim/kernels.py builds those ops);
-the kernel writes its outputs, and its in-place inputs, into them.
+the kernel writes its outputs, and its in-place inputs, into them.  A test of
+argument checking may instead pass the flat list itself (``arrays=``).
 """
 import contextlib
 
-from . import _native
+from . import _native, kernels
 
-__all__ = ["KERNELS", "advance_beta_powers", "call_kernel", "override_kernel",
-           "prepare_kernel", "select_isa"]
-
-KERNELS = _native.AOT_KERNELS
-"""The names of the native kernel entries that ``call_kernel`` and ``prepare_kernel`` run."""
+__all__ = ["advance_beta_powers", "call_kernel", "kernel_names", "kernel_signature",
+           "override_kernel", "prepare_kernel", "select_isa"]
 
 
-def call_kernel(entry, arrays):
-    """Runs native kernel `entry` once on numpy `arrays` (inputs then outputs), in place.
+def kernel_names():
+    """The names of the native kernel entries that ``call_kernel`` and ``prepare_kernel``
+    run."""
+    return _native.aot_kernels()
 
-    The arrays are checked first (C-contiguous numpy arrays, else TypeError).  Raises
-    RuntimeError with the kernel's message when the kernel returns an error code (a shape,
-    dtype or argument count it does not take), and NativeLibraryError when the library is
-    missing or broken.
+
+def kernel_signature(entry):
+    """The slots of native kernel `entry` in call order: ``(name, arity, output)`` tuples,
+    arity ``"one"``, ``"each"`` (one tensor per parameter), ``"count"`` (one tensor of one
+    element per parameter) or ``"rest"``."""
+    return kernels.signature(entry)
+
+
+def _arrays(entry, arrays, tensors):
+    if (arrays is None) == (not tensors):
+        raise TypeError("give the kernel's tensors by slot name, or the flat list as arrays=")
+    return arrays if arrays is not None else kernels.arrange_arrays(entry, **tensors)
+
+
+def call_kernel(entry, arrays=None, **tensors):
+    """Runs native kernel `entry` once on numpy arrays given by slot name, in place.
+
+    The arrays are checked first: ValueError for a missing or unknown slot, TypeError for
+    an array that is not a C-contiguous numpy array.  Raises RuntimeError with the kernel's
+    message when the kernel returns an error code (a shape, dtype or argument count it does
+    not take), and NativeLibraryError when the library is missing or broken.
     """
-    _native.call_aot(entry, arrays)
+    _native.call_aot(entry, _arrays(entry, arrays, tensors))
 
 
-def prepare_kernel(entry, arrays):
-    """A zero-argument callable running native kernel `entry` on numpy `arrays`, for timing.
+def prepare_kernel(entry, arrays=None, **tensors):
+    """A zero-argument callable running native kernel `entry` on numpy arrays given by slot
+    name, for timing.
 
     The ctypes arguments are built once, here, and the callable keeps the arrays alive, so
     a call costs the kernel alone, without MindSpore and without per-call marshalling.  The
-    arrays are checked as by ``call_kernel`` (TypeError here); a call raises RuntimeError
-    with the kernel's message when the kernel returns an error code.
+    arrays are checked as by ``call_kernel`` (ValueError or TypeError here); a call raises
+    RuntimeError with the kernel's message when the kernel returns an error code.
     """
-    return _native.prepare_aot(entry, arrays)
+    return _native.prepare_aot(entry, _arrays(entry, arrays, tensors))
 
 
 def select_isa(name):
@@ -66,7 +86,7 @@ def override_kernel(entry, func):
     instead: ``"path/to/lib.so:function"``, an AOT function with the kernel's signature
     (a shim that times the kernel and calls it, for instance).  Ops built before or after
     the block, and other entries, are not affected."""
-    if entry not in KERNELS:
+    if entry not in kernel_names():
         raise ValueError(f"unknown native kernel {entry!r}")
     real = _native.aot_func
     _native.aot_func = lambda name: func if name == entry else real(name)

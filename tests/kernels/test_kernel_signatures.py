@@ -1,0 +1,151 @@
+"""The declaration of each native kernel's tensors (ops/aot/signatures.h), as the
+library reports it and as every call is assembled from it; the error codes and
+messages of the adapters, and last_native_error()."""
+import ctypes
+import re
+
+import numpy as np
+import pytest
+from mindspore import Tensor
+from mindspore import dtype as mstype
+
+import ms_optim
+from ms_optim import _native, capi, kernels, testing
+
+
+def _f32(*shape):
+    return np.zeros(shape, np.float32)
+
+
+def test_every_exported_kernel_is_declared_and_every_declared_kernel_is_exported():
+    names = testing.kernel_names()
+    assert len(names) == len(set(names)) >= 12
+    handle = ctypes.CDLL(_native.library_path())
+    for name in names:
+        assert hasattr(handle, name), name
+        assert kernels.signature(name), name
+    with pytest.raises(ValueError, match="unknown native kernel 'ms_optim_nope'"):
+        kernels.signature("ms_optim_nope")
+
+
+def test_the_reported_signatures_hold_the_declared_slots_in_order():
+    sig = kernels.signature("ms_optim_adam_q8_delta")
+    assert [(s.name, s.arity, s.output) for s in sig] == [
+        ("m", "each", False), ("v", "each", False), ("m_scale", "each", False),
+        ("v_scale", "each", False), ("grad", "each", False), ("lr", "one", False),
+        ("powers", "one", False), ("consts", "one", False), ("delta", "each", True)]
+    mom = {s.name: s.arity for s in kernels.signature("ms_optim_dgc_momentum")}
+    assert mom == {"param": "each", "u": "each", "src": "rest", "lr": "one", "consts": "one",
+                   "gidx": "count", "done": "one"}
+    assert kernels.call_order("ms_optim_lamb") == (
+        ("param", True), ("m", True), ("v", True), ("grad", True), ("lr", False),
+        ("wd", False), ("gscale", False), ("powers", False), ("consts", False))
+    assert kernels.first_index("ms_optim_adam_q8_delta", "grad", 3) == 12
+
+
+def test_arrange_puts_named_tensors_in_the_declared_order():
+    order = kernels.call_order("ms_optim_dgc_apply_multi")
+    args = kernels.arrange(order, layout="L", lr="r", val="V", idx="I", param=("p0", "p1"),
+                           unused="x")
+    assert args == ("p0", "p1", "I", "V", "r", "L")
+    with pytest.raises(KeyError):
+        kernels.arrange(order, param=("p0",), idx="I", val="V", lr="r")
+
+
+def test_named_calls_reject_missing_unknown_and_uneven_slots():
+    good = dict(grad=[_f32(3)], sumsq=_f32(1))
+    testing.call_kernel("ms_optim_sumsq", **good)
+    assert good["sumsq"][0] == 0.0
+    with pytest.raises(ValueError, match=r"missing \['sumsq'\], unknown \['out'\]"):
+        testing.call_kernel("ms_optim_sumsq", grad=[_f32(3)], out=_f32(1))
+    with pytest.raises(ValueError, match="per-parameter slots differ in length"):
+        testing.call_kernel("ms_optim_dgc_select_multi", u=[_f32(4)], v=[_f32(4), _f32(4)],
+                            grad=[_f32(4)], consts=_f32(2), ks=np.ones(1, np.int32),
+                            idx=np.zeros(1, np.int32), val=_f32(1))
+    with pytest.raises(TypeError, match="by slot name"):
+        testing.call_kernel("ms_optim_sumsq")
+
+
+def test_ops_are_built_with_every_slot_typed_by_name():
+    with pytest.raises(ValueError, match=r"missing \['sumsq'\]"):
+        kernels.native_op("ms_optim_sumsq", 2, dict(grad=mstype.float32),
+                          out_shape=lambda *s: [1], out_dtype=lambda *d: mstype.float32,
+                          inplace=False)
+    with pytest.raises(ValueError, match="slot param takes 2 dtypes, got 1"):
+        kernels.native_op("ms_optim_dgc_momentum", 2,
+                          dict(param=(mstype.float32,), u=mstype.float32, src=(mstype.float32,),
+                               lr=mstype.float32, consts=mstype.float32, gidx=mstype.int32,
+                               done=mstype.float32),
+                          out_shape=lambda *s: [1], out_dtype=lambda *d: mstype.float32,
+                          inplace=True, rest=1)
+
+
+def _code_and_message(entry, arrays):
+    with pytest.raises(RuntimeError) as err:
+        testing.call_kernel(entry, arrays=arrays)
+    text = str(err.value)
+    code = int(text.split("failed with code ")[1].split(":")[0])
+    return capi.ERROR_NAMES[code], text
+
+
+def _apply_call(idx, layout):
+    """ms_optim_dgc_apply_multi on one float32[10] parameter."""
+    return [_f32(10), np.asarray(idx, np.int32), np.ones(len(idx), np.float32),
+            np.float32([1.0]), np.asarray(layout, np.int32), _f32(1)]
+
+
+@pytest.mark.parametrize("entry, arrays, code, message", [
+    ("ms_optim_sumsq", [_f32(1)], "MSOPT_ERR_ARGS",
+     r"expected 1K \+ 1 tensors \(grad:each -> sumsq\), got 1"),
+    ("ms_optim_topk_abs", [_f32(4), np.zeros(2, np.int32)], "MSOPT_ERR_ARGS",
+     r"expected 0 \+ 3 tensors \(x -> idx val\), got 2"),
+    ("ms_optim_sumsq", [np.zeros(3), _f32(1)], "MSOPT_ERR_DTYPE",
+     "grad0 must be float32, got float64"),
+    ("ms_optim_sumsq", [_f32(3), _f32(2)], "MSOPT_ERR_SIZE",
+     r"sumsq must have 1 element\(s\), got 2"),
+    ("ms_optim_topk_abs", [_f32(4), np.zeros(2, np.int32), _f32(3)], "MSOPT_ERR_SIZE",
+     "idx and val must have the same length, got 2 and 3"),
+    ("ms_optim_dgc_apply_multi", _apply_call([3, 10], [1, 0, 2]), "MSOPT_ERR_VALUE",
+     r"param0: index 10 of worker 0 outside \[0, 10\)"),
+    ("ms_optim_dgc_apply_multi", _apply_call([3, 4], [3, 0, 2]), "MSOPT_ERR_VALUE",
+     "layout.0. = 3 workers do not divide the 2 entries"),
+    ("ms_optim_dgc_apply_multi", _apply_call([3, 4], [1, 0, 2, 5]), "MSOPT_ERR_SIZE",
+     "layout must have 1 . 2K = 3 elements, got 4"),
+    ("ms_optim_dgc_select_multi", [_f32(4), _f32(4), _f32(4), _f32(2),
+                                   np.array([5], np.int32), np.zeros(5, np.int32), _f32(5)],
+     "MSOPT_ERR_VALUE", r"ks\[0\] = 5 is outside \[1, 4\]"),
+    ("ms_optim_dgc_select_multi", [_f32(4), _f32(4), _f32(4), _f32(2),
+                                   np.array([1, 1], np.int32), np.zeros(1, np.int32), _f32(1)],
+     "MSOPT_ERR_SIZE", "ks must have 1 elements .one per parameter., got 2"),
+    ("ms_optim_dgc_momentum", [_f32(4), _f32(4), _f32(4), np.float32([1.0]), _f32(2),
+                               np.array([1], np.int32), _f32(1)],
+     "MSOPT_ERR_VALUE", r"gidx\[0\] = 1 is outside \[0, 1\)"),
+    ("ms_optim_dgc_momentum", [_f32(4), _f32(4), np.float32([1.0]), _f32(2),
+                               np.array([0, 0, 0], np.int32), _f32(1)],
+     "MSOPT_ERR_ARGS", "gidx holds 3 elements, which does not fit 6 tensors"),
+    ("ms_optim_check_replicas", [np.array([1, 2, 1, 3], np.int32), np.array([2], np.int32),
+                                 np.zeros(1, np.int32)],
+     "MSOPT_ERR_REPLICA", "workers disagree on the model"),
+    ("ms_optim_check_replicas", [np.array([1, 2, 1], np.int32), np.array([2], np.int32),
+                                 np.zeros(1, np.int32)],
+     "MSOPT_ERR_VALUE", "3 signature values are not rows of width 2"),
+])
+def test_each_check_has_its_own_code_and_message(entry, arrays, code, message, capfd):
+    got_code, text = _code_and_message(entry, arrays)
+    assert got_code == code, text
+    assert re.search(message, text), text
+    native = ms_optim.last_native_error()
+    assert native.startswith(f"{entry}: ") and re.search(message, native), native
+    assert f"ms_optim: {native} (code " in capfd.readouterr().err
+
+
+def test_a_failing_op_inside_mindspore_leaves_its_message_for_last_native_error():
+    # a kernel run by MindSpore, on MindSpore's own thread: its RuntimeError carries only
+    # the code, the message is kept for ms_optim.last_native_error()
+    op = kernels.dgc_apply_multi_op(1, mstype.float32)
+    args = (Tensor(_f32(10)), Tensor(np.array([3, 12], np.int32)), Tensor(np.ones(2, np.float32)),
+            Tensor(np.float32([1.0])), Tensor(np.array([1, 0, 2], np.int32)))
+    with pytest.raises(RuntimeError):
+        op(*args).asnumpy()
+    assert ms_optim.last_native_error() == (
+        "ms_optim_dgc_apply_multi: param0: index 12 of worker 0 outside [0, 10)")
