@@ -1,6 +1,7 @@
-// Kernel threading: each thread's contiguous range of [0, n), parallel loops
-// and reductions over those ranges (OpenMP), and the compile-time flag switch
-// the loops are instantiated through.
+// Kernel threading besides the walker over many tensors (core/multi_tensor.h,
+// which also gives each thread's contiguous range of [0, n)): reductions over
+// those ranges (OpenMP), and the compile-time flag switch the loops are
+// instantiated through.
 // Compiled once per instruction set, inside that ISA's namespace (MSOPT_ISA_NS,
 // defined by each core/isa_*.cpp unit).
 #pragma once
@@ -15,20 +16,11 @@
 #include <type_traits>
 
 #include "core/kernels.h"
+#include "core/multi_tensor.h"
 
 namespace msopt {
 namespace MSOPT_ISA_NS {
 namespace {
-
-// Thread t's share of [0, n) among nt threads: contiguous, 64-element aligned.
-struct Range {
-  int64_t lo, hi;
-};
-inline Range thread_range(int64_t n, int64_t nt, int64_t t) {
-  const int64_t per = ((n + nt - 1) / nt + 63) & ~int64_t{63};
-  const int64_t lo = std::min(n, t * per);
-  return {lo, std::min(n, lo + per)};
-}
 
 // Split [0, n) into one range per thread and run body(lo, hi) on each.  Small
 // inputs (`work` elements, default n) stay on the calling thread.
