@@ -22,22 +22,6 @@ namespace msopt {
 namespace MSOPT_ISA_NS {
 namespace {
 
-// Split [0, n) into one range per thread and run body(lo, hi) on each.  Small
-// inputs (`work` elements, default n) stay on the calling thread.
-template <class Body>
-void parallel_ranges(int64_t n, const Body &body, int64_t work = -1) {
-  const int nthreads = kernel_threads();
-  if ((work < 0 ? n : work) < kParallelMin || nthreads < 2) {
-    body(int64_t{0}, n);
-    return;
-  }
-#pragma omp parallel num_threads(nthreads)
-  {
-    const Range r = thread_range(n, omp_get_num_threads(), omp_get_thread_num());
-    if (r.lo < r.hi) body(r.lo, r.hi);
-  }
-}
-
 // Reductions: body(lo, hi, acc) adds K sums over [lo, hi) into acc[0..K).  The
 // per-thread partials are combined in thread order, so the result depends only
 // on n and the thread count.
