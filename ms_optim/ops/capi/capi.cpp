@@ -17,8 +17,6 @@
 // steps replayed, each with its own learning rate) before it is updated, and
 // every row before a dense update, a read, a state save or a diff.  Replaying
 // the same per-step operation gives the same bits as applying it eagerly.
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -28,6 +26,7 @@
 
 #include "capi/capi_internal.h"
 #include "core/kernels.h"
+#include "core/multi_tensor.h"
 #include "core/ps_kernels.h"
 #include "core/rules.h"
 
@@ -48,27 +47,28 @@ const PsOps<double> &ops<double>() {
   return ps_kernels().f64;
 }
 
-// Threads for `work` elements: kernel_threads() (the kernels' one thread
-// count), or 1 below kParallelMin.
-int threads_for(int64_t work) { return work >= kParallelMin ? kernel_threads() : 1; }
-
-// Splits [0, n) into one range per thread, each starting on a kPsNormBlock
-// boundary, and runs body(lo, hi) on each.
+// A flat range of n elements as the walker's one range (core/multi_tensor.h),
+// split over the threads in whole kPsNormBlock blocks, so each share starts a
+// block (Lamb's norms are per block); body(lo, hi) runs once per share.
 template <class Body>
 void for_blocks(int64_t n, const Body &body) {
-  const int nthreads = threads_for(n);
-  if (nthreads < 2) {
-    body(int64_t{0}, n);
-    return;
-  }
-  const int64_t nb = (n + kPsNormBlock - 1) / kPsNormBlock;
-#pragma omp parallel num_threads(nthreads)
-  {
-    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t per = (nb + nt - 1) / nt * kPsNormBlock;
-    const int64_t lo = std::min(n, t * per), hi = std::min(n, lo + per);
-    if (lo < hi) body(lo, hi);
-  }
+  WalkPlan plan;
+  plan.block = kPsNormBlock;
+  plan.align = 1;
+  walk_tensors(1, [n](int64_t) { return n; }, plan,
+               [&](int64_t, int64_t lo, int64_t hi) { body(lo, hi); });
+}
+
+// nrows rows of `width` elements as the walker's whole tensors: body(r) for
+// each row r, on threads from kParallelMin elements in all, handed out `grab`
+// rows at a time.
+template <class Body>
+void for_rows(int64_t nrows, int64_t width, int grab, const Body &body) {
+  WalkPlan plan;
+  plan.schedule = WalkPlan::kWholeTensors;
+  plan.grab = grab;
+  walk_tensors(nrows, [width](int64_t) { return width; }, plan,
+               [&](int64_t r, int64_t, int64_t) { body(r); });
 }
 
 // Learning rate of step k (1-based).
@@ -142,14 +142,13 @@ void catch_up_all(Optimizer &o, int64_t to) {
     }
     return;
   }
-  const int64_t w = o.width, nr = o.nrows;
-#pragma omp parallel for schedule(dynamic, 64) num_threads(threads_for(o.numel))
-  for (int64_t r = 0; r < nr; ++r) {
+  const int64_t w = o.width;
+  for_rows(o.nrows, w, 64, [&](int64_t r) {
     if (rs[r] < to) {
       replay_regularization<T>(o, p + r * w, w, rs[r], to);
       rs[r] = to;
     }
-  }
+  });
 }
 
 // The hyper-parameters of step k = o.step + 1, and the beta powers after it.
@@ -289,8 +288,7 @@ int rows_update(Optimizer &o, const int64_t *rows, int64_t nr, const T *values) 
   const PsOps<T> &ops_t = ops<T>();
   T *p = o.p<T>();
   int64_t *rs = o.reg_step.get();
-#pragma omp parallel for schedule(dynamic, 16) num_threads(threads_for(nu * w))
-  for (int64_t u = 0; u < nu; ++u) {
+  for_rows(nu, w, 16, [&](int64_t u) {
     T *gu = grad.data() + u * w;
     for (int64_t j = starts[u]; j < starts[u + 1]; ++j) ops_t.add(gu, values + order[j] * w, w);
     const int64_t r = rows[order[starts[u]]];
@@ -302,7 +300,7 @@ int rows_update(Optimizer &o, const int64_t *rows, int64_t nr, const T *values) 
       ops_t.regularize(p + r * w, w, lam1, c2, 1);
       rs[r] = k;
     }
-  }
+  });
   o.step = k;
   o.beta1_power = b1p;
   o.beta2_power = b2p;
