@@ -1,10 +1,10 @@
 // Internal declarations of the C library for parameter servers (the functions
-// of capi/include/ms_optim.h), shared by its four sources:
+// of capi/include/ms_optim.h), shared by its five sources:
 //   capi_config.cpp    the config string: keys, defaults, ranges
 //   capi_state.cpp     the state blob: header layout, CRC, serialize/deserialize
 //   capi_registry.cpp  optimizers behind opaque handles
-//   capi.cpp           the update engine (dense, rows, lazy regularization)
-//                      and the exported functions
+//   capi_update.cpp    the update engine (dense, rows, diffs, lazy regularization)
+//   capi.cpp           the exported functions and the checks of their arguments
 // No MindSpore or Python headers here.
 #pragma once
 
@@ -197,6 +197,24 @@ int serialize(const Optimizer &o, void **state, int64_t *state_len);
 
 // A new optimizer from a state blob, every field checked (msopt_restore).
 int deserialize(const unsigned char *b, int64_t len, std::shared_ptr<Optimizer> *out);
+
+// ---------------------------------------------------------------- updates --
+// (capi_update.cpp)  The arguments are checked by the caller, which holds the
+// optimizer's mutex.
+
+// One step with a dense gradient: o.numel elements of o's float dtype.
+int dense_update(Optimizer &o, const void *grad);
+
+// One step on the rows given: nrows ids in [0, o.nrows) (repeats summed), their
+// values row after row in o's float dtype.
+int rows_update(Optimizer &o, const int64_t *rows, int64_t nrows, const void *values);
+
+// Adds a model difference of o.numel elements of o's dtype (integers wrap around).
+void add_diff(Optimizer &o, const void *diff);
+
+// Brings every row's regularization up to the current step (before a read, a
+// save or a diff).
+void catch_up_all(Optimizer &o);
 
 }  // namespace capi
 }  // namespace msopt

@@ -15,10 +15,10 @@
 
 #include "core/kernels.h"
 #include "core/loops_impl.h"
+#include "core/multi_tensor.h"
 #include "core/rules.h"
 #include "kernels/adam_codecs.h"
 #include "kernels/half.h"
-#include "kernels/threading.h"
 
 namespace msopt {
 namespace MSOPT_ISA_NS {
@@ -35,39 +35,54 @@ namespace {
 // false when wd == 0, so the rule never forms 0 * p (NaN for an infinite p).
 // kDecoupled: AdamW, d = -lr_t * (direction + wd * p).
 //
-// with_adam_args calls body(step, grad, nesterov, decay, decoupled) with `a` as
-// the loops' constants and gradient reader and its three flags as
+// with_adam_flags calls body(step, grad, nesterov, decay, decoupled) with `a`
+// as the loops' constants and gradient reader and its three flags as
 // std::integral_constant<bool>, so each loop (float32 moments, and the
 // compact-moment loop below) is compiled once per combination, without
 // branches inside.
 template <bool kDelta, class Body>
-inline void with_adam_args(const AdamArgs &a, const Body &body) {
+inline void with_adam_flags(const AdamArgs &a, const Body &body) {
+  using T_ = std::true_type;
+  using F_ = std::false_type;
   const AdamStep<float> step{a.beta1, 1.0f - a.beta1, a.beta2, 1.0f - a.beta2,
                              a.eps,   -a.lr_t,        a.weight_decay};
   const ScaledGrad<float> grad{a.inv_scale};
-  with_flags(a.nesterov, !kDelta && a.weight_decay != 0.0f, [&](auto nesterov, auto decay) {
-    if (a.decoupled)
-      body(step, grad, nesterov, decay, std::true_type{});
-    else
-      body(step, grad, nesterov, decay, std::false_type{});
-  });
+  const bool decay = !kDelta && a.weight_decay != 0.0f;
+  switch ((a.nesterov ? 4 : 0) + (decay ? 2 : 0) + (a.decoupled ? 1 : 0)) {
+    case 0: return body(step, grad, F_{}, F_{}, F_{});
+    case 1: return body(step, grad, F_{}, F_{}, T_{});
+    case 2: return body(step, grad, F_{}, T_{}, F_{});
+    case 3: return body(step, grad, F_{}, T_{}, T_{});
+    case 4: return body(step, grad, T_{}, F_{}, F_{});
+    case 5: return body(step, grad, T_{}, F_{}, T_{});
+    case 6: return body(step, grad, T_{}, T_{}, F_{});
+    default: return body(step, grad, T_{}, T_{}, T_{});
+  }
 }
 
-template <bool kDelta>
-inline void adam_f32_range(float *out, float *m, float *v, const float *g, int64_t n,
-                           const AdamArgs &a) {
-  with_adam_args<kDelta>(a, [&](const auto &step, auto grad, auto nesterov, auto decay,
-                                auto decoupled) {
-    adam_loop<float, kDelta, decltype(nesterov)::value, decltype(decay)::value,
-              ScaledGrad<float>, decltype(decoupled)::value>(out, m, v, g, n, step, grad);
-  });
-}
+// ------------------------------------------------------------ moment codecs --
+// Each codec steps a chunk [lo, lo + len) of one tensor, its moments in that
+// codec's storage, with float32 `out` and `g` (the chunk's own, already offset):
+// float32 moments in place, bfloat16 moments element by element, int8 moments
+// decoded into float32 buffers block by block and encoded back
+// (docs/algorithms.md §1.1; the numpy rules are reference.py's bf16_* and
+// q8_*).  kChunk: the most elements a chunk may have (float32 moments: only
+// float16 data is chunked, into its buffers); kBlock: the unit a thread's share
+// must be made of (1: any split).
 
-// ------------------------------------------------------- compact moments --
-// Each codec decodes a chunk of a tensor's moments [lo, lo + len) into float32
-// buffers and encodes them back after the step (docs/algorithms.md §1.1; the
-// numpy rules are reference.py's bf16_* and q8_*).  kChunk: the elements per
-// chunk; kBlock: the unit a thread's share must be made of (1: any split).
+struct F32Codec {
+  static constexpr int64_t kChunk = kHalfBlock;
+  static constexpr int64_t kBlock = 1;
+  template <bool kDelta>
+  static void step(const AdamTensor &x, int64_t lo, int64_t len, float *out, const float *g) {
+    float *m = static_cast<float *>(x.m) + lo, *v = static_cast<float *>(x.v) + lo;
+    with_adam_flags<kDelta>(x.a, [&](const auto &step, auto grad, auto nesterov, auto decay,
+                                     auto decoupled) {
+      adam_loop<float, kDelta, decltype(nesterov)::value, decltype(decay)::value,
+                ScaledGrad<float>, decltype(decoupled)::value>(out, m, v, g, len, step, grad);
+    });
+  }
+};
 
 // Adam over n float32 elements whose moments live in a codec's view:
 // io.get(i, m, v) gives element i's moments as float32, io.put(i, m, v) takes
@@ -100,10 +115,10 @@ inline void adam_view_loop(float *__restrict out, const float *__restrict g, Len
 }
 
 template <bool kDelta, class IO, class Len>
-inline void adam_view_range(float *out, const float *g, Len n, const AdamArgs &a,
-                            const IO &io, float &am, float &av) {
-  with_adam_args<kDelta>(a, [&](const auto &step, auto grad, auto nesterov, auto decay,
-                                auto decoupled) {
+inline void adam_view_step(const AdamArgs &a, float *out, const float *g, Len n, const IO &io,
+                           float &am, float &av) {
+  with_adam_flags<kDelta>(a, [&](const auto &step, auto grad, auto nesterov, auto decay,
+                                 auto decoupled) {
     adam_view_loop<kDelta, decltype(nesterov)::value, decltype(decay)::value,
                    decltype(decoupled)::value>(out, g, n, step, grad, io, am, av);
   });
@@ -116,7 +131,7 @@ struct Bf16Codec {
   static void step(const AdamTensor &x, int64_t lo, int64_t len, float *out, const float *g) {
     const Bf16View io{static_cast<uint16_t *>(x.m) + lo, static_cast<uint16_t *>(x.v) + lo};
     float am, av;
-    adam_view_range<kDelta>(out, g, len, x.a, io, am, av);
+    adam_view_step<kDelta>(x.a, out, g, len, io, am, av);
   }
 };
 
@@ -133,7 +148,7 @@ inline void q8_block_step(const AdamTensor &x, int64_t lo, Len n, float *out, co
   const int64_t b = lo / kQ8Block;
   Q8Coder<Len>::decode(mq, vq, n, x.m_scale[b], x.v_scale[b], mb, vb);
   float am, av;
-  adam_view_range<kDelta>(out, g, n, x.a, BufferView{mb, vb}, am, av);
+  adam_view_step<kDelta>(x.a, out, g, n, BufferView{mb, vb}, am, av);
   q8_encode_block(mb, vb, n, am, av, mq, vq, x.m_scale[b], x.v_scale[b]);
 }
 
@@ -150,105 +165,63 @@ struct Q8Codec {
   }
 };
 
-// A piece [lo, hi) of one tensor of a multi-tensor Adam call, in chunks: the
-// codec decodes its moments, steps and encodes them (one pass over memory);
-// float16 gradients and parameters go through float32 buffers.
+// ------------------------------------------------------------- the walk --
+
+// The walker's functor (core/multi_tensor.h): the chunk [lo, hi) of tensor i,
+// stepped by the codec in one pass over memory; float16 gradients and
+// parameters go through float32 buffers.
 template <bool kDelta, bool kHalf, class Codec>
-inline void adam_piece_coded(const AdamTensor &x, int64_t lo, int64_t hi) {
-  alignas(64) float gb[kHalf ? Codec::kChunk : 1];
-  alignas(64) float ob[kHalf ? Codec::kChunk : 1];
-  for (int64_t c = lo; c < hi; c += Codec::kChunk) {
-    const int64_t len = std::min(Codec::kChunk, hi - c);
-    if (kHalf) {
-      half_bits *out = static_cast<half_bits *>(x.out) + c;
-      f16_to_f32(static_cast<const half_bits *>(x.g) + c, gb, len);
-      if (!kDelta) f16_to_f32(out, ob, len);
-      Codec::template step<kDelta>(x, c, len, ob, gb);
-      f32_to_f16(ob, out, len);
-    } else {
-      Codec::template step<kDelta>(x, c, len, static_cast<float *>(x.out) + c,
-                                   static_cast<const float *>(x.g) + c);
+struct AdamChunk {
+  const AdamTensor *ts;
+  void operator()(int64_t i, int64_t lo, int64_t hi) const {
+    const AdamTensor &x = ts[i];
+    const int64_t len = hi - lo;
+    if (!kHalf) {
+      Codec::template step<kDelta>(x, lo, len, static_cast<float *>(x.out) + lo,
+                                   static_cast<const float *>(x.g) + lo);
+      return;
     }
+    alignas(64) float gb[kHalf ? Codec::kChunk : 1];
+    alignas(64) float ob[kHalf ? Codec::kChunk : 1];
+    half_bits *out = static_cast<half_bits *>(x.out) + lo;
+    f16_to_f32(static_cast<const half_bits *>(x.g) + lo, gb, len);
+    if (!kDelta) f16_to_f32(out, ob, len);
+    Codec::template step<kDelta>(x, lo, len, ob, gb);
+    f32_to_f16(ob, out, len);
   }
+};
+
+// Every tensor's elements as one range, split once over the threads (the
+// walker's kOneRange), in units of Codec::kBlock elements, so a quantization
+// block never straddles two threads; compact moments and float16 data in
+// chunks of Codec::kChunk (float32 data with float32 moments: one piece per
+// thread and tensor).  Adam has no reduction, so no thread waits for another
+// and the bits do not depend on the split.
+template <bool kDelta, bool kHalf, class Codec>
+void adam_walk(const AdamTensor *ts, int64_t count) {
+  WalkPlan plan;
+  plan.block = Codec::kBlock;
+  plan.chunk = kHalf || !std::is_same<Codec, F32Codec>::value ? Codec::kChunk : 0;
+  walk_tensors(count, [ts](int64_t i) { return ts[i].n; }, plan,
+               AdamChunk<kDelta, kHalf, Codec>{ts});
 }
 
-// float32 moments, used in place.  Only float16 data is taken in chunks (of
-// its buffers' size): float32 data is stepped as one range.
-struct F32Codec {
-  static constexpr int64_t kChunk = kHalfBlock;
-  template <bool kDelta>
-  static void step(const AdamTensor &x, int64_t lo, int64_t len, float *out, const float *g) {
-    adam_f32_range<kDelta>(out, static_cast<float *>(x.m) + lo, static_cast<float *>(x.v) + lo, g,
-                           len, x.a);
-  }
-};
-
-struct F32Moments {
-  static constexpr int64_t kBlock = 1;
-  template <bool kDelta, bool kHalf>
-  static void piece(const AdamTensor &x, int64_t lo, int64_t hi) {
-    if (kHalf)
-      adam_piece_coded<kDelta, true, F32Codec>(x, lo, hi);
-    else
-      F32Codec::step<kDelta>(x, lo, hi - lo, static_cast<float *>(x.out) + lo,
-                             static_cast<const float *>(x.g) + lo);
-  }
-};
-
+using AdamWalk = void (*)(const AdamTensor *, int64_t);
 template <class Codec>
-struct CodedMoments {
-  static constexpr int64_t kBlock = Codec::kBlock;
-  template <bool kDelta, bool kHalf>
-  static void piece(const AdamTensor &x, int64_t lo, int64_t hi) {
-    adam_piece_coded<kDelta, kHalf, Codec>(x, lo, hi);
-  }
-};
-
-// Every tensor's elements as one range, split once over the threads: each
-// thread walks the tensors its share overlaps.  The range is counted in units
-// of Store::kBlock elements (each tensor's last unit may be partial), so a
-// quantization block never straddles two threads.  Adam has no other
-// reduction, so no thread waits for another and the bits do not depend on
-// the split.
-template <bool kDelta, bool kHalf, class Store>
-void adam_multi_impl(const AdamTensor *ts, int64_t count) {
-  constexpr int64_t B = Store::kBlock;
-  int64_t units = 0, total = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    units += (ts[i].n + B - 1) / B;
-    total += ts[i].n;
-  }
-  const auto body = [&](int64_t lo, int64_t hi) {  // units [lo, hi)
-    int64_t off = 0;
-    for (int64_t i = 0; i < count && off < hi; ++i) {
-      const int64_t nu = (ts[i].n + B - 1) / B;
-      const int64_t a = std::max(lo, off), b = std::min(hi, off + nu);
-      if (a < b)
-        Store::template piece<kDelta, kHalf>(ts[i], (a - off) * B, std::min(ts[i].n, (b - off) * B));
-      off += nu;
-    }
-  };
-  parallel_ranges(units, body, total);
-}
-
-template <class Store>
-void adam_multi_store(const AdamTensor *ts, int64_t count, bool delta, bool half) {
-  if (delta)
-    (half ? adam_multi_impl<true, true, Store> : adam_multi_impl<true, false, Store>)(ts, count);
-  else
-    (half ? adam_multi_impl<false, true, Store> : adam_multi_impl<false, false, Store>)(ts, count);
-}
+constexpr AdamWalk kAdamWalks[2][2] = {  // [delta][half]
+    {adam_walk<false, false, Codec>, adam_walk<false, true, Codec>},
+    {adam_walk<true, false, Codec>, adam_walk<true, true, Codec>}};
 
 void adam_multi(const AdamTensor *ts, int64_t count, bool delta, bool half, Moments moments) {
   switch (moments) {
     case Moments::kBf16:
-      adam_multi_store<CodedMoments<Bf16Codec>>(ts, count, delta, half);
+      kAdamWalks<Bf16Codec>[delta][half](ts, count);
       break;
     case Moments::kQ8:
-      adam_multi_store<CodedMoments<Q8Codec>>(ts, count, delta, half);
+      kAdamWalks<Q8Codec>[delta][half](ts, count);
       break;
     default:
-      adam_multi_store<F32Moments>(ts, count, delta, half);
+      kAdamWalks<F32Codec>[delta][half](ts, count);
   }
 }
 

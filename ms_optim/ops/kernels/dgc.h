@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "core/kernels.h"
+#include "core/multi_tensor.h"
 #include "core/rules.h"
 #include "kernels/half.h"
 #include "kernels/threading.h"
@@ -71,8 +72,10 @@ void dgc_accumulate_range_f32(float *u, float *v, const float *grad, int64_t lo,
     dgc_accumulate_range<false>(u, v, grad, lo, hi, momentum, g);
 }
 
+// One tensor as the walker's one range: each thread gathers its one contiguous
+// share into its own slots, so the slots in thread order hold ascending indices.
 void gather_abs_f32(const float *x, int64_t n, Gather *g) {
-  parallel_ranges(n, [&](int64_t lo, int64_t hi) {
+  walk_tensors(1, [n](int64_t) { return n; }, WalkPlan{}, [&](int64_t, int64_t lo, int64_t hi) {
     const int t = omp_get_thread_num();
     int32_t *out = g->slots + static_cast<int64_t>(t) * g->cap;
     int64_t count = 0;
@@ -85,69 +88,62 @@ void gather_abs_f32(const float *x, int64_t n, Gather *g) {
 // float16 parameters are stepped in blocks converted through a stack buffer.
 constexpr int64_t kDgcHalfBlock = 1024;
 
-// p -= lr * step over [lo, hi) of one tensor (float16 p through float32 blocks).
+// The walker's functor: p -= lr * step over [lo, hi) of tensor i (float16 p
+// through float32 blocks).
 template <bool kNesterov>
-void dgc_dense_range(const DgcDenseTensor &x, int64_t lo, int64_t hi, float momentum) {
-  float *u = x.u;
-  const float *g = x.g;
-  const float lr = x.lr;
-  if (!x.half) {
-    float *p = static_cast<float *>(x.p);
+struct DgcDenseChunk {
+  const DgcDenseTensor *ts;
+  float momentum;
+  void operator()(int64_t i, int64_t lo, int64_t hi) const {
+    const DgcDenseTensor &x = ts[i];
+    float *u = x.u;
+    const float *g = x.g;
+    const float lr = x.lr, mom = momentum;
+    if (!x.half) {
+      float *p = static_cast<float *>(x.p);
 #pragma omp simd
-    for (int64_t i = lo; i < hi; ++i) {
-      float ui = u[i];
-      const float step = rules::dgc_dense_momentum<float, kNesterov>(g[i], ui, momentum);
-      u[i] = ui;
-      p[i] = p[i] - lr * step;
+      for (int64_t j = lo; j < hi; ++j) {
+        float uj = u[j];
+        const float step = rules::dgc_dense_momentum<float, kNesterov>(g[j], uj, mom);
+        u[j] = uj;
+        p[j] = p[j] - lr * step;
+      }
+      return;
     }
-    return;
-  }
-  half_bits *p = static_cast<half_bits *>(x.p);
-  alignas(64) float pb[kDgcHalfBlock];
-  for (int64_t b = lo; b < hi; b += kDgcHalfBlock) {
-    const int64_t len = std::min(kDgcHalfBlock, hi - b);
-    f16_to_f32(p + b, pb, len);
-    float *ub = u + b;
-    const float *gb = g + b;
+    half_bits *p = static_cast<half_bits *>(x.p);
+    alignas(64) float pb[kDgcHalfBlock];
+    for (int64_t b = lo; b < hi; b += kDgcHalfBlock) {
+      const int64_t len = std::min(kDgcHalfBlock, hi - b);
+      f16_to_f32(p + b, pb, len);
+      float *ub = u + b;
+      const float *gb = g + b;
 #pragma omp simd
-    for (int64_t i = 0; i < len; ++i) {
-      float ui = ub[i];
-      const float step = rules::dgc_dense_momentum<float, kNesterov>(gb[i], ui, momentum);
-      ub[i] = ui;
-      pb[i] = pb[i] - lr * step;
+      for (int64_t j = 0; j < len; ++j) {
+        float uj = ub[j];
+        const float step = rules::dgc_dense_momentum<float, kNesterov>(gb[j], uj, mom);
+        ub[j] = uj;
+        pb[j] = pb[j] - lr * step;
+      }
+      f32_to_f16(pb, p + b, len);
     }
-    f32_to_f16(pb, p + b, len);
   }
-}
+};
 
-// The dense momentum goes parallel from this many elements in all: below, the
-// work (about 0.3 ms on one core) costs less than waking a team on cores that
-// MindSpore's threads share (ResNet-50's small tensors: 53K elements).
+// The walker's kWholeTensors: parallel from kDgcDenseParallelMin elements in
+// all (below, the work, about 0.3 ms on one core, costs less than waking a team
+// on cores that MindSpore's threads share; ResNet-50's small tensors: 53K
+// elements); tensors of kParallelMin elements or more split over the threads,
+// smaller ones whole, handed out dynamically.  Elementwise: nothing to wait for.
 constexpr int64_t kDgcDenseParallelMin = 8 * kParallelMin;
 
 template <bool kNesterov>
 void dgc_momentum_impl(const DgcDenseTensor *ts, int64_t count, float momentum) {
-  int64_t total = 0;
-  for (int64_t i = 0; i < count; ++i) total += ts[i].n;
-  const int nthreads = kernel_threads();
-  if (total < kDgcDenseParallelMin || nthreads < 2) {
-    for (int64_t i = 0; i < count; ++i) dgc_dense_range<kNesterov>(ts[i], 0, ts[i].n, momentum);
-    return;
-  }
-#pragma omp parallel num_threads(nthreads)
-  {
-    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    for (int64_t i = 0; i < count; ++i)
-      if (ts[i].n >= kParallelMin) {
-        const Range r = thread_range(ts[i].n, nt, t);
-        if (r.lo < r.hi) dgc_dense_range<kNesterov>(ts[i], r.lo, r.hi, momentum);
-      }
-    // (elementwise: nothing to wait for between the two loops, nor after this one but the
-    // region's end)
-#pragma omp for schedule(dynamic, 1) nowait
-    for (int64_t i = 0; i < count; ++i)
-      if (ts[i].n < kParallelMin) dgc_dense_range<kNesterov>(ts[i], 0, ts[i].n, momentum);
-  }
+  WalkPlan plan;
+  plan.schedule = WalkPlan::kWholeTensors;
+  plan.parallel_min = kDgcDenseParallelMin;
+  plan.split_min = kParallelMin;
+  walk_tensors(count, [ts](int64_t i) { return ts[i].n; }, plan,
+               DgcDenseChunk<kNesterov>{ts, momentum});
 }
 
 void dgc_momentum(const DgcDenseTensor *ts, int64_t count, float momentum, bool nesterov) {

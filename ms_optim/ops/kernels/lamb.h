@@ -177,7 +177,10 @@ void lamb_tensor(const LambTensor &x, const LambArgs &a, float *r, int64_t nt, i
 // barriers, and a barrier costs a whole time slice whenever MindSpore's own
 // threads hold a core (measured: DGC's select, benchmarks/README.md#where-a-steps-time-goes), so only the
 // tensors that cannot be balanced otherwise pay it.  One region per call, not
-// two per tensor: waking the team is what costs on small tensors.
+// two per tensor: waking the team is what costs on small tensors.  Its own
+// schedule, not the walker's (core/multi_tensor.h): a tensor split over the
+// team needs its norm reduced across the threads between the two passes, and
+// the walker's pieces never wait for one another.
 void lamb_f32(const LambTensor *ts, int64_t count, const LambArgs &a, float *scratch) {
   int64_t total = 0;
   for (int64_t i = 0; i < count; ++i) total += ts[i].n;

@@ -6,7 +6,8 @@
 // unit is compiled with the matching -m flags, so the plain loops of the
 // kernels/ headers are vectorized for that ISA by the compiler (`omp simd`, -O3
 // -fno-math-errno) and the float16 conversions use F16C / AVX-512 instructions
-// where available.  Threads come from OpenMP (kernels/threading.h).
+// where available.  Threads come from OpenMP (core/multi_tensor.h,
+// kernels/threading.h).
 #pragma once
 #ifndef MSOPT_ISA_NS
 #error "define MSOPT_ISA_NS before including kernels/table_impl.h"

@@ -1,6 +1,7 @@
-// Kernel threading: each thread's contiguous range of [0, n), parallel loops
-// and reductions over those ranges (OpenMP), and the compile-time flag switch
-// the loops are instantiated through.
+// Kernel threading besides the walker over many tensors (core/multi_tensor.h,
+// which also gives each thread's contiguous range of [0, n)): reductions over
+// those ranges (OpenMP), and the compile-time flag switch the loops are
+// instantiated through.
 // Compiled once per instruction set, inside that ISA's namespace (MSOPT_ISA_NS,
 // defined by each core/isa_*.cpp unit).
 #pragma once
@@ -15,36 +16,11 @@
 #include <type_traits>
 
 #include "core/kernels.h"
+#include "core/multi_tensor.h"
 
 namespace msopt {
 namespace MSOPT_ISA_NS {
 namespace {
-
-// Thread t's share of [0, n) among nt threads: contiguous, 64-element aligned.
-struct Range {
-  int64_t lo, hi;
-};
-inline Range thread_range(int64_t n, int64_t nt, int64_t t) {
-  const int64_t per = ((n + nt - 1) / nt + 63) & ~int64_t{63};
-  const int64_t lo = std::min(n, t * per);
-  return {lo, std::min(n, lo + per)};
-}
-
-// Split [0, n) into one range per thread and run body(lo, hi) on each.  Small
-// inputs (`work` elements, default n) stay on the calling thread.
-template <class Body>
-void parallel_ranges(int64_t n, const Body &body, int64_t work = -1) {
-  const int nthreads = kernel_threads();
-  if ((work < 0 ? n : work) < kParallelMin || nthreads < 2) {
-    body(int64_t{0}, n);
-    return;
-  }
-#pragma omp parallel num_threads(nthreads)
-  {
-    const Range r = thread_range(n, omp_get_num_threads(), omp_get_thread_num());
-    if (r.lo < r.hi) body(r.lo, r.hi);
-  }
-}
 
 // Reductions: body(lo, hi, acc) adds K sums over [lo, hi) into acc[0..K).  The
 // per-thread partials are combined in thread order, so the result depends only

@@ -231,6 +231,10 @@ int topk_abs_multi(const TopkSource *srcs, const int64_t *n, const int64_t *k,
     std::vector<int> order(static_cast<size_t>(count));
     for (int j = 0; j < count; ++j) order[j] = j;
     std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return n[x] > n[y]; });
+    // Its own loop, not the walker's (core/multi_tensor.h): a selection is not
+    // elementwise; each tensor is sampled, gathered into the slots of the one
+    // thread that runs it and selected there, whole, largest first, and a
+    // failure (out of memory) is caught per tensor and reported after the region.
     const int threads = total >= kParallelMin ? kernel_threads() : 1;
 #pragma omp parallel num_threads(threads)
     {
