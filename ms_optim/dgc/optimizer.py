@@ -1,4 +1,4 @@
-"""DGCMomentum: Deep Gradient Compression (Lin et al., ICLR 2018) for MindSpore."""
+"""The DGCMomentum optimizer: its arguments, state and step."""
 import numbers
 import warnings
 
@@ -10,12 +10,12 @@ from mindspore.common.initializer import initializer
 from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
-from . import _checks, comm, kernels
-from ._api import OptimizerAPI
-from ._step import resolve_impl
-from .clip import ClipGradByNorm, check_grad_clip
-from .dgc_plan import MIN_COMPRESSED_NUMEL, DGCPlan
-from .regularizer import L1Decay, L2Decay
+from .. import _checks, comm, kernels
+from .._api import OptimizerAPI
+from .._step import resolve_impl
+from ..clip import ClipGradByNorm, check_grad_clip
+from ..dgc_plan import MIN_COMPRESSED_NUMEL, DGCPlan
+from ..regularizer import L1Decay, L2Decay
 
 # dtypes of the parameters DGC compresses (residuals u, v and exchanged values are float32)
 COMPRESSED_DTYPES = (mstype.float32, mstype.float16)
