@@ -10,12 +10,13 @@ from mindspore.common.initializer import initializer
 from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
-from .. import _checks, comm, kernels
+from .. import _checks, kernels
 from .._api import OptimizerAPI
 from .._step import resolve_impl
 from ..clip import ClipGradByNorm, check_grad_clip
 from ..dgc_plan import MIN_COMPRESSED_NUMEL, DGCPlan
 from ..regularizer import L1Decay, L2Decay
+from . import exchange as comm
 
 # dtypes of the parameters DGC compresses (residuals u, v and exchanged values are float32)
 COMPRESSED_DTYPES = (mstype.float32, mstype.float16)
