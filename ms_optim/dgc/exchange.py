@@ -179,17 +179,16 @@ class ReplicaSync(nn.Cell):
 
     @staticmethod
     def _digest_groups(params):
-        """(parameter indices, digest op) per bucket of parameters of one dtype."""
-        by_dtype = {}
-        for i, p in enumerate(params):
-            by_dtype.setdefault(p.dtype, []).append(i)
-        groups = []
-        for dtype, ids in by_dtype.items():
-            for lo in range(0, len(ids), kernels.MAX_TENSORS):
-                bucket = tuple(ids[lo:lo + kernels.MAX_TENSORS])
-                op = kernels.digest_op(len(bucket), dtype)
-                groups.append((bucket, op))
-        return tuple(groups)
+        """(parameter indices, digest op) per bucket of parameters of one dtype: the
+        indices grouped by dtype (in the order the dtypes first appear), then cut by
+        ``kernels.buckets``."""
+        rank = {}
+        for p in params:
+            rank.setdefault(p.dtype, len(rank))
+        order = sorted(range(len(params)), key=lambda i: rank[params[i].dtype])
+        dtypes = [params[i].dtype for i in order]
+        return tuple((tuple(order[lo:hi]), kernels.digest_op(hi - lo, dtypes[lo]))
+                     for lo, hi in kernels.buckets(dtypes))
 
     def check(self, step):
         """int32[1] once every worker's signature and step matched (fails otherwise)."""
