@@ -8,17 +8,15 @@
   float32 buffer, all-reduced (sum) once, divided by the number of workers and
   split back.  DGC's sparse stages can use it too: each worker scatters its
   selections into zeros and the sum is the same scatter-add as the gathered
-  path's (``choose_sparse_exchange`` picks the cheaper of the two per stage).
+  path's (``wire.choose_sparse_exchange`` picks the cheaper of the two per
+  stage).
 - ``ReplicaSync``: before anything else is exchanged, every worker's model
   signature and step are all-gathered and compared (a mismatched worker fails
   with a clear error instead of hanging in, or corrupting, a collective).  On
   the first step a digest of every worker's parameters is compared too, and
   rank 0's parameters are broadcast only when the digests differ.
 
-What a collective puts on the wire (``allreduce_wire_bytes``,
-``allgather_wire_bytes``) is MindSpore 2.10's CPU collectives as measured with
-interface counters between network namespaces: a host sends ``WIRE_FACTOR``
-times what a bandwidth-optimal ring needs, for AllReduce and AllGather alike.
+The bytes these collectives put on the wire are ``wire.py``'s model.
 
 With one worker (no ``mindspore.communication.init()``, or a world of 1)
 nothing is communicated: the buffers are still built, so their sizes are the
@@ -33,33 +31,6 @@ from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from .. import kernels
-
-
-# Measured (tx_bytes of each host's interface, 2 and 4 hosts): an AllReduce of B
-# bytes sent 2.0 B per host with 2 hosts and 3.0 B with 4, an AllGather of b
-# bytes per worker 2 (N - 1) b: twice a ring's 2 (N - 1) / N B and (N - 1) b.
-WIRE_FACTOR = 2.0
-SPARSE_ENTRY_BYTES = 8  # int32 index + float32 value
-
-
-def allreduce_wire_bytes(nbytes, nranks):
-    """Payload bytes one host sends for an AllReduce of `nbytes` among `nranks` hosts."""
-    return 0.0 if nranks < 2 else WIRE_FACTOR * 2.0 * (nranks - 1) / nranks * nbytes
-
-
-def allgather_wire_bytes(nbytes, nranks):
-    """Payload bytes one host sends for an AllGather of `nbytes` per worker among `nranks`."""
-    return 0.0 if nranks < 2 else WIRE_FACTOR * (nranks - 1) * nbytes
-
-
-def choose_sparse_exchange(selected, elements, nranks):
-    """'allgather' of the `selected` entries (index + value) or 'allreduce' of the
-    `elements` float32 of the sparsified gradient: whichever sends fewer bytes
-    for `nranks` workers (with the model above: gather while selected * nranks
-    < elements).  Both give the same sum; ties go to the AllReduce."""
-    gather = allgather_wire_bytes(SPARSE_ENTRY_BYTES * selected, nranks)
-    reduce = allreduce_wire_bytes(4 * elements, nranks)
-    return "allgather" if nranks < 2 or gather < reduce else "allreduce"
 
 
 def world_size():
@@ -158,8 +129,6 @@ class DenseExchange(nn.Cell):
             lo, hi = self.bounds[j]
             out = out + (F.cast(total[lo:hi].reshape(self.shapes[j]), F.dtype(grads[j])),)
         return out
-
-
 
 
 class ReplicaSync(nn.Cell):

@@ -16,7 +16,7 @@ from .._step import resolve_impl
 from ..clip import ClipGradByNorm, check_grad_clip
 from ..dgc_plan import MIN_COMPRESSED_NUMEL, DGCPlan
 from ..regularizer import L1Decay, L2Decay
-from . import exchange as comm
+from . import exchange as comm, wire
 
 # dtypes of the parameters DGC compresses (residuals u, v and exchanged values are float32)
 COMPRESSED_DTYPES = (mstype.float32, mstype.float16)
@@ -466,10 +466,8 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
     def _plan_exchange(self, stage, workers):
         """How stage `stage`'s selections cross `workers` workers: 'allgather' of
         the (index, value) entries or 'allreduce' of the sparsified gradient."""
-        if self.exchange != "auto":
-            return self.exchange
-        return comm.choose_sparse_exchange(sum(self.stage_k[stage]),
-                                           self.warmup_exchange.send_elements, workers)
+        return wire.stage_exchange(self.exchange, sum(self.stage_k[stage]),
+                                   self.warmup_exchange.send_elements, workers)
 
     def exchange_stats(self, step=None, workers=None):
         """What one worker sends at `step` (default: the next step) against dense fp32 gradients.
@@ -479,9 +477,9 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
         warm-up stage "allgather" (k int32 indices and k float32 values per
         parameter) or "allreduce" (the sparsified gradient, 4 bytes per
         element), the cheaper one for the number of workers (see
-        ``comm.choose_sparse_exchange``).  ``bytes`` is what the worker puts
+        ``wire.choose_sparse_exchange``).  ``bytes`` is what the worker puts
         into the collectives' buffers; ``wire_bytes`` is the payload one host
-        sends for them with MindSpore's CPU collectives (``comm.WIRE_FACTOR``;
+        sends for them with MindSpore's CPU collectives (``wire.WIRE_FACTOR``;
         headers of the network protocols not included).  `workers` (default:
         the world size) asks what would be sent among that many workers.
         """
@@ -492,31 +490,17 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
         if workers < 1:
             raise ValueError(f"For '{self._NAME}', the 'workers' must be >= 1, but got {workers}.")
         stage = self.stage(step)
-        dense_elems = sum(p.size for p in self._parameters)
-        small = self.dense_exchange.send_elements
-        comp = self.warmup_exchange.send_elements
         exchange = "dense" if stage is None else (
             self.stage_exchange[stage] if workers == self.nranks else
             self._plan_exchange(stage, workers))
-        selected = 0 if exchange == "dense" else sum(self.stage_k[stage])
-        # the fused buffers of comm.py: small tensors and (before compression, or with the
-        # all-reduce exchange) the compressed ones in float32; selections as index + value
-        sparse_bytes = comm.SPARSE_ENTRY_BYTES * selected if exchange == "allgather" else 4 * comp
-        sent_bytes = 4 * small + sparse_bytes
-        control = 4 * int(self.replicas.width.asnumpy()[0])  # the signature check's gather
-        wire = (comm.allreduce_wire_bytes(4 * small, workers)
-                + comm.allgather_wire_bytes(control, workers)
-                + (comm.allgather_wire_bytes(sparse_bytes, workers) if exchange == "allgather"
-                   else comm.allreduce_wire_bytes(sparse_bytes, workers)))
-        return {"step": step, "stage": stage,
-                "sparsity": None if stage is None else self.sparsity[stage],
-                "workers": workers, "exchange": exchange,
-                "elements": small + (selected if exchange == "allgather" else comp),
-                "selected": selected, "bytes": sent_bytes, "wire_bytes": int(round(wire)),
-                "dense_part_bytes": 4 * small, "sparse_part_bytes": sparse_bytes,
-                "dense_elements": dense_elems, "dense_bytes": 4 * dense_elems,
-                "dense_wire_bytes": int(round(comm.allreduce_wire_bytes(4 * dense_elems, workers))),
-                "compression": 4 * dense_elems / sent_bytes}
+        return wire.exchange_stats(
+            step=step, stage=stage, sparsity=None if stage is None else self.sparsity[stage],
+            workers=workers, exchange=exchange,
+            selected=0 if stage is None else sum(self.stage_k[stage]),
+            small_elements=self.dense_exchange.send_elements,
+            compressed_elements=self.warmup_exchange.send_elements,
+            # the signature check's gather
+            signature_bytes=4 * int(self.replicas.width.asnumpy()[0]))
 
     # ---------------------------------------------------------------- step --
 
