@@ -1,10 +1,6 @@
 """The DGCMomentum optimizer: its arguments, state and step."""
-import numbers
-import warnings
-
-import mindspore
 import numpy as np
-from mindspore import Parameter, ParameterTuple, Tensor, context, log as logger, nn, ops
+from mindspore import Parameter, ParameterTuple, Tensor, context, nn, ops
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
 from mindspore.ops import composite as C
@@ -12,69 +8,13 @@ from mindspore.ops import functional as F
 
 from .. import _checks, kernels
 from .._api import OptimizerAPI
-from .._step import resolve_impl
-from ..clip import ClipGradByNorm, check_grad_clip
-from ..dgc_plan import MIN_COMPRESSED_NUMEL, DGCPlan
+from ..clip import ClipGradByNorm
+from ..dgc_plan import DGCPlan
 from ..regularizer import L1Decay, L2Decay
-from . import exchange as comm, wire
+from . import checks, exchange as comm, wire
 
 # dtypes of the parameters DGC compresses (residuals u, v and exchanged values are float32)
 COMPRESSED_DTYPES = (mstype.float32, mstype.float16)
-
-
-# MindSpore's graph compiler counts nested calls while it evaluates impl="ops"'s
-# per-parameter loops: about 10 per parameter (ResNet-50's 161 parameters need
-# between 1,500 and 2,000), against a default limit of 1,000.  The native step
-# has no such loops on one worker and needs no raise (measured, 161 parameters).
-_CALL_DEPTH_PER_PARAM = 16
-_CALL_DEPTH_BASE = 1000
-# The highest recursion limit this package set: mindspore.set_recursion_limit has no
-# getter and get_context("max_call_depth") does not see it.
-_call_depth_set = 0
-
-
-def _raise_call_depth(num_params):
-    """Raises MindSpore's recursion limit to what the step's graph needs, never lowers it.
-
-    Uses ``mindspore.set_recursion_limit`` (``set_context(max_call_depth=...)`` is
-    deprecated and logs a warning).  "Never lower" knows the larger of
-    ``get_context("max_call_depth")`` and the highest limit this package set; a limit the
-    user set with ``set_recursion_limit`` cannot be read back, so a higher one set that way
-    before building a DGCMomentum may be lowered to what the step needs.
-    """
-    global _call_depth_set
-    needed = _CALL_DEPTH_BASE + _CALL_DEPTH_PER_PARAM * num_params
-    current = max(context.get_context("max_call_depth"), _call_depth_set)
-    if current < needed:
-        logger.info(f"DGCMomentum: raising the recursion limit (max_call_depth) to {needed} "
-                    f"for {num_params} parameters.")
-        mindspore.set_recursion_limit(needed)
-        _call_depth_set = needed
-
-
-def _check_bfloat16(cls, parameters, target):
-    """bfloat16 parameters cannot be updated on CPU (MindSpore 2.10 lacks the kernels)."""
-    if target != "CPU":
-        return
-    for p in parameters:
-        if p.dtype == mstype.bfloat16:
-            raise TypeError(
-                f"For '{cls}', parameter '{p.name}' is bfloat16, which MindSpore 2.10 cannot "
-                f"update on CPU: its CPU kernels for Assign, Sub, Reshape and MatMul have no "
-                f"bfloat16 (of the ops a step needs, only Cast, Add, Mul and Concat take it). "
-                f"Use float16 or float32 on CPU.")
-
-
-def _warn_uncompressed(cls, parameters, is_compressed):
-    """One warning per parameter large enough to compress that is sent dense anyway."""
-    for p, compressed in zip(parameters, is_compressed):
-        if compressed or p.size < MIN_COMPRESSED_NUMEL:
-            continue
-        why = ("bfloat16 is never compressed (MindSpore 2.10 has no CPU kernels to build "
-               "and check that path with)" if p.dtype == mstype.bfloat16 else
-               "only float32 and float16 parameters are compressed")
-        warnings.warn(f"{cls}: parameter '{p.name}' ({str(p.dtype).lower()}, {p.size} elements) "
-                      f"is exchanged dense on every step: {why}.", UserWarning, stacklevel=3)
 
 
 def _residual(param, prefix, widened):
@@ -86,62 +26,6 @@ def _residual(param, prefix, widened):
     out = param.clone(init="zeros")
     out.name = f"{prefix}.{param.name}"
     return out
-
-
-def _check_sparsity(cls, sparsity):
-    if isinstance(sparsity, numbers.Real) or not isinstance(sparsity, (list, tuple)):
-        raise TypeError(f"For '{cls}', the 'sparsity' must be a list or tuple of floats, but got "
-                        f"{type(sparsity).__name__}.")
-    if not sparsity:
-        raise ValueError(f"For '{cls}', the 'sparsity' must not be empty.")
-    for s in sparsity:
-        if not isinstance(s, numbers.Real) or isinstance(s, bool):
-            raise TypeError(f"For '{cls}', every 'sparsity' entry must be a float, but got "
-                            f"{type(s).__name__}: {s!r}.")
-        if not 0.0 <= s < 1.0:
-            raise ValueError(f"For '{cls}', every 'sparsity' entry must be in [0, 1), but got {s}.")
-    if any(b < a for a, b in zip(sparsity, sparsity[1:])):
-        raise ValueError(f"For '{cls}', the 'sparsity' warm-up must not decrease, but got "
-                         f"{list(sparsity)}.")
-    return tuple(float(s) for s in sparsity)
-
-
-def _validate(cls, learning_rate, momentum, rampup_begin_step, rampup_step, sparsity,
-              use_nesterov, local_grad_clip_norm, num_trainers, regularization, grad_clip,
-              weight_decay, loss_scale, impl, exchange):
-    """DGCMomentum's argument checks; returns (momentum, sparsity, local_grad_clip_norm,
-    loss_scale) normalized."""
-    _checks.check_learning_rate(cls, learning_rate)
-    momentum = _checks.check_open_unit(
-        cls, "momentum", _checks.check_float(cls, "momentum", momentum, allow_int=True),
-        include_zero=True)
-    _checks.check_non_negative(cls, "rampup_begin_step",
-                               _checks.check_int(cls, "rampup_begin_step", rampup_begin_step))
-    if _checks.check_int(cls, "rampup_step", rampup_step) < 1:
-        raise ValueError(f"For '{cls}', the 'rampup_step' must be >= 1, but got {rampup_step}.")
-    sparsity = _check_sparsity(cls, sparsity)
-    _checks.check_bool(cls, "use_nesterov", use_nesterov)
-    if local_grad_clip_norm is not None:
-        local_grad_clip_norm = _checks.check_positive(
-            cls, "local_grad_clip_norm",
-            _checks.check_float(cls, "local_grad_clip_norm", local_grad_clip_norm, True))
-    check_grad_clip(cls, grad_clip, allowed=(ClipGradByNorm,))
-    if grad_clip is not None and local_grad_clip_norm is not None:
-        raise ValueError(f"For '{cls}', give either 'grad_clip' or 'local_grad_clip_norm', "
-                         f"not both.")
-    if num_trainers is not None and _checks.check_int(cls, "num_trainers", num_trainers) < 1:
-        raise ValueError(f"For '{cls}', the 'num_trainers' must be >= 1, but got {num_trainers}.")
-    if regularization is not None and not isinstance(regularization, (L1Decay, L2Decay)):
-        raise TypeError(f"For '{cls}', the 'regularization' must be None, "
-                        f"ms_optim.regularizer.L1Decay or L2Decay, but got "
-                        f"{type(regularization).__name__}.")
-    _checks.check_weight_decay(cls, weight_decay)
-    if regularization is not None and (isinstance(weight_decay, nn.Cell) or weight_decay != 0):
-        raise ValueError(f"For '{cls}', set either 'weight_decay' or 'regularization', not both.")
-    loss_scale = _checks.check_loss_scale(cls, loss_scale)
-    _checks.check_choice(cls, "impl", impl, ("auto", "native", "ops"))  # resolved later
-    _checks.check_choice(cls, "exchange", exchange, ("auto", "allgather", "allreduce"))
-    return momentum, sparsity, local_grad_clip_norm, loss_scale
 
 
 _prepare = C.MultitypeFuncGraph("ms_optim_dgc_prepare")
@@ -314,15 +198,20 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
                  loss_scale=1.0, impl="auto", exchange="auto"):
         cls = self._NAME
         params = _checks.check_params(cls, params)
-        momentum, sparsity, local_grad_clip_norm, loss_scale = _validate(
-            cls, learning_rate, momentum, rampup_begin_step, rampup_step, sparsity, use_nesterov,
-            local_grad_clip_norm, num_trainers, regularization, grad_clip, weight_decay,
-            loss_scale, impl, exchange)
+        checked = checks.validate(
+            cls, learning_rate=learning_rate, momentum=momentum,
+            rampup_begin_step=rampup_begin_step, rampup_step=rampup_step, sparsity=sparsity,
+            use_nesterov=use_nesterov, local_grad_clip_norm=local_grad_clip_norm,
+            num_trainers=num_trainers, regularization=regularization, grad_clip=grad_clip,
+            weight_decay=weight_decay, loss_scale=loss_scale, impl=impl, exchange=exchange)
+        momentum, sparsity, local_grad_clip_norm, loss_scale, impl = (
+            checked.momentum, checked.sparsity, checked.local_grad_clip_norm,
+            checked.loss_scale, checked.impl)
         # the loss scale is divided out here, before clipping (the base class would fold it
         # into the weight decay)
         super().__init__(learning_rate, params, weight_decay, 1.0)
         target = context.get_context("device_target")
-        _check_bfloat16(cls, self._parameters, target)
+        checks.check_bfloat16(cls, self._parameters, target)
         _checks.check_param_dtypes(cls, self._parameters,
                                    (mstype.float32, mstype.float16, mstype.float64)
                                    + (() if target == "CPU" else (mstype.bfloat16,)))
@@ -333,7 +222,7 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
         if num_trainers is not None and num_trainers != self.nranks:
             raise ValueError(f"For '{cls}', 'num_trainers' is {num_trainers} but the world group has "
                              f"{self.nranks} worker(s).")
-        self.impl = impl = resolve_impl(cls, impl, ("native", "ops"), "ops")
+        self.impl = impl
         self._record_args(params, learning_rate=learning_rate, momentum=momentum,
                           rampup_begin_step=rampup_begin_step, rampup_step=rampup_step,
                           sparsity=sparsity, use_nesterov=use_nesterov,
@@ -341,7 +230,7 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
                           grad_clip=grad_clip, weight_decay=weight_decay, loss_scale=loss_scale,
                           impl=impl, exchange=exchange, nranks=self.nranks)
         if impl == "ops":  # its per-parameter loops nest deeper than MindSpore's default allows
-            _raise_call_depth(len(self._parameters))
+            checks.raise_call_depth(len(self._parameters))
         self.use_nesterov = use_nesterov
         self.rampup_begin_step, self.rampup_step, self.sparsity = (rampup_begin_step, rampup_step,
                                                                     sparsity)
@@ -362,7 +251,7 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
         # compressed parameters narrower than float32: gradient, residuals and update in float32
         self.widened = tuple(c and p.dtype != mstype.float32
                              for c, p in zip(self.is_compressed, self._parameters))
-        _warn_uncompressed(cls, self._parameters, self.is_compressed)
+        checks.warn_uncompressed(cls, self._parameters, self.is_compressed)
         self.any_widened = any(self.widened)
         self.no_decay = (False,) * len(self._parameters)
         # the dtypes of the local gradients (_local_grads)
