@@ -1,17 +1,20 @@
 """The DGCMomentum optimizer: its arguments, state and step."""
-import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, context, nn, ops
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
 from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
-from .. import _checks, kernels
+from .. import _checks
 from .._api import OptimizerAPI
 from ..clip import ClipGradByNorm
 from ..dgc_plan import DGCPlan
 from ..regularizer import L1Decay, L2Decay
-from . import checks, exchange as comm, wire
+from . import checks, wire
+from .exchange import (DenseExchange, ReplicaSync, SparseExchange, check_stand_alone_in_graph,
+                       model_signature, require_stand_alone, world_size)
+from .plan import momentum_group, stage_branches
+from .steps import DenseMomentum, NativeStep, OpsStep, StepState
 
 # dtypes of the parameters DGC compresses (residuals u, v and exchanged values are float32)
 COMPRESSED_DTYPES = (mstype.float32, mstype.float16)
@@ -217,8 +220,8 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
                                    + (() if target == "CPU" else (mstype.bfloat16,)))
         self.loss_scale = loss_scale
 
-        comm.require_stand_alone(cls)
-        self.nranks = comm.world_size()
+        require_stand_alone(cls)
+        self.nranks = world_size()
         if num_trainers is not None and num_trainers != self.nranks:
             raise ValueError(f"For '{cls}', 'num_trainers' is {num_trainers} but the world group has "
                              f"{self.nranks} worker(s).")
@@ -257,89 +260,57 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
         # the dtypes of the local gradients (_local_grads)
         self.grad_dtypes = tuple(mstype.float32 if w else p.dtype
                                  for w, p in zip(self.widened, self._parameters))
-        # the graph's stage branches: (stage, first step, first step of the next stage), for
-        # the stages some step reaches
-        last = 2 ** 31 - 1
-        self.stage_bounds = tuple(
-            (s, plan.stage_starts[s], plan.stage_starts[s + 1] if s + 1 < plan.stages else last)
-            for s in range(plan.stages) if plan.reached(s))
+        self.stage_bounds = stage_branches(plan)
         self.u = ParameterTuple(_residual(p, "dgc_u", w)
                                 for p, w in zip(self._parameters, self.widened))
         self.v = ParameterTuple(
             Parameter(initializer("zeros", self._parameters[i].shape, mstype.float32),
                       name=f"dgc_v.{self._parameters[i].name}") for i in self.comp_ids)
 
-        self.momentum = Tensor(momentum, mstype.float32)
         self.inv_scale = Tensor(1.0 / loss_scale, mstype.float32)
         self.l1_t = Tensor(self.l1, mstype.float32)
         self.l2_t = Tensor(self.l2, mstype.float32)
-        self.nranks_t = Tensor(float(self.nranks), mstype.float32)
-        self.select_consts = kernels.consts("dgc", momentum=momentum, nesterov=use_nesterov)
         self._build_exchanges(exchange)
-        if impl == "native":
-            self._build_native_ops()
-        self.dense_groups = self._momentum_groups(self.dense_ids)
-        self.warmup_groups = self._momentum_groups(self.comp_ids)
-        self.has_warmup = bool(self.comp_ids) and rampup_begin_step > 0
-        self.all_ids = tuple(range(len(self._parameters)))
-        self.all_groups = (self._momentum_groups(self.all_ids)
-                           if self.has_warmup and self.nranks == 1 else None)
+        self._build_steps(momentum)
 
     def _build_exchanges(self, exchange):
         shapes = [p.shape for p in self._parameters]
-        self.sparse_exchange = comm.SparseExchange(self.nranks)
-        self.dense_exchange = comm.DenseExchange(self.nranks, [shapes[i] for i in self.dense_ids])
-        self.warmup_exchange = comm.DenseExchange(self.nranks, [shapes[i] for i in self.comp_ids])
+        self.sparse_exchange = SparseExchange(self.nranks)
+        self.dense_exchange = DenseExchange(self.nranks, [shapes[i] for i in self.dense_ids])
+        self.warmup_exchange = DenseExchange(self.nranks, [shapes[i] for i in self.comp_ids])
         self.exchange = exchange
         self.stage_exchange = tuple(self._plan_exchange(s, self.nranks)
                                     for s in range(len(self.sparsity)))
-        self.replicas = comm.ReplicaSync(self.nranks, comm.model_signature(
+        self.replicas = ReplicaSync(self.nranks, model_signature(
             shapes, [p.dtype for p in self._parameters],
             (self.stage_k, self.rampup_begin_step, self.rampup_step, self.is_compressed,
              self.stage_exchange)), self._parameters)
 
-    def _build_native_ops(self):
-        """The multi-tensor ops of impl="native": per stage one select op per bucket of
-        compressed parameters (their outputs side by side are the fused exchange buffer),
-        one apply op per bucket of one dtype, and the dense momentum in buckets."""
-        plan, params = self.plan, self._parameters
-        ncomp = len(self.comp_ids)
-        self.select_ranges = kernels.buckets((mstype.float32,) * ncomp)
-        self.select_ops = tuple(tuple(kernels.dgc_select_multi_op(ks[lo:hi])
-                                      for lo, hi in self.select_ranges) for ks in plan.stage_k)
-        self.select_ks = tuple(tuple(Tensor(np.array(ks[lo:hi], np.int32))
-                                     for lo, hi in self.select_ranges) for ks in plan.stage_k)
-        comp_dtypes = tuple(params[i].dtype for i in self.comp_ids)
-        self.apply_ranges = kernels.buckets(comp_dtypes)
-        self.apply_ops = tuple(kernels.dgc_apply_multi_op(hi - lo, comp_dtypes[lo])
-                               for lo, hi in self.apply_ranges)
-        self.apply_layouts = tuple(
-            tuple(Tensor(np.array((self.nranks,) + offs[lo:hi] + ks[lo:hi], np.int32))
-                  for lo, hi in self.apply_ranges)
-            for offs, ks in zip(plan.stage_offsets, plan.stage_k))
+    def _build_steps(self, momentum):
+        """The step's Cells (steps.py): the compressed parameters' stage step and the dense
+        momentum of the small parameters, of the compressed ones before compression, and
+        of all of them at once on one worker before compression."""
+        state = StepState(params=tuple(self._parameters), u=tuple(self.u), v=tuple(self.v),
+                          widened=self.widened, grad_dtypes=self.grad_dtypes, momentum=momentum,
+                          use_nesterov=self.use_nesterov, is_group_lr=self.is_group_lr,
+                          nranks=self.nranks)
+        sparse = NativeStep if self.impl == "native" else OpsStep
+        self.sparse_step = sparse(state, self.plan, self.stage_exchange, self.sparse_exchange,
+                                  self.warmup_exchange)
 
-    def _momentum_groups(self, ids):
-        """The dense momentum's plan for the parameters `ids`: ((lo, hi, op, gidx) per run
-        of positions in `ids` that the native op steps, (position, source) of the others,
-        ParameterTuple of the parameters, of their u).  The gradients come from the whole
-        tuple of local gradients with one worker, else from the exchange's output (in the
-        order of `ids`); `gidx`/source say where.  With impl="native", the parameters whose
-        residual u is float32 (float32 parameters, widened float16 ones) take the native
-        op, in buckets of contiguous positions; the others (float16 and float64 parameters
-        below the compression size, every parameter with impl="ops") step in graph code."""
-        native = [self.impl == "native" and self.u[i].dtype == mstype.float32 for i in ids]
-        source = ids if self.nranks == 1 else tuple(range(len(ids)))
-        src_dtypes = self.grad_dtypes if self.nranks == 1 else [self.grad_dtypes[i] for i in ids]
-        runs, others = [], []
-        for lo, hi in kernels.buckets(native):
-            if native[lo]:
-                runs.append((lo, hi, kernels.dgc_momentum_op(
-                    [self._parameters[i].dtype for i in ids[lo:hi]], src_dtypes),
-                             Tensor(np.array(source[lo:hi], np.int32))))
-            else:
-                others.extend((j, source[j]) for j in range(lo, hi))
-        return (tuple(runs), tuple(others), ParameterTuple(self._parameters[i] for i in ids),
-                ParameterTuple(self.u[i] for i in ids))
+        def momentum_step(ids, exchange):
+            # the native op steps the parameters whose u is float32
+            native = [self.impl == "native" and self.u[i].dtype == mstype.float32 for i in ids]
+            group = momentum_group(ids, native, self.nranks, len(self._parameters))
+            return DenseMomentum(state, group, exchange)
+
+        self.dense_momentum = momentum_step(self.dense_ids, self.dense_exchange)
+        self.warmup_momentum = momentum_step(self.comp_ids, self.warmup_exchange)
+        self.has_warmup = bool(self.comp_ids) and self.rampup_begin_step > 0
+        # one op for every parameter before compression on one worker (MindSpore runs a step
+        # ten times slower when two in-place ops take the same gradient Parameters)
+        self.all_momentum = (momentum_step(range(len(self._parameters)), None)
+                             if self.has_warmup and self.nranks == 1 else None)
 
     # ----------------------------------------------------------- reporting --
 
@@ -393,15 +364,28 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
 
     # ---------------------------------------------------------------- step --
 
-    def _lr(self, lr, i):
-        return lr[i] if self.is_group_lr else lr
-
-    def _lrs(self, lr, ids):
-        """The learning rate input of a multi-tensor op over parameters `ids`: one, or one
-        per parameter (float32[len(ids)]) with group learning rates."""
-        if self.is_group_lr:
-            return ops.stack([lr[i] for i in ids])
-        return lr
+    def construct(self, gradients):
+        check_stand_alone_in_graph()
+        gradients = self.flatten_gradients(gradients)
+        lr = self.get_lr()
+        weight_decay = self.get_weight_decay()
+        step = self.global_step.reshape(()) * 1
+        self.assignadd(self.global_step, self.global_step_increase_tensor)
+        grads = self._local_grads(gradients, weight_decay)
+        if self.nranks > 1:
+            # nothing is exchanged before every worker is known to hold the same model
+            synced = self.replicas.check(step)
+            if step == 0:
+                synced = self.replicas.sync_params(self._parameters, synced)
+            grads = F.depend(grads, synced)
+        if self.has_warmup:
+            if step < self.rampup_begin_step:
+                done = self._warmup_step(lr, grads)
+            else:
+                done = self._compressing_step(step, lr, grads)
+        else:
+            done = self._compressing_step(step, lr, grads)
+        return done
 
     def _local_grads(self, gradients, weight_decay):
         """Loss scale, local clipping and regularization of this worker's gradients
@@ -428,194 +412,20 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
                                   self.widened, self._parameters, grads)
         return grads
 
-    def _dense_step(self, ids, exchange, groups, lr, grads):
-        """Dense exchange and plain momentum for the parameters `ids` (`groups`: their
-        plan from _momentum_groups)."""
-        runs, others, params, us = groups
-        src = grads
-        if self.nranks > 1:
-            dense = ()
-            for i in ids:
-                dense = dense + (grads[i],)
-            src = exchange(dense)
-        done = True
-        for lo, hi, op, gidx in runs:
-            args = params[lo:hi] + us[lo:hi] + src \
-                + (self._lrs(lr, ids[lo:hi]), self.select_consts, gidx)
-            done = F.depend(done, op(*args))
-        for j, g in others:
-            done = F.depend(done, self._momentum(ids[j], lr, src[g]))
-        return done
-
-    def _momentum(self, i, lr, g):
-        """u = m*u + g; p -= lr * u (Nesterov: lr * (g + m*u)) for parameter i in graph code."""
-        p, u = self._parameters[i], self.u[i]
-        # in u's dtype: the parameter's, or float32 for a widened one (g is float32 too)
-        lr_i = F.cast(self._lr(lr, i), F.dtype(u))
-        m = F.cast(self.momentum, F.dtype(u))
-        next_u = m * u + g
-        # (not P.ApplyMomentum: its CPU kernel ignores use_nesterov in MindSpore 2.10)
-        update = g + m * next_u if self.use_nesterov else next_u
-        done = F.assign(u, next_u)
-        if self.widened[i]:  # float32 math, one rounding to the parameter's dtype
-            return F.depend(done, F.assign(
-                p, F.cast(F.cast(p, mstype.float32) - lr_i * update, F.dtype(p))))
-        return F.depend(done, F.assign(p, p - lr_i * update))
-
-    def _select_native(self, stage, grads):
-        """One select op per bucket of compressed parameters (`grads`: theirs, in order; not
-        the whole tuple with indices as the dense momentum takes it: MindSpore runs a step
-        ten times slower when two in-place ops take the same gradient Parameters): the
-        (idx, val) outputs, in order, are this worker's block of the fused buffer."""
-        idxs, vals = (), ()
-        for b in range(len(self.select_ranges)):
-            lo, hi = self.select_ranges[b]
-            args = self.warmup_groups[3][lo:hi] + self.v[lo:hi] + grads[lo:hi] \
-                + (self.select_consts, self.select_ks[stage][b])
-            idx, val = self.select_ops[stage][b](*args)
-            idxs = idxs + (idx,)
-            vals = vals + (val,)
-        return idxs, vals
-
-    def _apply_native(self, stage, lr, idx_all, val_all):
-        """One apply op per bucket of compressed parameters of one dtype."""
-        done = True
-        for b in range(len(self.apply_ranges)):
-            lo, hi = self.apply_ranges[b]
-            args = self.warmup_groups[2][lo:hi] \
-                + (idx_all, val_all, self._lrs(lr, self.comp_ids[lo:hi]),
-                   self.apply_layouts[stage][b])
-            done = F.depend(done, self.apply_ops[b](*args))
-        return done
-
-    def _select(self, stage, j, grad):
-        """Residual update, exact top-k and masking for compressed parameter j (impl="ops")."""
-        i = self.comp_ids[j]
-        u, v = self.u[i], self.v[j]
-        k = self.stage_k[stage][j]
-        if self.use_nesterov:
-            next_u = self.momentum * (u + grad)
-            next_v = v + next_u + grad
-        else:
-            next_u = self.momentum * u + grad
-            next_v = v + next_u
-        flat_v = next_v.reshape(-1)
-        _, idx = ops.topk(ops.abs(flat_v), k)
-        val = ops.gather(flat_v, idx, 0)
-        rows = idx.reshape(-1, 1)
-        zeros = ops.zeros((k,), mstype.float32)
-        idx = F.depend(idx, F.assign(u, ops.tensor_scatter_update(next_u.reshape(-1), rows, zeros)
-                                     .reshape(u.shape)))
-        idx = F.depend(idx, F.assign(v, ops.tensor_scatter_update(flat_v, rows, zeros)
-                                     .reshape(v.shape)))
-        return idx, val
-
-    def _apply(self, stage, j, lr, idx_all, val_all):
-        """p -= lr * scatter_add(every worker's values) / nranks for compressed parameter j
-        (impl="ops")."""
-        i = self.comp_ids[j]
-        p = self._parameters[i]
-        lr_i = self._lr(lr, i)
-        block = self.plan.block[stage]
-        lo, k = self.stage_offsets[stage][j], self.stage_k[stage][j]
-        idx, val = (), ()
-        for r in range(self.nranks):
-            idx = idx + (idx_all[r * block + lo:r * block + lo + k],)
-            val = val + (val_all[r * block + lo:r * block + lo + k],)
-        step = lr_i * (ops.concat(val) / self.nranks_t)
-        if self.widened[i]:  # float32 math, one rounding to the parameter's dtype
-            flat = ops.tensor_scatter_add(F.cast(p, mstype.float32).reshape(-1),
-                                          ops.concat(idx).reshape(-1, 1), -step)
-            return F.assign(p, F.cast(flat.reshape(p.shape), F.dtype(p)))
-        flat = ops.tensor_scatter_add(p.reshape(-1), ops.concat(idx).reshape(-1, 1), -step)
-        return F.assign(p, flat.reshape(p.shape))
-
-    def _apply_summed(self, j, lr, G):
-        """p -= lr * G for compressed parameter j, G the dense mean of every worker's
-        sparsified gradient (zero where no worker selected): the reference's rule, and
-        the native apply kernel's bits (the ops path's scatter-add of each worker's
-        share rounds differently where selections overlap)."""
-        p = self._parameters[self.comp_ids[j]]
-        step = self._lr(lr, self.comp_ids[j]) * G.reshape(p.shape)
-        return F.assign(p, F.cast(F.cast(p, mstype.float32) - step, F.dtype(p)))
-
-    def _sparse_step(self, stage, lr, grads):
-        if self.impl == "native":
-            comp_grads = ()
-            for i in self.comp_ids:
-                comp_grads = comp_grads + (grads[i],)
-            idxs, vals = self._select_native(stage, comp_grads)
-        else:
-            idxs, vals = (), ()
-            for j in range(len(self.comp_ids)):
-                idx, val = self._select(stage, j, grads[self.comp_ids[j]])
-                idxs = idxs + (idx,)
-                vals = vals + (val,)
-        done = True
-        if self.stage_exchange[stage] == "allreduce":
-            if self.impl == "native":  # per parameter again, from the fused buffer
-                idx_f = idxs[0] if len(idxs) == 1 else ops.concat(idxs)
-                val_f = vals[0] if len(vals) == 1 else ops.concat(vals)
-                idxs, vals = (), ()
-                for j in range(len(self.comp_ids)):
-                    lo, k = self.stage_offsets[stage][j], self.stage_k[stage][j]
-                    idxs = idxs + (idx_f[lo:lo + k],)
-                    vals = vals + (val_f[lo:lo + k],)
-            sparse = ()
-            for j in range(len(self.comp_ids)):
-                size = (self._parameters[self.comp_ids[j]].size,)
-                sparse = sparse + (ops.scatter_nd(idxs[j].reshape(-1, 1), vals[j], size),)
-            summed = self.warmup_exchange(sparse)
-            for j in range(len(self.comp_ids)):
-                done = F.depend(done, self._apply_summed(j, lr, summed[j]))
-            return done
-        idx_all, val_all = self.sparse_exchange(idxs, vals)
-        if self.impl == "native":
-            return self._apply_native(stage, lr, idx_all, val_all)
-        for j in range(len(self.comp_ids)):
-            done = F.depend(done, self._apply(stage, j, lr, idx_all, val_all))
-        return done
-
-    def construct(self, gradients):
-        comm.check_stand_alone_in_graph()
-        gradients = self.flatten_gradients(gradients)
-        lr = self.get_lr()
-        weight_decay = self.get_weight_decay()
-        step = self.global_step.reshape(()) * 1
-        self.assignadd(self.global_step, self.global_step_increase_tensor)
-        grads = self._local_grads(gradients, weight_decay)
-        if self.nranks > 1:
-            # nothing is exchanged before every worker is known to hold the same model
-            synced = self.replicas.check(step)
-            if step == 0:
-                synced = self.replicas.sync_params(self._parameters, synced)
-            grads = F.depend(grads, synced)
-        if self.has_warmup:
-            if step < self.rampup_begin_step:
-                done = self._warmup_step(lr, grads)
-            else:
-                done = self._compressing_step(step, lr, grads)
-        else:
-            done = self._compressing_step(step, lr, grads)
-        return done
-
     def _warmup_step(self, lr, grads):
         """Before rampup_begin_step: dense momentum for every parameter."""
         if self.nranks == 1:
-            # one op for every parameter (MindSpore runs a step ten times slower when two
-            # in-place ops take the same gradient Parameters)
-            return self._dense_step(self.all_ids, None, self.all_groups, lr, grads)
-        done = self._dense_step(self.dense_ids, self.dense_exchange, self.dense_groups, lr, grads)
-        return F.depend(done, self._dense_step(self.comp_ids, self.warmup_exchange,
-                                               self.warmup_groups, lr, grads))
+            return self.all_momentum(lr, grads)
+        done = self.dense_momentum(lr, grads)
+        return F.depend(done, self.warmup_momentum(lr, grads))
 
     def _compressing_step(self, step, lr, grads):
         """From rampup_begin_step on: dense momentum for the small parameters, and the
         compressed ones in the stage of `step`."""
-        done = self._dense_step(self.dense_ids, self.dense_exchange, self.dense_groups, lr, grads)
+        done = self.dense_momentum(lr, grads)
         if self.comp_ids:
             # the plan's stages as step ranges (dgc_plan.DGCPlan.stage_starts)
             for s, first, end in self.stage_bounds:
                 if step >= first and step < end:
-                    done = F.depend(done, self._sparse_step(s, lr, grads))
+                    done = F.depend(done, self.sparse_step(s, lr, grads))
         return done
