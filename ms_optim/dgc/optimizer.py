@@ -1,18 +1,19 @@
 """The DGCMomentum optimizer: its arguments, state and step."""
-from mindspore import Parameter, ParameterTuple, Tensor, context, nn, ops
+from mindspore import Parameter, ParameterTuple, Tensor, context, nn
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
-from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
 from .. import _checks
 from .._api import OptimizerAPI
+from .._step import StepSkeleton
 from ..clip import ClipGradByNorm
 from ..dgc_plan import DGCPlan
 from ..regularizer import L1Decay, L2Decay
 from . import checks, wire
 from .exchange import (DenseExchange, ReplicaSync, SparseExchange, check_stand_alone_in_graph,
                        model_signature, require_stand_alone, world_size)
+from .grads import regularize, widen
 from .plan import momentum_group, stage_branches
 from .steps import DenseMomentum, NativeStep, OpsStep, StepState
 
@@ -31,46 +32,7 @@ def _residual(param, prefix, widened):
     return out
 
 
-_prepare = C.MultitypeFuncGraph("ms_optim_dgc_prepare")
-_regularize = C.MultitypeFuncGraph("ms_optim_dgc_regularize")
-
-
-@_prepare.register("Tensor", "Bool", "Bool", "Tensor")
-def _prepare_grad(inv_scale, scale, widened, g):
-    """A widened parameter's gradient in float32, then divided by the loss scale."""
-    if widened:
-        g = F.cast(g, mstype.float32)
-    if scale:
-        g = g * F.cast(inv_scale, F.dtype(g))
-    return g
-
-
-def _regularized(l2, l1, use_l2, use_l1, wd, decay, widened, p, g):
-    if widened:
-        p = F.cast(p, mstype.float32)
-    if decay:
-        g = g + p * F.cast(wd, F.dtype(p))
-    if use_l2:
-        g = g + p * F.cast(l2, F.dtype(p))
-    if use_l1:
-        g = g + ops.sign(p) * F.cast(l1, F.dtype(p))
-    return g
-
-
-@_regularize.register("Tensor", "Tensor", "Bool", "Bool", "Tensor", "Bool", "Bool", "Tensor",
-                      "Tensor")
-def _regularize_tensor_wd(l2, l1, use_l2, use_l1, wd, decay, widened, p, g):
-    """MindSpore's weight decay (`decay`: this parameter's flag), then L2Decay, then L1Decay."""
-    return _regularized(l2, l1, use_l2, use_l1, wd, decay, widened, p, g)
-
-
-@_regularize.register("Tensor", "Tensor", "Bool", "Bool", "Number", "Bool", "Bool", "Tensor",
-                      "Tensor")
-def _regularize_number_wd(l2, l1, use_l2, use_l1, wd, decay, widened, p, g):
-    return _regularized(l2, l1, use_l2, use_l1, wd, decay, widened, p, g)
-
-
-class DGCMomentum(OptimizerAPI, nn.Optimizer):
+class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
     r"""Momentum SGD with Deep Gradient Compression (PaddlePaddle's ``DGCMomentumOptimizer``).
 
     Each worker sends only the largest ``1 - sparsity`` fraction of its accumulated
@@ -234,6 +196,7 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
                           impl=impl, exchange=exchange, nranks=self.nranks)
         if impl == "ops":  # its per-parameter loops nest deeper than MindSpore's default allows
             checks.raise_call_depth(len(self._parameters))
+        self._init_skeleton()
         self.use_nesterov = use_nesterov
         self.rampup_begin_step, self.rampup_step, self.sparsity = (rampup_begin_step, rampup_step,
                                                                     sparsity)
@@ -388,26 +351,26 @@ class DGCMomentum(OptimizerAPI, nn.Optimizer):
         return done
 
     def _local_grads(self, gradients, weight_decay):
-        """Loss scale, local clipping and regularization of this worker's gradients
-        (in float32 for a widened parameter: its gradient and value are cast first).
-        Each stage is one map over the tuple (a Python loop would cost the graph
-        compiler about 10 ms and 10 levels of call depth per parameter)."""
+        """This worker's gradients in the one preprocessing order (_step.py): a widened
+        parameter's gradient in float32, the loss scale divided out, the local clip, then
+        regularization (against the parameter's value, in float32 for a widened one).
+        Each stage is one map over the tuple (a Python loop would cost the graph compiler
+        about 10 ms and 10 levels of call depth per parameter)."""
         grads = gradients
-        if self.loss_scale != 1.0 or self.any_widened:
-            grads = self.hyper_map(F.partial(_prepare, self.inv_scale, self.loss_scale != 1.0),
-                                   self.widened, grads)
-        if self.local_clip is not None:
-            grads = self.local_clip(grads)
+        if self.any_widened:
+            grads = self.hyper_map(widen, self.widened, grads)
+        grads = self.unscale_and_clip(grads, self.loss_scale != 1.0, self.inv_scale,
+                                      self.local_clip)
         if self.exec_weight_decay:
             if self.is_group:
-                return self.hyper_map(F.partial(_regularize, self.l2_t, self.l1_t, self.l2 > 0,
+                return self.hyper_map(F.partial(regularize, self.l2_t, self.l1_t, self.l2 > 0,
                                                 self.l1 > 0), weight_decay, self.decay_flags,
                                       self.widened, self._parameters, grads)
-            return self.hyper_map(F.partial(_regularize, self.l2_t, self.l1_t, self.l2 > 0,
+            return self.hyper_map(F.partial(regularize, self.l2_t, self.l1_t, self.l2 > 0,
                                             self.l1 > 0, weight_decay), self.decay_flags,
                                   self.widened, self._parameters, grads)
         if self.l2 > 0 or self.l1 > 0:
-            return self.hyper_map(F.partial(_regularize, self.l2_t, self.l1_t, self.l2 > 0,
+            return self.hyper_map(F.partial(regularize, self.l2_t, self.l1_t, self.l2 > 0,
                                             self.l1 > 0, self.l2_t), self.no_decay,
                                   self.widened, self._parameters, grads)
         return grads
