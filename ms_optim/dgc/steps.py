@@ -64,23 +64,25 @@ class _Step(StepSkeleton, nn.Cell):
         return out
 
     def lr_at(self, lrs, j):
-        """The learning rate of parameter j (of `lrs`, from ``lrs``)."""
+        """Parameter j's learning rate, from what ``lrs`` returned."""
         return lrs[j] if self.is_group_lr else lrs
 
 
 class DenseMomentum(_Step):
-    """u = m*u + g; p -= lr * u (Nesterov: lr * (g + m*u)) for the parameters of `group`,
-    their gradients first averaged over the workers by `exchange` (a DenseExchange)."""
+    """u = m*u + g; p -= lr * u (Nesterov: lr * (g + m*u)) for the parameters of `group`
+    (a MomentumGroup), their gradients averaged over the workers by `exchange` (a
+    DenseExchange; unused with one worker).  Each of the group's runs is one native
+    momentum op; the other parameters step in graph code."""
 
     def __init__(self, state, group, exchange):
         super().__init__(state, group.ids)
         self.exchange = exchange
         src_dtypes = [state.grad_dtypes[i] for i in group.grad_ids]
-        self.bounds = tuple((run.lo, run.hi) for run in group.runs)
-        self.ops = tuple(kernels.dgc_momentum_op(
+        self.run_bounds = tuple((run.lo, run.hi) for run in group.runs)
+        self.run_ops = tuple(kernels.dgc_momentum_op(
             [self.params[j].dtype for j in range(run.lo, run.hi)], src_dtypes)
             for run in group.runs)
-        self.gidx = tuple(Tensor(np.array(run.sources, np.int32)) for run in group.runs)
+        self.run_gidx = tuple(Tensor(np.array(run.sources, np.int32)) for run in group.runs)
         self.others = group.others
 
     def construct(self, lr, grads):
@@ -92,10 +94,10 @@ class DenseMomentum(_Step):
             src = self.exchange(dense)
         lrs = self.lrs(lr)
         done = True
-        for r, (lo, hi) in enumerate(self.bounds):
+        for r, (lo, hi) in enumerate(self.run_bounds):
             args = self.params[lo:hi] + self.us[lo:hi] + src \
-                + (self.per_tensor(lrs, lo, hi, self.is_group_lr), self.consts, self.gidx[r])
-            done = F.depend(done, self.ops[r](*args))
+                + (self.per_tensor(lrs, lo, hi, self.is_group_lr), self.consts, self.run_gidx[r])
+            done = F.depend(done, self.run_ops[r](*args))
         for j, g in self.others:
             done = F.depend(done, self._momentum(j, lrs, src[g]))
         return done
