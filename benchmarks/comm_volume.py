@@ -5,7 +5,7 @@
 For the digits MLP of examples/common/digits.py and for ResNet-50's parameter
 shapes (torchvision's resnet50, as benchmarks/layouts.py has them: 161 tensors,
 25,557,032 parameters), at the final sparsity 0.999 (``--sparsity``).  The
-numbers are the sizes of the buffers DGCMomentum's exchange (ms_optim/comm.py)
+numbers are the sizes of the buffers DGCMomentum's exchange (ms_optim/dgc/exchange.py)
 builds: the fused float32 buffer of the dense gradients, and the fused
 int32-index + float32-value buffers of the selections.  (Their shapes are
 static in the compiled graph, so the sizes are exact; tests/test_dgc_msrun.py

@@ -51,7 +51,8 @@ def resolve_impl(cls, impl, supported, device_choice):
 
 
 class StepSkeleton:
-    """Mixin of the graph-side helpers (placed before ``nn.Optimizer`` in the bases)."""
+    """Mixin of the graph-side helpers (placed before ``nn.Optimizer`` in the bases, or
+    before ``nn.Cell`` in those of a step Cell such as DGC's)."""
 
     def _init_skeleton(self):
         self.stack = ops.Stack()

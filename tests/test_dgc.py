@@ -531,7 +531,7 @@ def test_as_many_parameters_as_resnet50(impl, monkeypatch):
     which needs more than MindSpore's default max_call_depth of 1000: the optimizer raises
     it.  impl="native" steps them with multi-tensor ops and maps, in a graph that compiles
     within the default limit (the limit is left alone).  Both match the reference."""
-    monkeypatch.setattr(ms_optim.dgc, "_call_depth_set", 0)
+    monkeypatch.setattr(ms_optim.dgc.checks, "_call_depth_set", 0)
     shapes = [(8,)] * 150 + [(16384,)] * 11
     rng = np.random.default_rng(7)
     params = [Parameter(Tensor(rng.standard_normal(s).astype(np.float32)), name=f"w{i}")
@@ -540,9 +540,9 @@ def test_as_many_parameters_as_resnet50(impl, monkeypatch):
                                sparsity=[0.999], impl=impl, loss_scale=2.0, weight_decay=1e-3)
     # raised with mindspore.set_recursion_limit, which get_context does not see
     if impl == "ops":
-        assert ms_optim.dgc._call_depth_set >= 1000 + 16 * len(shapes)
+        assert ms_optim.dgc.checks._call_depth_set >= 1000 + 16 * len(shapes)
     else:
-        assert ms_optim.dgc._call_depth_set == 0
+        assert ms_optim.dgc.checks._call_depth_set == 0
     ref = reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 1, 1, [0.999],
                                  wd=[1e-3] * len(shapes), loss_scale=2.0)
     for _ in range(3):  # one dense warm-up step, then compressed
@@ -663,8 +663,8 @@ def test_bfloat16_parameters(monkeypatch):
     small = Parameter(Tensor(np.ones(8, np.float32), ms.bfloat16), name="small_bf16")
     with pytest.raises(TypeError, match="'big_bf16' is bfloat16"):
         ms_optim.DGCMomentum([big, small], **BASE)
-    real = ms_optim.dgc.context.get_context
-    monkeypatch.setattr(ms_optim.dgc.context, "get_context",
+    real = ms_optim.dgc.optimizer.context.get_context
+    monkeypatch.setattr(ms_optim.dgc.optimizer.context, "get_context",
                         lambda key: "GPU" if key == "device_target" else real(key))
     opt, warned = _uncompressed_warnings([big, small], impl="ops")
     assert opt.compressed_params == [] and opt.impl == "ops"

@@ -131,8 +131,9 @@ def test_c_library_example_builds_with_its_gcc_line_and_runs(tmp_path):
     np.testing.assert_allclose(row, [-0.001] * 3, rtol=1e-3)
 
 
-DOCTEST_MODULES = ["ms_optim.adam_offload", "ms_optim.lamb", "ms_optim.dgc", "ms_optim.clip",
-                   "ms_optim.regularizer", "ms_optim.capi", "ms_optim.dgc_plan"]
+DOCTEST_MODULES = ["ms_optim.adam_offload", "ms_optim.lamb", "ms_optim.dgc.optimizer",
+                   "ms_optim.clip", "ms_optim.regularizer", "ms_optim.capi", "ms_optim.dgc_plan",
+                   "ms_optim.dgc.wire"]
 
 
 @pytest.mark.parametrize("name", DOCTEST_MODULES)

@@ -67,14 +67,14 @@ def test_dgc_raises_recursion_limit_without_set_context(monkeypatch, capfd):
 
     monkeypatch.setattr(context, "set_context", no_set_context)
     monkeypatch.setattr(ms, "set_context", no_set_context)
-    monkeypatch.setattr(dgc, "_call_depth_set", 0)
+    monkeypatch.setattr(dgc.checks, "_call_depth_set", 0)
     count = 80
     params = _params(shapes={f"w{i}": (3,) for i in range(count)})
     # impl="ops" steps each parameter in graph code (impl="native" needs no raise)
     ms_optim.DGCMomentum(params, learning_rate=0.1, momentum=0.9, rampup_begin_step=0,
                          impl="ops")
     assert calls == [1000 + 16 * count]
-    assert dgc._call_depth_set == 1000 + 16 * count
+    assert dgc.checks._call_depth_set == 1000 + 16 * count
     # never lowered: a smaller optimizer built afterwards leaves the limit alone
     ms_optim.DGCMomentum(_params(), learning_rate=0.1, momentum=0.9, rampup_begin_step=0,
                          impl="ops")
@@ -86,7 +86,7 @@ def test_dgc_raises_recursion_limit_without_set_context(monkeypatch, capfd):
 def test_dgc_never_lowers_max_call_depth_of_context(monkeypatch):
     calls = []
     monkeypatch.setattr(ms, "set_recursion_limit", calls.append)
-    monkeypatch.setattr(dgc, "_call_depth_set", 0)
+    monkeypatch.setattr(dgc.checks, "_call_depth_set", 0)
     real_get = context.get_context
     monkeypatch.setattr(context, "get_context",
                         lambda key: 100000 if key == "max_call_depth" else real_get(key))

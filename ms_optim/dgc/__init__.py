@@ -1,0 +1,14 @@
+"""DGCMomentum: Deep Gradient Compression (Lin et al., ICLR 2018) for MindSpore.
+
+- ``optimizer``: ``DGCMomentum``: its arguments, state, reports and ``construct``;
+- ``checks``: what the constructor checks (``validate``), and the recursion limit;
+- ``grads``: the maps over a worker's gradients before the exchange;
+- ``plan``: the step's op-level plans, refined from ``ms_optim.dgc_plan.DGCPlan``
+  (which stays plain Python beside the numpy reference that shares it);
+- ``steps``: the step's Cells, where every native DGC kernel is built and called;
+- ``exchange``: what crosses the workers (its names also in ``ms_optim.comm``);
+- ``wire``: the bytes on the wire and ``exchange_stats``' arithmetic, plain Python.
+"""
+from .optimizer import DGCMomentum
+
+__all__ = ["DGCMomentum"]

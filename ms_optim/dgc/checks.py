@@ -1,0 +1,142 @@
+"""What DGCMomentum checks at construction: its arguments (``validate``), the dtypes
+of its parameters, and the recursion limit its step's graph needs."""
+import numbers
+import warnings
+from dataclasses import dataclass
+from typing import Optional
+
+import mindspore
+from mindspore import context, log as logger, nn
+from mindspore import dtype as mstype
+
+from .. import _checks
+from .._step import resolve_impl
+from ..clip import ClipGradByNorm, check_grad_clip
+from ..dgc_plan import MIN_COMPRESSED_NUMEL
+from ..regularizer import L1Decay, L2Decay
+from .wire import EXCHANGES
+
+# MindSpore's graph compiler counts nested calls while it evaluates impl="ops"'s
+# per-parameter loops: about 10 per parameter (ResNet-50's 161 parameters need
+# between 1,500 and 2,000), against a default limit of 1,000.  The native step
+# has no such loops on one worker and needs no raise (measured, 161 parameters).
+_CALL_DEPTH_PER_PARAM = 16
+_CALL_DEPTH_BASE = 1000
+# The highest recursion limit this package set: mindspore.set_recursion_limit has no
+# getter and get_context("max_call_depth") does not see it.
+_call_depth_set = 0
+
+
+def raise_call_depth(num_params):
+    """Raises MindSpore's recursion limit to what the step's graph needs, never lowers it.
+
+    Uses ``mindspore.set_recursion_limit`` (``set_context(max_call_depth=...)`` is
+    deprecated and logs a warning).  "Never lower" knows the larger of
+    ``get_context("max_call_depth")`` and the highest limit this package set; a limit the
+    user set with ``set_recursion_limit`` cannot be read back, so a higher one set that way
+    before building a DGCMomentum may be lowered to what the step needs.
+    """
+    global _call_depth_set
+    needed = _CALL_DEPTH_BASE + _CALL_DEPTH_PER_PARAM * num_params
+    current = max(context.get_context("max_call_depth"), _call_depth_set)
+    if current < needed:
+        logger.info(f"DGCMomentum: raising the recursion limit (max_call_depth) to {needed} "
+                    f"for {num_params} parameters.")
+        mindspore.set_recursion_limit(needed)
+        _call_depth_set = needed
+
+
+def check_bfloat16(cls, parameters, target):
+    """bfloat16 parameters cannot be updated on CPU (MindSpore 2.10 lacks the kernels)."""
+    if target != "CPU":
+        return
+    for p in parameters:
+        if p.dtype == mstype.bfloat16:
+            raise TypeError(
+                f"For '{cls}', parameter '{p.name}' is bfloat16, which MindSpore 2.10 cannot "
+                f"update on CPU: its CPU kernels for Assign, Sub, Reshape and MatMul have no "
+                f"bfloat16 (of the ops a step needs, only Cast, Add, Mul and Concat take it). "
+                f"Use float16 or float32 on CPU.")
+
+
+def warn_uncompressed(cls, parameters, is_compressed):
+    """One warning per parameter large enough to compress that is sent dense anyway
+    (attributed to the caller of DGCMomentum's constructor)."""
+    for p, compressed in zip(parameters, is_compressed):
+        if compressed or p.size < MIN_COMPRESSED_NUMEL:
+            continue
+        why = ("bfloat16 is never compressed (MindSpore 2.10 has no CPU kernels to build "
+               "and check that path with)" if p.dtype == mstype.bfloat16 else
+               "only float32 and float16 parameters are compressed")
+        warnings.warn(f"{cls}: parameter '{p.name}' ({str(p.dtype).lower()}, {p.size} elements) "
+                      f"is exchanged dense on every step: {why}.", UserWarning, stacklevel=3)
+
+
+def check_sparsity(cls, sparsity):
+    """The warm-up sparsities as a tuple of floats in [0, 1), non-decreasing."""
+    if isinstance(sparsity, numbers.Real) or not isinstance(sparsity, (list, tuple)):
+        raise TypeError(f"For '{cls}', the 'sparsity' must be a list or tuple of floats, but got "
+                        f"{type(sparsity).__name__}.")
+    if not sparsity:
+        raise ValueError(f"For '{cls}', the 'sparsity' must not be empty.")
+    for s in sparsity:
+        if not isinstance(s, numbers.Real) or isinstance(s, bool):
+            raise TypeError(f"For '{cls}', every 'sparsity' entry must be a float, but got "
+                            f"{type(s).__name__}: {s!r}.")
+        if not 0.0 <= s < 1.0:
+            raise ValueError(f"For '{cls}', every 'sparsity' entry must be in [0, 1), but got {s}.")
+    if any(b < a for a, b in zip(sparsity, sparsity[1:])):
+        raise ValueError(f"For '{cls}', the 'sparsity' warm-up must not decrease, but got "
+                         f"{list(sparsity)}.")
+    return tuple(float(s) for s in sparsity)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """DGCMomentum's arguments that ``validate`` normalizes."""
+    momentum: float
+    sparsity: tuple
+    local_grad_clip_norm: Optional[float]
+    loss_scale: float
+    impl: str  # "native" or "ops": "auto" resolved by the device target
+
+
+def validate(cls, *, learning_rate, momentum, rampup_begin_step, rampup_step, sparsity,
+             use_nesterov, local_grad_clip_norm, num_trainers, regularization, grad_clip,
+             weight_decay, loss_scale, impl, exchange):
+    """DGCMomentum's argument checks, in the order of its signature; returns a Checked.
+
+    `num_trainers` is checked against the world size later, once the optimizer knows it.
+    """
+    _checks.check_learning_rate(cls, learning_rate)
+    momentum = _checks.check_open_unit(
+        cls, "momentum", _checks.check_float(cls, "momentum", momentum, allow_int=True),
+        include_zero=True)
+    _checks.check_non_negative(cls, "rampup_begin_step",
+                               _checks.check_int(cls, "rampup_begin_step", rampup_begin_step))
+    if _checks.check_int(cls, "rampup_step", rampup_step) < 1:
+        raise ValueError(f"For '{cls}', the 'rampup_step' must be >= 1, but got {rampup_step}.")
+    sparsity = check_sparsity(cls, sparsity)
+    _checks.check_bool(cls, "use_nesterov", use_nesterov)
+    if local_grad_clip_norm is not None:
+        local_grad_clip_norm = _checks.check_positive(
+            cls, "local_grad_clip_norm",
+            _checks.check_float(cls, "local_grad_clip_norm", local_grad_clip_norm, True))
+    check_grad_clip(cls, grad_clip, allowed=(ClipGradByNorm,))
+    if grad_clip is not None and local_grad_clip_norm is not None:
+        raise ValueError(f"For '{cls}', give either 'grad_clip' or 'local_grad_clip_norm', "
+                         f"not both.")
+    if num_trainers is not None and _checks.check_int(cls, "num_trainers", num_trainers) < 1:
+        raise ValueError(f"For '{cls}', the 'num_trainers' must be >= 1, but got {num_trainers}.")
+    if regularization is not None and not isinstance(regularization, (L1Decay, L2Decay)):
+        raise TypeError(f"For '{cls}', the 'regularization' must be None, "
+                        f"ms_optim.regularizer.L1Decay or L2Decay, but got "
+                        f"{type(regularization).__name__}.")
+    _checks.check_weight_decay(cls, weight_decay)
+    if regularization is not None and (isinstance(weight_decay, nn.Cell) or weight_decay != 0):
+        raise ValueError(f"For '{cls}', set either 'weight_decay' or 'regularization', not both.")
+    loss_scale = _checks.check_loss_scale(cls, loss_scale)
+    impl = resolve_impl(cls, impl, ("native", "ops"), "ops")
+    _checks.check_choice(cls, "exchange", exchange, EXCHANGES)
+    return Checked(momentum=momentum, sparsity=sparsity,
+                   local_grad_clip_norm=local_grad_clip_norm, loss_scale=loss_scale, impl=impl)

@@ -1,0 +1,394 @@
+"""The DGCMomentum optimizer: its arguments, state and step."""
+from mindspore import Parameter, ParameterTuple, Tensor, context, nn
+from mindspore import dtype as mstype
+from mindspore.common.initializer import initializer
+from mindspore.ops import functional as F
+
+from .. import _checks
+from .._api import OptimizerAPI
+from .._step import StepSkeleton
+from ..clip import ClipGradByNorm
+from ..dgc_plan import DGCPlan
+from ..regularizer import L1Decay, L2Decay
+from . import checks, wire
+from .exchange import (DenseExchange, ReplicaSync, SparseExchange, check_stand_alone_in_graph,
+                       model_signature, require_stand_alone, world_size)
+from .grads import regularize, widen
+from .plan import momentum_group, stage_branches
+from .steps import DenseMomentum, NativeStep, OpsStep, StepState
+
+# dtypes of the parameters DGC compresses (residuals u, v and exchanged values are float32)
+COMPRESSED_DTYPES = (mstype.float32, mstype.float16)
+
+
+def _residual(param, prefix, widened):
+    """Zeros named `prefix.<param name>`: float32 for a widened (compressed
+    float16) parameter, else of the parameter's dtype."""
+    if widened:
+        return Parameter(initializer("zeros", param.shape, mstype.float32),
+                         name=f"{prefix}.{param.name}")
+    out = param.clone(init="zeros")
+    out.name = f"{prefix}.{param.name}"
+    return out
+
+
+class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
+    r"""Momentum SGD with Deep Gradient Compression (PaddlePaddle's ``DGCMomentumOptimizer``).
+
+    Each worker sends only the largest ``1 - sparsity`` fraction of its accumulated
+    gradient (the top 0.1% at the default 0.999); the rest stays in local residuals until
+    it has grown (Lin, Han, Mao, Wang, Dally, "Deep Gradient Compression", ICLR 2018,
+    arXiv 1712.01887).  Per parameter :math:`w`, step :math:`t` (from 0), :math:`N`
+    workers, momentum :math:`\mu` and learning rate :math:`\eta`:
+
+    1. The local gradient :math:`g` is divided by `loss_scale`, clipped per tensor to
+       norm :math:`c / \sqrt{N}` (`local_grad_clip_norm` or `grad_clip`), then
+       regularized (`weight_decay` or `regularization`).
+    2. Compressed parameters (float32 or float16, at least 16384 elements), from
+       `rampup_begin_step` on: :math:`u = \mu u + g,\ v = v + u` (Nesterov:
+       :math:`u = \mu (u + g),\ v = v + u + g`); the :math:`k` entries of largest
+       :math:`|v|` are selected, :math:`u` and :math:`v` set to 0 there, every worker's
+       selection exchanged, and :math:`w = w - \eta \sum \text{selections} / N`.
+       ``k = max(1, int(numel * (1 - sparsity[i])))`` with ``i = min(int((t -
+       rampup_begin_step) * len(sparsity) / rampup_step), len(sparsity) - 1)``.
+    3. The other parameters, and all of them before `rampup_begin_step`: with :math:`G`
+       the workers' mean gradient, :math:`u = \mu u + G,\ w = w - \eta u` (Nesterov:
+       :math:`w = w - \eta (G + \mu u)`).
+
+    Note:
+        - The residuals are the Parameters ``dgc_u.*`` and ``dgc_v.*`` (checkpoints carry
+          them).  ``compressed_params``, ``stage(step)`` and ``exchange_stats(step)`` say
+          what is compressed, the `sparsity` index of a step, and what a worker sends.
+        - A compressed float16 parameter is stepped in float32 (one rounding per update).
+          A parameter of 16384 or more elements that is not compressed (float64, bfloat16)
+          gets one ``UserWarning``.
+        - Distributed: call ``mindspore.communication.init()`` and keep the default
+          (stand-alone) parallel mode; the optimizer averages over the workers itself.
+
+    Args:
+        params (Union[list[Parameter], list[dict]]): The parameters (float32, float16,
+            float64; bfloat16 off CPU), or parameter groups with the keys ``"params"``,
+            ``"lr"``, ``"weight_decay"``, ``"order_params"``.  Each parameter once.
+        learning_rate (Union[float, int, Tensor, Iterable, LearningRateSchedule]): A number
+            >= 0, a scalar or 1-D Tensor, an Iterable or a ``LearningRateSchedule``.
+        momentum (Union[float, int]): :math:`\mu`, in [0.0, 1.0).
+        rampup_begin_step (int): The first step that compresses, >= 0.
+        rampup_step (int, optional): Steps over which `sparsity` is spread, >= 1.  Default: ``1``.
+        sparsity (Union[list[float], tuple[float]], optional): The warm-up sparsities, in
+            [0.0, 1.0), non-decreasing; the last one holds afterwards.
+            Default: ``(0.999,)``.
+        use_nesterov (bool, optional): Nesterov momentum.  Default: ``False``.
+        local_grad_clip_norm (Union[float, int], optional): :math:`c`, > 0.  Default: ``None``.
+        num_trainers (int, optional): >= 1, the number of workers if given.  Default: ``None``.
+        regularization (Union[L1Decay, L2Decay], optional): From ``ms_optim.regularizer``,
+            on every parameter; not with a non-zero `weight_decay`.  Default: ``None``.
+        grad_clip (ClipGradByNorm, optional): ``ClipGradByNorm(c)``, the same as
+            ``local_grad_clip_norm=c``; not with it.  Default: ``None``.
+        weight_decay (Union[float, int, Cell], optional): MindSpore's L2 decay, >= 0 or a
+            Cell of the global step; without groups it skips parameters named "beta" or
+            "gamma".  Default: ``0.0``.
+        loss_scale (Union[float, int], optional): Divides the gradients, > 0.  Default: ``1.0``.
+        impl (str, optional): ``"native"`` (multi-tensor CPU kernels, exact top-k),
+            ``"ops"`` (MindSpore ops, ``ops.topk``) or ``"auto"`` (``"native"`` on a CPU
+            device target, else ``"ops"``).  Default: ``"auto"``.
+        exchange (str, optional): ``"allgather"`` of the (index, value) entries,
+            ``"allreduce"`` of the sparsified gradient, or ``"auto"``: per stage, whichever
+            sends fewer bytes for the number of workers.  Default: ``"auto"``.
+
+    Inputs:
+        - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
+
+    Outputs:
+        bool, ``True`` (the updates are side effects on the Parameters).
+
+    Raises:
+        TypeError: If `params` is not a list of Parameter or of dict, or a parameter is
+            not float32, float16 or float64 (bfloat16 is accepted off CPU).
+        TypeError: If `learning_rate` is not an int, float, Tensor, Iterable or
+            LearningRateSchedule; `momentum`, `local_grad_clip_norm`, `loss_scale` or a
+            `sparsity` entry not a float or an int (a bool is neither); `sparsity` not a
+            list or tuple; `rampup_begin_step`, `rampup_step` or `num_trainers` not an
+            int; `use_nesterov` not a bool; `weight_decay` not a float, an int or a Cell;
+            `grad_clip` not None or a ClipGradByNorm; `regularization` not None, L1Decay
+            or L2Decay.
+        ValueError: If `params` is empty or names a parameter twice; `learning_rate` is
+            negative or a Tensor of more than one dimension; `momentum` or a `sparsity`
+            entry is not in [0.0, 1.0); `sparsity` is empty or decreases;
+            `rampup_begin_step` < 0; `rampup_step` < 1; `local_grad_clip_norm` or
+            `loss_scale` <= 0; `weight_decay` < 0; `num_trainers` < 1 or not the number of
+            workers; `impl` or `exchange` is not one of its choices.
+        ValueError: If both `grad_clip` and `local_grad_clip_norm`, or `regularization`
+            and a non-zero `weight_decay`, are given.
+        RuntimeError: If the parallel mode is not stand-alone (``DATA_PARALLEL``, ...).
+
+    Supported Platforms:
+        ``CPU`` ``GPU`` ``Ascend``
+
+        Verified on CPU (``impl="native"`` and ``"ops"``, one worker and several under
+        msrun).  On GPU and Ascend ``impl="auto"`` runs ``"ops"`` (MindSpore ops and
+        collectives), which is not tested on those devices.
+
+    Examples:
+        >>> import numpy as np
+        >>> import mindspore as ms
+        >>> from mindspore import nn
+        >>> import ms_optim
+        >>> net = nn.Dense(128, 128)  # the 128 x 128 weight is compressed, the bias is not
+        >>> opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.1, momentum=0.9,
+        ...                            rampup_begin_step=2, rampup_step=4,
+        ...                            sparsity=[0.75, 0.9375, 0.984375, 0.999])
+        >>> opt.compressed_params, [opt.stage(step) for step in range(7)]
+        (['weight'], [None, None, 0, 1, 2, 3, 3])
+        >>> train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
+        >>> x = ms.Tensor(np.random.default_rng(0).normal(size=(4, 128)).astype(np.float32))
+        >>> y = ms.Tensor(np.zeros((4, 128), np.float32))
+        >>> for step in range(4):  # steps 0 and 1 dense, 2 and 3 compressed
+        ...     _ = train(x, y)
+        >>> before = net.weight.asnumpy().copy()
+        >>> _ = train(x, y)  # step 4, sparsity 0.984375: 1.5625% of the 16384 weights change
+        >>> int((net.weight.asnumpy() != before).sum())
+        256
+        >>> stats = opt.exchange_stats(4)  # what one worker sends at step 4 (8 bytes an entry)
+        >>> stats["selected"], stats["sparse_part_bytes"], stats["exchange"]
+        (256, 2048, 'allgather')
+
+    See docs/dgc.md (the kernels, the exchange, half precision) and docs/distributed.md.
+    """
+
+    _NAME = "DGCMomentum"
+
+    def __init__(self, params, learning_rate, momentum, rampup_begin_step, rampup_step=1,
+                 sparsity=(0.999,), use_nesterov=False, local_grad_clip_norm=None,
+                 num_trainers=None, regularization=None, grad_clip=None, weight_decay=0.0,
+                 loss_scale=1.0, impl="auto", exchange="auto"):
+        cls = self._NAME
+        params = _checks.check_params(cls, params)
+        checked = checks.validate(
+            cls, learning_rate=learning_rate, momentum=momentum,
+            rampup_begin_step=rampup_begin_step, rampup_step=rampup_step, sparsity=sparsity,
+            use_nesterov=use_nesterov, local_grad_clip_norm=local_grad_clip_norm,
+            num_trainers=num_trainers, regularization=regularization, grad_clip=grad_clip,
+            weight_decay=weight_decay, loss_scale=loss_scale, impl=impl, exchange=exchange)
+        momentum, sparsity, local_grad_clip_norm, loss_scale, impl = (
+            checked.momentum, checked.sparsity, checked.local_grad_clip_norm,
+            checked.loss_scale, checked.impl)
+        # the loss scale is divided out here, before clipping (the base class would fold it
+        # into the weight decay)
+        super().__init__(learning_rate, params, weight_decay, 1.0)
+        target = context.get_context("device_target")
+        checks.check_bfloat16(cls, self._parameters, target)
+        _checks.check_param_dtypes(cls, self._parameters,
+                                   (mstype.float32, mstype.float16, mstype.float64)
+                                   + (() if target == "CPU" else (mstype.bfloat16,)))
+        self.loss_scale = loss_scale
+
+        require_stand_alone(cls)
+        self.nranks = world_size()
+        if num_trainers is not None and num_trainers != self.nranks:
+            raise ValueError(f"For '{cls}', 'num_trainers' is {num_trainers} but the world group has "
+                             f"{self.nranks} worker(s).")
+        self.impl = impl
+        self._record_args(params, learning_rate=learning_rate, momentum=momentum,
+                          rampup_begin_step=rampup_begin_step, rampup_step=rampup_step,
+                          sparsity=sparsity, use_nesterov=use_nesterov,
+                          local_grad_clip_norm=local_grad_clip_norm, regularization=regularization,
+                          grad_clip=grad_clip, weight_decay=weight_decay, loss_scale=loss_scale,
+                          impl=impl, exchange=exchange, nranks=self.nranks)
+        if impl == "ops":  # its per-parameter loops nest deeper than MindSpore's default allows
+            checks.raise_call_depth(len(self._parameters))
+        self._init_skeleton()
+        self.use_nesterov = use_nesterov
+        self.rampup_begin_step, self.rampup_step, self.sparsity = (rampup_begin_step, rampup_step,
+                                                                    sparsity)
+        clip = grad_clip.clip_norm if grad_clip is not None else local_grad_clip_norm
+        self.clip_norm = None if clip is None else clip * self.nranks ** -0.5
+        # per tensor, before regularization: clip.py's norm clip at c / sqrt(nranks)
+        self.local_clip = None if clip is None else ClipGradByNorm(self.clip_norm)
+        self.l1 = regularization.coeff if isinstance(regularization, L1Decay) else 0.0
+        self.l2 = regularization.coeff if isinstance(regularization, L2Decay) else 0.0
+
+        self.plan = DGCPlan([p.size for p in self._parameters],
+                            [p.dtype in COMPRESSED_DTYPES for p in self._parameters],
+                            sparsity, rampup_begin_step, rampup_step)
+        plan = self.plan
+        self.is_compressed, self.comp_ids, self.dense_ids = (plan.is_compressed, plan.comp_ids,
+                                                             plan.dense_ids)
+        self.stage_k, self.stage_offsets = plan.stage_k, plan.stage_offsets
+        # compressed parameters narrower than float32: gradient, residuals and update in float32
+        self.widened = tuple(c and p.dtype != mstype.float32
+                             for c, p in zip(self.is_compressed, self._parameters))
+        checks.warn_uncompressed(cls, self._parameters, self.is_compressed)
+        self.any_widened = any(self.widened)
+        self.no_decay = (False,) * len(self._parameters)
+        # the dtypes of the local gradients (_local_grads)
+        self.grad_dtypes = tuple(mstype.float32 if w else p.dtype
+                                 for w, p in zip(self.widened, self._parameters))
+        self.stage_bounds = stage_branches(plan)
+        self.u = ParameterTuple(_residual(p, "dgc_u", w)
+                                for p, w in zip(self._parameters, self.widened))
+        self.v = ParameterTuple(
+            Parameter(initializer("zeros", self._parameters[i].shape, mstype.float32),
+                      name=f"dgc_v.{self._parameters[i].name}") for i in self.comp_ids)
+
+        self.inv_scale = Tensor(1.0 / loss_scale, mstype.float32)
+        self.l1_t = Tensor(self.l1, mstype.float32)
+        self.l2_t = Tensor(self.l2, mstype.float32)
+        self._build_exchanges(exchange)
+        self._build_steps(momentum)
+
+    def _build_exchanges(self, exchange):
+        shapes = [p.shape for p in self._parameters]
+        self.sparse_exchange = SparseExchange(self.nranks)
+        self.dense_exchange = DenseExchange(self.nranks, [shapes[i] for i in self.dense_ids])
+        self.warmup_exchange = DenseExchange(self.nranks, [shapes[i] for i in self.comp_ids])
+        self.exchange = exchange
+        self.stage_exchange = tuple(self._plan_exchange(s, self.nranks)
+                                    for s in range(len(self.sparsity)))
+        self.replicas = ReplicaSync(self.nranks, model_signature(
+            shapes, [p.dtype for p in self._parameters],
+            (self.stage_k, self.rampup_begin_step, self.rampup_step, self.is_compressed,
+             self.stage_exchange)), self._parameters)
+
+    def _build_steps(self, momentum):
+        """The step's Cells (steps.py): the compressed parameters' stage step and the dense
+        momentum of the small parameters, of the compressed ones before compression, and
+        of all of them at once on one worker before compression."""
+        state = StepState(params=tuple(self._parameters), u=tuple(self.u), v=tuple(self.v),
+                          widened=self.widened, grad_dtypes=self.grad_dtypes, momentum=momentum,
+                          use_nesterov=self.use_nesterov, is_group_lr=self.is_group_lr,
+                          nranks=self.nranks)
+        sparse = NativeStep if self.impl == "native" else OpsStep
+        self.sparse_step = sparse(state, self.plan, self.stage_exchange, self.sparse_exchange,
+                                  self.warmup_exchange)
+
+        def momentum_step(ids, exchange):
+            # the native op steps the parameters whose u is float32
+            native = [self.impl == "native" and self.u[i].dtype == mstype.float32 for i in ids]
+            group = momentum_group(ids, native, self.nranks, len(self._parameters))
+            return DenseMomentum(state, group, exchange)
+
+        self.dense_momentum = momentum_step(self.dense_ids, self.dense_exchange)
+        self.warmup_momentum = momentum_step(self.comp_ids, self.warmup_exchange)
+        self.has_warmup = bool(self.comp_ids) and self.rampup_begin_step > 0
+        # one op for every parameter before compression on one worker (MindSpore runs a step
+        # ten times slower when two in-place ops take the same gradient Parameters)
+        self.all_momentum = (momentum_step(range(len(self._parameters)), None)
+                             if self.has_warmup and self.nranks == 1 else None)
+
+    # ----------------------------------------------------------- reporting --
+
+    @property
+    def compressed_params(self):
+        """Names of the parameters DGC compresses (float32 or float16, >= 16384 elements)."""
+        return [self._parameters[i].name for i in self.comp_ids]
+
+    def stage(self, step):
+        """Index into `sparsity` used at `step` (counted from 0), or None before compression."""
+        return self.plan.stage(step)
+
+    def _plan_exchange(self, stage, workers):
+        """How stage `stage`'s selections cross `workers` workers: 'allgather' of
+        the (index, value) entries or 'allreduce' of the sparsified gradient."""
+        return wire.stage_exchange(self.exchange, sum(self.stage_k[stage]),
+                                   self.warmup_exchange.send_elements, workers)
+
+    def exchange_stats(self, step=None, workers=None):
+        """What one worker sends at `step` (default: the next step) against dense fp32 gradients.
+
+        ``exchange`` is how the compressed parameters' gradients cross the
+        workers at that step: "dense" before ``rampup_begin_step``, then per
+        warm-up stage "allgather" (k int32 indices and k float32 values per
+        parameter) or "allreduce" (the sparsified gradient, 4 bytes per
+        element), the cheaper one for the number of workers (see
+        ``wire.choose_sparse_exchange``).  ``bytes`` is what the worker puts
+        into the collectives' buffers; ``wire_bytes`` is the payload one host
+        sends for them with MindSpore's CPU collectives (``wire.WIRE_FACTOR``;
+        headers of the network protocols not included).  `workers` (default:
+        the world size) asks what would be sent among that many workers.
+        """
+        if step is None:
+            step = int(self.global_step.asnumpy().reshape(-1)[0])
+        workers = self.nranks if workers is None else _checks.check_int(
+            self._NAME, "workers", workers)
+        if workers < 1:
+            raise ValueError(f"For '{self._NAME}', the 'workers' must be >= 1, but got {workers}.")
+        stage = self.stage(step)
+        exchange = "dense" if stage is None else (
+            self.stage_exchange[stage] if workers == self.nranks else
+            self._plan_exchange(stage, workers))
+        return wire.exchange_stats(
+            step=step, stage=stage, sparsity=None if stage is None else self.sparsity[stage],
+            workers=workers, exchange=exchange,
+            selected=0 if stage is None else sum(self.stage_k[stage]),
+            small_elements=self.dense_exchange.send_elements,
+            compressed_elements=self.warmup_exchange.send_elements,
+            # the signature check's gather
+            signature_bytes=4 * int(self.replicas.width.asnumpy()[0]))
+
+    # ---------------------------------------------------------------- step --
+
+    def construct(self, gradients):
+        check_stand_alone_in_graph()
+        gradients = self.flatten_gradients(gradients)
+        lr = self.get_lr()
+        weight_decay = self.get_weight_decay()
+        step = self.global_step.reshape(()) * 1
+        self.assignadd(self.global_step, self.global_step_increase_tensor)
+        grads = self._local_grads(gradients, weight_decay)
+        if self.nranks > 1:
+            # nothing is exchanged before every worker is known to hold the same model
+            synced = self.replicas.check(step)
+            if step == 0:
+                synced = self.replicas.sync_params(self._parameters, synced)
+            grads = F.depend(grads, synced)
+        if self.has_warmup:
+            if step < self.rampup_begin_step:
+                done = self._warmup_step(lr, grads)
+            else:
+                done = self._compressing_step(step, lr, grads)
+        else:
+            done = self._compressing_step(step, lr, grads)
+        return done
+
+    def _local_grads(self, gradients, weight_decay):
+        """This worker's gradients in the one preprocessing order (_step.py): a widened
+        parameter's gradient in float32, the loss scale divided out, the local clip, then
+        regularization (against the parameter's value, in float32 for a widened one).
+        Each stage is one map over the tuple (a Python loop would cost the graph compiler
+        about 10 ms and 10 levels of call depth per parameter)."""
+        grads = gradients
+        if self.any_widened:
+            grads = self.hyper_map(widen, self.widened, grads)
+        grads = self.unscale_and_clip(grads, self.loss_scale != 1.0, self.inv_scale,
+                                      self.local_clip)
+        if self.exec_weight_decay:
+            if self.is_group:
+                return self.hyper_map(F.partial(regularize, self.l2_t, self.l1_t, self.l2 > 0,
+                                                self.l1 > 0), weight_decay, self.decay_flags,
+                                      self.widened, self._parameters, grads)
+            return self.hyper_map(F.partial(regularize, self.l2_t, self.l1_t, self.l2 > 0,
+                                            self.l1 > 0, weight_decay), self.decay_flags,
+                                  self.widened, self._parameters, grads)
+        if self.l2 > 0 or self.l1 > 0:
+            return self.hyper_map(F.partial(regularize, self.l2_t, self.l1_t, self.l2 > 0,
+                                            self.l1 > 0, self.l2_t), self.no_decay,
+                                  self.widened, self._parameters, grads)
+        return grads
+
+    def _warmup_step(self, lr, grads):
+        """Before rampup_begin_step: dense momentum for every parameter."""
+        if self.nranks == 1:
+            return self.all_momentum(lr, grads)
+        done = self.dense_momentum(lr, grads)
+        return F.depend(done, self.warmup_momentum(lr, grads))
+
+    def _compressing_step(self, step, lr, grads):
+        """From rampup_begin_step on: dense momentum for the small parameters, and the
+        compressed ones in the stage of `step`."""
+        done = self.dense_momentum(lr, grads)
+        if self.comp_ids:
+            # the plan's stages as step ranges (dgc_plan.DGCPlan.stage_starts)
+            for s, first, end in self.stage_bounds:
+                if step >= first and step < end:
+                    done = F.depend(done, self.sparse_step(s, lr, grads))
+        return done

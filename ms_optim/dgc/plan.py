@@ -1,0 +1,88 @@
+"""The op-level plans of DGCMomentum's step, refined from its ``DGCPlan``
+(``ms_optim.dgc_plan``: what is compressed, k per stage, the fused buffer's
+offsets): which parameters each multi-tensor op steps, where each op reads its
+gradients, and which stages the step's graph branches to.  Plain Python over
+indices; the Cells of ``steps.py`` build their ops from these plans.
+"""
+from typing import NamedTuple
+
+from ..kernels import buckets
+
+# The last step a stage branch covers (global_step is int32).
+LAST_STEP = 2 ** 31 - 1
+
+
+class MomentumRun(NamedTuple):
+    """Positions ``lo:hi`` of a momentum group that one native momentum op steps."""
+    lo: int
+    hi: int
+    sources: tuple  # per parameter of the run, its gradient's index in the op's input
+
+
+class MomentumGroup(NamedTuple):
+    """The dense momentum's plan for the parameters `ids`.
+
+    The gradients come from the whole tuple of local gradients with one worker,
+    else from the dense exchange's output (in the order of `ids`): ``grad_ids``
+    names the parameters whose gradients that tuple holds, and a source is an
+    index into it.  The runs of parameters that can take the native op (their
+    residual u is float32: float32 parameters and widened float16 ones, with
+    impl="native") are stepped in buckets of contiguous positions; the others
+    (float16 and float64 parameters below the compression size, every parameter
+    with impl="ops") step in graph code.
+    """
+    ids: tuple       # the parameters, as indices into the optimizer's parameters
+    runs: tuple      # a MomentumRun per native op
+    others: tuple    # (position in ids, source) of each parameter stepped in graph code
+    grad_ids: tuple  # the parameters whose gradients the sources index
+
+
+def momentum_group(ids, native, nranks, num_params):
+    """The MomentumGroup of the parameters `ids` (`native[j]`: whether the parameter at
+    position j takes the native op) among `num_params` parameters and `nranks` workers."""
+    ids = tuple(ids)
+    grad_ids = tuple(range(num_params)) if nranks == 1 else ids
+    sources = ids if nranks == 1 else tuple(range(len(ids)))
+    runs, others = [], []
+    for lo, hi in buckets(native):
+        if native[lo]:
+            runs.append(MomentumRun(lo, hi, sources[lo:hi]))
+        else:
+            others.extend((j, sources[j]) for j in range(lo, hi))
+    return MomentumGroup(ids, tuple(runs), tuple(others), grad_ids)
+
+
+class SparseBuckets(NamedTuple):
+    """The native sparse step's buckets, as positions among the compressed parameters.
+
+    Per stage, one select op per ``select`` bucket (their residuals and gradients are
+    float32 whatever the parameter's dtype); their outputs side by side are this
+    worker's block of the fused exchange buffer.  One apply op per ``apply`` bucket
+    (parameters of one dtype).  ``select_ks[s][b]`` are the k of select bucket b at
+    stage s; ``apply_layouts[s][b]`` the layout input of apply bucket b at stage s:
+    (workers, the bucket's offsets in the block, its k).
+    """
+    select: tuple
+    apply: tuple
+    select_ks: tuple
+    apply_layouts: tuple
+
+
+def sparse_buckets(plan, comp_dtypes, nranks):
+    """The SparseBuckets of `plan` (a DGCPlan) whose compressed parameters have the
+    dtypes `comp_dtypes`, among `nranks` workers."""
+    select = buckets((True,) * len(comp_dtypes))
+    apply = buckets(tuple(comp_dtypes))
+    return SparseBuckets(
+        select=select, apply=apply,
+        select_ks=tuple(tuple(ks[lo:hi] for lo, hi in select) for ks in plan.stage_k),
+        apply_layouts=tuple(tuple((nranks,) + offs[lo:hi] + ks[lo:hi] for lo, hi in apply)
+                            for offs, ks in zip(plan.stage_offsets, plan.stage_k)))
+
+
+def stage_branches(plan):
+    """The graph's stage branches: (stage, first step, first step of the next stage) for
+    the stages of `plan` (a DGCPlan) that some step reaches."""
+    return tuple((s, plan.stage_starts[s],
+                  plan.stage_starts[s + 1] if s + 1 < plan.stages else LAST_STEP)
+                 for s in range(plan.stages) if plan.reached(s))

@@ -1,0 +1,281 @@
+"""DGCMomentum's step as Cells, built from the optimizer's settings and state:
+
+- ``DenseMomentum``: one group of parameters (a ``plan.MomentumGroup``) exchanged
+  dense and stepped by plain momentum;
+- ``NativeStep`` and ``OpsStep``: the compressed parameters' step at one warm-up
+  stage (select, exchange, apply), by the multi-tensor native kernels or by
+  MindSpore ops (``ops.topk``).
+
+Every native DGC kernel (``kernels.dgc_select_multi_op``, ``dgc_apply_multi_op``,
+``dgc_momentum_op``) is built and called here.
+"""
+from typing import NamedTuple
+
+import numpy as np
+from mindspore import Tensor, nn, ops
+from mindspore import dtype as mstype
+from mindspore.ops import functional as F
+
+from .. import kernels
+from .._step import StepSkeleton
+from .plan import sparse_buckets
+
+
+class StepState(NamedTuple):
+    """What the step Cells take from DGCMomentum (its parameters and residuals are
+    referenced, never copied)."""
+    params: tuple       # every parameter
+    u: tuple            # every parameter's residual u
+    v: tuple            # every compressed parameter's residual v
+    widened: tuple      # per parameter: compressed and narrower than float32
+    grad_dtypes: tuple  # per parameter, the dtype of its local gradient
+    momentum: float
+    use_nesterov: bool
+    is_group_lr: bool
+    nranks: int
+
+
+class _Step(StepSkeleton, nn.Cell):
+    """What the step Cells share: the momentum and the learning rates of the parameters
+    `ids` (indices into ``state.params``)."""
+
+    def __init__(self, state, ids):
+        super().__init__(auto_prefix=False)
+        self._init_skeleton()
+        self.ids = tuple(ids)
+        self.params = tuple(state.params[i] for i in self.ids)
+        self.us = tuple(state.u[i] for i in self.ids)
+        self.widened = tuple(state.widened[i] for i in self.ids)
+        self.is_group_lr = state.is_group_lr
+        self.nranks = state.nranks
+        self.use_nesterov = state.use_nesterov
+        self.momentum = Tensor(state.momentum, mstype.float32)
+        self.consts = kernels.consts("dgc", momentum=state.momentum,
+                                     nesterov=state.use_nesterov)
+
+    def lrs(self, lr):
+        """The learning rates of the parameters, in their order (with group learning rates;
+        else the one shared rate)."""
+        if not self.is_group_lr:
+            return lr
+        out = ()
+        for i in self.ids:
+            out = out + (lr[i],)
+        return out
+
+    def lr_at(self, lrs, j):
+        """Parameter j's learning rate, from what ``lrs`` returned."""
+        return lrs[j] if self.is_group_lr else lrs
+
+
+class DenseMomentum(_Step):
+    """u = m*u + g; p -= lr * u (Nesterov: lr * (g + m*u)) for the parameters of `group`
+    (a MomentumGroup), their gradients averaged over the workers by `exchange` (a
+    DenseExchange; unused with one worker).  Each of the group's runs is one native
+    momentum op; the other parameters step in graph code."""
+
+    def __init__(self, state, group, exchange):
+        super().__init__(state, group.ids)
+        self.exchange = exchange
+        src_dtypes = [state.grad_dtypes[i] for i in group.grad_ids]
+        self.run_bounds = tuple((run.lo, run.hi) for run in group.runs)
+        self.run_ops = tuple(kernels.dgc_momentum_op(
+            [self.params[j].dtype for j in range(run.lo, run.hi)], src_dtypes)
+            for run in group.runs)
+        self.run_gidx = tuple(Tensor(np.array(run.sources, np.int32)) for run in group.runs)
+        self.others = group.others
+
+    def construct(self, lr, grads):
+        src = grads
+        if self.nranks > 1:
+            dense = ()
+            for i in self.ids:
+                dense = dense + (grads[i],)
+            src = self.exchange(dense)
+        lrs = self.lrs(lr)
+        done = True
+        for r, (lo, hi) in enumerate(self.run_bounds):
+            args = self.params[lo:hi] + self.us[lo:hi] + src \
+                + (self.per_tensor(lrs, lo, hi, self.is_group_lr), self.consts, self.run_gidx[r])
+            done = F.depend(done, self.run_ops[r](*args))
+        for j, g in self.others:
+            done = F.depend(done, self._momentum(j, lrs, src[g]))
+        return done
+
+    def _momentum(self, j, lrs, g):
+        """The rule for parameter j in graph code."""
+        p, u = self.params[j], self.us[j]
+        # in u's dtype: the parameter's, or float32 for a widened one (g is float32 too)
+        lr_j = F.cast(self.lr_at(lrs, j), F.dtype(u))
+        m = F.cast(self.momentum, F.dtype(u))
+        next_u = m * u + g
+        # (not P.ApplyMomentum: its CPU kernel ignores use_nesterov in MindSpore 2.10)
+        update = g + m * next_u if self.use_nesterov else next_u
+        done = F.assign(u, next_u)
+        if self.widened[j]:  # float32 math, one rounding to the parameter's dtype
+            return F.depend(done, F.assign(
+                p, F.cast(F.cast(p, mstype.float32) - lr_j * update, F.dtype(p))))
+        return F.depend(done, F.assign(p, p - lr_j * update))
+
+
+class _SparseStep(_Step):
+    """The compressed parameters' step at stage `stage` (a constant of the graph): each
+    worker selects its k largest accumulated entries per parameter (``select``), the
+    selections cross the workers as ``stage_exchange[stage]`` says ("allgather": through
+    `sparse_exchange`, a SparseExchange; "allreduce": scattered into zeros and summed by
+    `summed_exchange`, a DenseExchange), and every worker applies their mean."""
+
+    def __init__(self, state, plan, stage_exchange, sparse_exchange, summed_exchange):
+        super().__init__(state, plan.comp_ids)
+        self.v = tuple(state.v)
+        self.sizes = tuple((p.size,) for p in self.params)
+        self.stage_k, self.stage_offsets, self.block = plan.stage_k, plan.stage_offsets, plan.block
+        self.stage_exchange = stage_exchange
+        self.sparse_exchange = sparse_exchange
+        self.summed_exchange = summed_exchange
+        self.nranks_t = Tensor(float(state.nranks), mstype.float32)
+
+    def construct(self, stage, lr, grads):
+        idxs, vals = self.select(stage, grads)
+        lrs = self.lrs(lr)
+        done = True
+        if self.stage_exchange[stage] == "allreduce":
+            idxs, vals = self.per_parameter(stage, idxs, vals)
+            sparse = ()
+            for j in range(len(self.ids)):
+                sparse = sparse + (ops.scatter_nd(idxs[j].reshape(-1, 1), vals[j], self.sizes[j]),)
+            summed = self.summed_exchange(sparse)
+            for j in range(len(self.ids)):
+                done = F.depend(done, self._apply_summed(j, lrs, summed[j]))
+            return done
+        idx_all, val_all = self.sparse_exchange(idxs, vals)
+        return self.apply(stage, lrs, idx_all, val_all)
+
+    def _apply_summed(self, j, lrs, G):
+        """p -= lr * G for compressed parameter j, G the dense mean of every worker's
+        sparsified gradient (zero where no worker selected): the reference's rule, and
+        the native apply kernel's bits (the ops path's scatter-add of each worker's
+        share rounds differently where selections overlap)."""
+        p = self.params[j]
+        step = self.lr_at(lrs, j) * G.reshape(p.shape)
+        return F.assign(p, F.cast(F.cast(p, mstype.float32) - step, F.dtype(p)))
+
+
+class NativeStep(_SparseStep):
+    """The stage step by the multi-tensor kernels: per stage one select op per bucket of
+    compressed parameters (their outputs side by side are the fused exchange buffer),
+    one apply op per bucket of one dtype (``plan.SparseBuckets``); u and v in float32."""
+
+    def __init__(self, state, plan, stage_exchange, sparse_exchange, summed_exchange):
+        super().__init__(state, plan, stage_exchange, sparse_exchange, summed_exchange)
+        b = sparse_buckets(plan, [p.dtype for p in self.params], state.nranks)
+        self.select_ranges, self.apply_ranges = b.select, b.apply
+        self.select_ops = tuple(tuple(kernels.dgc_select_multi_op(ks) for ks in stage_ks)
+                                for stage_ks in b.select_ks)
+        self.select_ks = tuple(tuple(Tensor(np.array(ks, np.int32)) for ks in stage_ks)
+                               for stage_ks in b.select_ks)
+        self.apply_ops = tuple(kernels.dgc_apply_multi_op(hi - lo, self.params[lo].dtype)
+                               for lo, hi in self.apply_ranges)
+        self.apply_layouts = tuple(tuple(Tensor(np.array(layout, np.int32)) for layout in stage)
+                                   for stage in b.apply_layouts)
+
+    def select(self, stage, grads):
+        """One select op per bucket, on the compressed parameters' gradients alone (not the
+        whole tuple with indices as the dense momentum takes it: MindSpore runs a step ten
+        times slower when two in-place ops take the same gradient Parameters): the (idx,
+        val) outputs, in order, are this worker's block of the fused buffer."""
+        comp_grads = ()
+        for i in self.ids:
+            comp_grads = comp_grads + (grads[i],)
+        idxs, vals = (), ()
+        for b in range(len(self.select_ranges)):
+            lo, hi = self.select_ranges[b]
+            args = self.us[lo:hi] + self.v[lo:hi] + comp_grads[lo:hi] \
+                + (self.consts, self.select_ks[stage][b])
+            idx, val = self.select_ops[stage][b](*args)
+            idxs = idxs + (idx,)
+            vals = vals + (val,)
+        return idxs, vals
+
+    def per_parameter(self, stage, idxs, vals):
+        """Each parameter's (idx, val), cut from the fused buffer."""
+        idx_f = idxs[0] if len(idxs) == 1 else ops.concat(idxs)
+        val_f = vals[0] if len(vals) == 1 else ops.concat(vals)
+        idxs, vals = (), ()
+        for j in range(len(self.ids)):
+            lo, k = self.stage_offsets[stage][j], self.stage_k[stage][j]
+            idxs = idxs + (idx_f[lo:lo + k],)
+            vals = vals + (val_f[lo:lo + k],)
+        return idxs, vals
+
+    def apply(self, stage, lrs, idx_all, val_all):
+        """One apply op per bucket of compressed parameters of one dtype."""
+        done = True
+        for b in range(len(self.apply_ranges)):
+            lo, hi = self.apply_ranges[b]
+            args = self.params[lo:hi] \
+                + (idx_all, val_all, self.per_tensor(lrs, lo, hi, self.is_group_lr),
+                   self.apply_layouts[stage][b])
+            done = F.depend(done, self.apply_ops[b](*args))
+        return done
+
+
+class OpsStep(_SparseStep):
+    """The stage step from MindSpore ops, per parameter: exact top-k (``ops.topk``) and
+    masking, then a scatter-add of every worker's share."""
+
+    def select(self, stage, grads):
+        idxs, vals = (), ()
+        for j in range(len(self.ids)):
+            idx, val = self._select(stage, j, grads[self.ids[j]])
+            idxs = idxs + (idx,)
+            vals = vals + (val,)
+        return idxs, vals
+
+    def per_parameter(self, stage, idxs, vals):
+        return idxs, vals
+
+    def apply(self, stage, lrs, idx_all, val_all):
+        done = True
+        for j in range(len(self.ids)):
+            done = F.depend(done, self._apply(stage, j, lrs, idx_all, val_all))
+        return done
+
+    def _select(self, stage, j, grad):
+        """Residual update, exact top-k and masking for compressed parameter j."""
+        u, v = self.us[j], self.v[j]
+        k = self.stage_k[stage][j]
+        if self.use_nesterov:
+            next_u = self.momentum * (u + grad)
+            next_v = v + next_u + grad
+        else:
+            next_u = self.momentum * u + grad
+            next_v = v + next_u
+        flat_v = next_v.reshape(-1)
+        _, idx = ops.topk(ops.abs(flat_v), k)
+        val = ops.gather(flat_v, idx, 0)
+        rows = idx.reshape(-1, 1)
+        zeros = ops.zeros((k,), mstype.float32)
+        idx = F.depend(idx, F.assign(u, ops.tensor_scatter_update(next_u.reshape(-1), rows, zeros)
+                                     .reshape(u.shape)))
+        idx = F.depend(idx, F.assign(v, ops.tensor_scatter_update(flat_v, rows, zeros)
+                                     .reshape(v.shape)))
+        return idx, val
+
+    def _apply(self, stage, j, lrs, idx_all, val_all):
+        """p -= lr * scatter_add(every worker's values) / nranks for compressed parameter j."""
+        p = self.params[j]
+        lr_j = self.lr_at(lrs, j)
+        block = self.block[stage]
+        lo, k = self.stage_offsets[stage][j], self.stage_k[stage][j]
+        idx, val = (), ()
+        for r in range(self.nranks):
+            idx = idx + (idx_all[r * block + lo:r * block + lo + k],)
+            val = val + (val_all[r * block + lo:r * block + lo + k],)
+        step = lr_j * (ops.concat(val) / self.nranks_t)
+        if self.widened[j]:  # float32 math, one rounding to the parameter's dtype
+            flat = ops.tensor_scatter_add(F.cast(p, mstype.float32).reshape(-1),
+                                          ops.concat(idx).reshape(-1, 1), -step)
+            return F.assign(p, F.cast(flat.reshape(p.shape), F.dtype(p)))
+        flat = ops.tensor_scatter_add(p.reshape(-1), ops.concat(idx).reshape(-1, 1), -step)
+        return F.assign(p, flat.reshape(p.shape))
