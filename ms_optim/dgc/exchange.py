@@ -144,6 +144,8 @@ class ReplicaSync(nn.Cell):
             self.all_gather = ops.AllGather()
             self.broadcast = ops.Broadcast(0)
             self.check_op = kernels.check_replicas_op()
+            self.check_order = kernels.call_order("ms_optim_check_replicas")
+            self.digest_order = kernels.call_order("ms_optim_digest")
             self.digest_groups = self._digest_groups(params)
 
     @staticmethod
@@ -162,14 +164,18 @@ class ReplicaSync(nn.Cell):
     def check(self, step):
         """int32[1] once every worker's signature and step matched (fails otherwise)."""
         mine = ops.concat((self.signature, F.cast(step, mstype.int32).reshape(1)))
-        return self.check_op(self.all_gather(mine), self.width)
+        return self.check_op(*kernels.arrange(self.check_order, signatures=self.all_gather(mine),
+                                              width=self.width))
 
     def sync_params(self, params, after):
         """After `after`: compares a digest of every worker's parameters and, only
         if they differ, overwrites every parameter with rank 0's."""
         digests = ()
         for ids, op in self.digest_groups:
-            digests = digests + (op(*[params[i] for i in ids]),)
+            mine = ()
+            for i in ids:
+                mine = mine + (params[i],)
+            digests = digests + (op(*kernels.arrange(self.digest_order, p=mine)),)
         gathered = self.all_gather(F.depend(ops.concat(digests), after))
         rows = gathered.reshape(self.nranks, -1)
         done = after

@@ -83,6 +83,7 @@ class DenseMomentum(_Step):
             [self.params[j].dtype for j in range(run.lo, run.hi)], src_dtypes)
             for run in group.runs)
         self.run_gidx = tuple(Tensor(np.array(run.sources, np.int32)) for run in group.runs)
+        self.run_order = kernels.call_order("ms_optim_dgc_momentum")
         self.others = group.others
 
     def construct(self, lr, grads):
@@ -95,8 +96,9 @@ class DenseMomentum(_Step):
         lrs = self.lrs(lr)
         done = True
         for r, (lo, hi) in enumerate(self.run_bounds):
-            args = self.params[lo:hi] + self.us[lo:hi] + src \
-                + (self.per_tensor(lrs, lo, hi, self.is_group_lr), self.consts, self.run_gidx[r])
+            args = kernels.arrange(self.run_order, param=self.params[lo:hi], u=self.us[lo:hi],
+                                   src=src, lr=self.per_tensor(lrs, lo, hi, self.is_group_lr),
+                                   consts=self.consts, gidx=self.run_gidx[r])
             done = F.depend(done, self.run_ops[r](*args))
         for j, g in self.others:
             done = F.depend(done, self._momentum(j, lrs, src[g]))
@@ -178,6 +180,8 @@ class NativeStep(_SparseStep):
                                for lo, hi in self.apply_ranges)
         self.apply_layouts = tuple(tuple(Tensor(np.array(layout, np.int32)) for layout in stage)
                                    for stage in b.apply_layouts)
+        self.select_order = kernels.call_order("ms_optim_dgc_select_multi")
+        self.apply_order = kernels.call_order("ms_optim_dgc_apply_multi")
 
     def select(self, stage, grads):
         """One select op per bucket, on the compressed parameters' gradients alone (not the
@@ -190,8 +194,9 @@ class NativeStep(_SparseStep):
         idxs, vals = (), ()
         for b in range(len(self.select_ranges)):
             lo, hi = self.select_ranges[b]
-            args = self.us[lo:hi] + self.v[lo:hi] + comp_grads[lo:hi] \
-                + (self.consts, self.select_ks[stage][b])
+            args = kernels.arrange(self.select_order, u=self.us[lo:hi], v=self.v[lo:hi],
+                                   grad=comp_grads[lo:hi], consts=self.consts,
+                                   ks=self.select_ks[stage][b])
             idx, val = self.select_ops[stage][b](*args)
             idxs = idxs + (idx,)
             vals = vals + (val,)
@@ -213,9 +218,9 @@ class NativeStep(_SparseStep):
         done = True
         for b in range(len(self.apply_ranges)):
             lo, hi = self.apply_ranges[b]
-            args = self.params[lo:hi] \
-                + (idx_all, val_all, self.per_tensor(lrs, lo, hi, self.is_group_lr),
-                   self.apply_layouts[stage][b])
+            args = kernels.arrange(self.apply_order, param=self.params[lo:hi], idx=idx_all,
+                                   val=val_all, lr=self.per_tensor(lrs, lo, hi, self.is_group_lr),
+                                   layout=self.apply_layouts[stage][b])
             done = F.depend(done, self.apply_ops[b](*args))
         return done
 
