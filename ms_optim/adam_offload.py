@@ -3,6 +3,7 @@ import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
+from mindspore.graph.api import jit
 from mindspore.ops import functional as F
 
 from . import _checks, kernels
@@ -234,6 +235,7 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
                  + tuple(self.moment2_scale) + (self.beta1_power, self.beta2_power))
         return sum(int(p.nbytes) for p in state)
 
+    @jit(backend="ms_backend")  # compiled in PyNative too, as MindSpore's optimizers
     def construct(self, gradients):
         params = self._parameters
         gradients = self.flatten_gradients(gradients)

@@ -2,6 +2,7 @@
 import numpy as np
 from mindspore import Tensor, nn, ops
 from mindspore import dtype as mstype
+from mindspore.graph.api import jit
 from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
@@ -271,6 +272,7 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
 
     # ----------------------------------------------------------------- step --
 
+    @jit(backend="ms_backend")  # compiled in PyNative too, as MindSpore's optimizers
     def construct(self, gradients):
         params = self._parameters
         gradients = self.flatten_gradients(gradients)

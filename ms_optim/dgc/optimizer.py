@@ -2,6 +2,7 @@
 from mindspore import Parameter, ParameterTuple, Tensor, context, nn
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
+from mindspore.graph.api import jit
 from mindspore.ops import functional as F
 
 from .. import _checks
@@ -327,6 +328,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
 
     # ---------------------------------------------------------------- step --
 
+    @jit(backend="ms_backend")  # compiled in PyNative too, as MindSpore's optimizers
     def construct(self, gradients):
         check_stand_alone_in_graph()
         gradients = self.flatten_gradients(gradients)
