@@ -428,7 +428,7 @@ def test_block_size_matches_the_library():
 
 import ms_optim  # noqa: E402
 from mindspore import Tensor, nn  # noqa: E402
-from conftest import (assert_checkpoint_resumes, assert_close_to_mindspore, batch,  # noqa: E402
+from tests.helpers import (assert_checkpoint_resumes, assert_close_to_mindspore, batch,  # noqa: E402
                       make_net, train_cell, values)
 
 

@@ -8,7 +8,7 @@ from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
 import ms_optim
 from ms_optim import _native, reference
-from conftest import (assert_checkpoint_resumes, assert_close_to_mindspore, assert_trained, batch,
+from tests.helpers import (assert_checkpoint_resumes, assert_close_to_mindspore, assert_trained, batch,
                       fit_and_score, make_net, train_cell, values)
 
 

@@ -9,7 +9,7 @@ from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 import ms_optim
 from ms_optim import _native, kernels, reference
 from ms_optim.clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
-from conftest import (assert_checkpoint_resumes, assert_close_to_mindspore, assert_trained, batch,
+from tests.helpers import (assert_checkpoint_resumes, assert_close_to_mindspore, assert_trained, batch,
                       fit_and_score, fit_reference, make_net, train_cell, values)
 
 SIZES = [1, 7, 16383, 16385, 1_000_003]

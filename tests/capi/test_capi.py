@@ -25,7 +25,7 @@ import pytest
 
 from ms_optim import _native, capi, reference
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OPS = os.path.join(ROOT, "ms_optim", "ops")
 ISAS = [name for name in ("scalar", "avx2", "avx512")
         if _native.lib().msopt_select_isa(name.encode()) == 0]
@@ -736,7 +736,7 @@ def sanitized_programs(tmp_path_factory):
         objects.append(obj)
     for prog in ("test_capi", "fuzz_capi"):
         cmds.append(["gcc"] + C_FLAGS + SANITIZE + ["-I", capi.include_dir(), "-c",
-                     os.path.join(ROOT, "tests", "c", prog + ".c"), "-o",
+                     os.path.join(ROOT, "tests", "capi", "c", prog + ".c"), "-o",
                      os.path.join(out, prog + ".o")])
     errs = _run_all(cmds, out)
     # no warnings from this library's C API sources (the C programs, capi*.cpp and
@@ -790,7 +790,7 @@ def test_c_tests_against_installed_library(tmp_path):
     exe = str(tmp_path / "test_capi")
     libdir = os.path.dirname(capi.library_path())
     res = subprocess.run(["gcc"] + C_FLAGS + ["-O1", "-I", capi.include_dir(),
-                          os.path.join(ROOT, "tests", "c", "test_capi.c"), "-o", exe,
+                          os.path.join(ROOT, "tests", "capi", "c", "test_capi.c"), "-o", exe,
                           "-L", libdir, "-lms_optim", f"-Wl,-rpath,{libdir}", "-lm", "-lpthread"],
                          capture_output=True, text=True)
     assert res.returncode == 0 and "warning:" not in res.stderr, res.stderr

@@ -11,9 +11,9 @@ import ms_optim
 from ms_optim import _native, kernels, reference
 from ms_optim.clip import ClipGradByGlobalNorm, ClipGradByNorm
 from ms_optim.regularizer import L1Decay, L2Decay
-from conftest import (assert_checkpoint_resumes, assert_close_to_mindspore, assert_trained, batch,
+from tests.helpers import (assert_checkpoint_resumes, assert_close_to_mindspore, assert_trained, batch,
                       fit_and_score, fit_reference, train_cell, values)
-from nets import WideNet
+from tests.nets import WideNet
 
 ISAS = [name for name in ("scalar", "avx2", "avx512")
         if _native.lib().msopt_select_isa(name.encode()) == 0]
