@@ -1,4 +1,10 @@
-"""The suite's set-up: MindSpore in GRAPH_MODE on CPU, and the fixtures every folder shares."""
+"""The suite's set-up: MindSpore in GRAPH_MODE on CPU, and the `isa` parameter.
+
+A test that takes an argument named `isa` runs once per instruction set this CPU runs, with
+the kernels of that one selected (ms_optim.testing.select_isa) and the process's own restored
+afterwards.  The list is read from /proc/cpuinfo with the library's criteria, so collecting
+the tests loads no native code; tests/kernels/test_native.py checks it against the library's.
+"""
 import pytest
 
 import mindspore as ms
@@ -6,11 +12,35 @@ import mindspore as ms
 ms.set_context(mode=ms.GRAPH_MODE)
 ms.set_device("CPU")
 
+# What each instruction set needs of the CPU, as ms_optim/ops/core/dispatch.cpp checks it.
+ISA_CPU_FLAGS = {
+    "scalar": (),
+    "avx2": ("avx2", "fma", "f16c"),
+    "avx512": ("avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "f16c"),
+}
+
+
+def cpu_isas(cpuinfo="/proc/cpuinfo"):
+    """The instruction sets of ISA_CPU_FLAGS this CPU runs, narrowest first."""
+    flags = set()
+    with open(cpuinfo) as fh:
+        for line in fh:
+            if line.startswith("flags"):
+                flags = set(line.partition(":")[2].split())
+                break
+    return [name for name, needs in ISA_CPU_FLAGS.items() if flags.issuperset(needs)]
+
+
+def pytest_generate_tests(metafunc):
+    if "isa" in metafunc.fixturenames:
+        metafunc.parametrize("isa", cpu_isas(), indirect=True)
+
 
 @pytest.fixture
-def fresh_isa():
-    """Restores the process-wide kernel ISA after a test that selects one."""
-    from ms_optim import _native
-    before = _native.isa()
-    yield
-    _native.select_isa(before)
+def isa(request):
+    """The instruction set under test, selected for the test's duration."""
+    from ms_optim import native_info, testing
+    before = native_info()["isa"]
+    testing.select_isa(request.param)
+    yield request.param
+    testing.select_isa(before)

@@ -24,14 +24,14 @@ import numpy as np
 import pytest
 
 from ms_optim import _native, capi, reference
+from tests.sizes import EDGE_SIZES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OPS = os.path.join(ROOT, "ms_optim", "ops")
-ISAS = [name for name in ("scalar", "avx2", "avx512")
-        if _native.lib().msopt_select_isa(name.encode()) == 0]
 ALGOS = capi.OPTIMIZERS
 FLOATS = (np.float32, np.float64)
-SIZES = [1, 7, 16383, 16385, 100_003]  # the last runs on OpenMP threads and spans many norm blocks
+# the last runs on OpenMP threads and spans many norm blocks
+PS_SIZES = EDGE_SIZES + [100_003]
 NSLOTS = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "lamb": 2}
 DEFAULTS = {"momentum": 0.9, "nesterov": False, "beta1": 0.9, "beta2": 0.999,
             "weight_decay": 0.0, "l1": 0.0, "l2": 0.0, "lr_policy": "const",
@@ -131,13 +131,11 @@ def assert_bits_equal(actual, expected, what=""):
 
 # ------------------------------------------------------------ dense and rows --
 
-@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("n", PS_SIZES)
 @pytest.mark.parametrize("variant", ["plain", "full"])
-def test_dense_matches_reference(isa, algo, dtype, n, variant, fresh_isa):
-    _native.select_isa(isa)
+def test_dense_matches_reference(isa, algo, dtype, n, variant):
     assert capi.kernel_isa() == isa
     rng = np.random.default_rng(n)
     param = rng.standard_normal(n).astype(dtype)
@@ -160,15 +158,13 @@ TABLES = {  # (rows, width, ids touched per step)
 }
 
 
-@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("table", sorted(TABLES))
 @pytest.mark.parametrize("variant", ["plain", "full"])
-def test_rows_match_reference(isa, algo, dtype, table, variant, fresh_isa):
+def test_rows_match_reference(isa, algo, dtype, table, variant):
     """Row steps (duplicate ids summed) mixed with a dense step; with 'full' the
     lazily regularized rows are compared with eager regularization."""
-    _native.select_isa(isa)
     nrows, width, touched = TABLES[table]
     rng = np.random.default_rng(nrows + width)
     param = rng.standard_normal((nrows, width)).astype(dtype)
@@ -662,10 +658,8 @@ def test_one_handle_from_many_threads_and_per_thread_errors():
     np.testing.assert_array_equal(opt.weights(), np.full(n, want, np.float32))
 
 
-def test_kernels_follow_isa_selection(fresh_isa):
-    for isa in ISAS:
-        _native.select_isa(isa)
-        assert capi.kernel_isa() == isa == _native.isa()
+def test_kernels_follow_isa_selection(isa):
+    assert capi.kernel_isa() == isa == _native.isa()
 
 
 def test_header_and_library_are_found():

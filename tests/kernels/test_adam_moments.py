@@ -10,10 +10,8 @@ import mindspore as ms
 
 from ms_optim import _native, kernels, reference
 from tests.moments import Moments
+from tests.sizes import SIZES
 
-SIZES = [1, 7, 16383, 16385, 1_000_003]
-ISAS = [name for name in ("scalar", "avx2", "avx512")
-        if _native.lib().msopt_select_isa(name.encode()) == 0]
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 B = reference.Q8_BLOCK
 def _entry(kind, delta):
@@ -69,13 +67,11 @@ def _ref_step(p, mom, g, lr, wd, t, nesterov, inv_scale, delta, decoupled=False)
                                        decoupled=decoupled)
 
 
-@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("kind", ["bfloat16", "int8"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("variant", ["plain", "nesterov", "adamw"])
-def test_inplace_matches_reference(isa, kind, dtype, n, variant, fresh_isa):
-    _native.select_isa(isa)
+def test_inplace_matches_reference(isa, kind, dtype, n, variant):
     p, mom, rng = _state(n, dtype, kind, seed=n)
     rp, rmom = p.copy(), mom.copy()
     nesterov, decoupled = variant == "nesterov", variant == "adamw"
@@ -89,12 +85,10 @@ def test_inplace_matches_reference(isa, kind, dtype, n, variant, fresh_isa):
     assert np.any(p != _state(n, dtype, kind, seed=n)[0])
 
 
-@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("kind", ["bfloat16", "int8"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("n", SIZES)
-def test_delta_matches_reference(isa, kind, dtype, n, fresh_isa):
-    _native.select_isa(isa)
+def test_delta_matches_reference(isa, kind, dtype, n):
     _, mom, rng = _state(n, dtype, kind, seed=n + 1)
     rmom = mom.copy()
     for t in (1, 2):
@@ -111,12 +105,10 @@ def test_delta_matches_reference(isa, kind, dtype, n, fresh_isa):
 MULTI_SIZES = [1, B - 1, B, B + 1, 40000, 7, 2 * B + 3, 16383, 70001, 32768, 16385, 250003]
 
 
-@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("kind", ["bfloat16", "int8"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("delta", [False, True])
-def test_multi_tensor_call_matches_reference(isa, kind, dtype, delta, fresh_isa):
-    _native.select_isa(isa)
+def test_multi_tensor_call_matches_reference(isa, kind, dtype, delta):
     k = len(MULTI_SIZES)
     states = [_state(n, dtype, kind, seed=i) for i, n in enumerate(MULTI_SIZES)]
     refs = [(p.copy(), mom.copy()) for p, mom, _ in states]
@@ -219,14 +211,12 @@ def test_q8_block_absmax_is_stored_exactly():
             assert back[i] == y[i]
 
 
-@pytest.mark.parametrize("isa", ISAS)
-def test_int8_tiny_v_keeps_the_smallest_code_in_kernel_and_reference(isa, fresh_isa):
+def test_int8_tiny_v_keeps_the_smallest_code_in_kernel_and_reference(isa):
     """A v below the smallest code of its block is stored as that code, never 0, by the
     kernel exactly as by the reference.  The case it matters for: one gradient spike puts a
     block's v absmax 1e11 above its neighbours' while their m stays representable; with v
     flushed to 0 their steps were m / eps (1e5 x lr).  Kept, no element moves more than lr
     a step.  Gradients spread over 12 decades, and exact zeros, cover the rest."""
-    _native.select_isa(isa)
     n = 2 * B + 7
     rng = np.random.default_rng(9)
     p = rng.standard_normal(n).astype(np.float32)
@@ -247,13 +237,11 @@ def test_int8_tiny_v_keeps_the_smallest_code_in_kernel_and_reference(isa, fresh_
     assert np.abs(p - p0).max() <= steps * 1e-3 * 1.01
 
 
-@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("delta", [False, True])
-def test_int8_whole_blocks_with_special_values_match_reference(isa, delta, fresh_isa):
+def test_int8_whole_blocks_with_special_values_match_reference(isa, delta):
     """Whole blocks (the AVX2 encoder's 32-element steps) and a partial one, holding NaN,
     +-inf, -0.0, exact zeros, the largest floats and values below each block's smallest
     code: codes, scales and parameters bit for bit as the reference, over three steps."""
-    _native.select_isa(isa)
     n = 4 * B + 37
     rng = np.random.default_rng(11)
     p = rng.standard_normal(n).astype(np.float32)

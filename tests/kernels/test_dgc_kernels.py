@@ -4,10 +4,8 @@ import numpy as np
 import pytest
 
 from ms_optim import _native, kernels, reference
+from tests.sizes import EDGE_SIZES, SIZES
 
-ISAS = [name for name in ("scalar", "avx2", "avx512")
-        if _native.lib().msopt_select_isa(name.encode()) == 0]
-SIZES = [1, 7, 16383, 16385, 1_000_003]
 WARMUP = [0.75, 0.9375, 0.984375, 0.996, 0.999]
 
 
@@ -36,11 +34,9 @@ def _inputs(kind, n, rng):
     raise ValueError(kind)
 
 
-@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("kind", ["random", "negative", "all_equal", "ties"])
-def test_topk_matches_reference(isa, n, kind, fresh_isa):
-    _native.select_isa(isa)
+def test_topk_matches_reference(isa, n, kind):
     rng = np.random.default_rng(n)
     x = _inputs(kind, n, rng)
     for k in sorted({1, max(1, n // 4), max(1, n // 1000), n}):
@@ -64,11 +60,9 @@ def test_topk_sample_misjudged_both_ways():
     _check_topk(x, 25)
 
 
-@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("nesterov", [False, True])
-def test_select_kernel_matches_reference(isa, n, nesterov, fresh_isa):
-    _native.select_isa(isa)
+def test_select_kernel_matches_reference(isa, n, nesterov):
     rng = np.random.default_rng(n + 7)
     u, v = np.zeros(n, np.float32), np.zeros(n, np.float32)
     ru, rv = u.copy(), v.copy()
@@ -118,15 +112,13 @@ def test_apply_kernel_sums_workers_in_rank_order(ranks, n, k, ascending):
     np.testing.assert_array_equal(p, want)
 
 
-@pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("n", [1, 7, 16383, 16385])
+@pytest.mark.parametrize("n", EDGE_SIZES)
 @pytest.mark.parametrize("ranks", [1, 2])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
-def test_apply_kernel_param_dtypes(isa, n, ranks, dtype, fresh_isa):
+def test_apply_kernel_param_dtypes(isa, n, ranks, dtype):
     """float16 params: p = f16(f32(p) - lr * sum(values) / R) on the touched elements, the others
     unchanged; float32 params keep the float32 rule.  Another parameter's entries come first in
     each worker's block, so the layout's offset is used."""
-    _native.select_isa(isa)
     rng = np.random.default_rng(n * 10 + ranks)
     k, k_other, lr = max(1, n // 3), 5, np.float32(0.1)
     # steps as large as the values: their low bits decide the rounding of the result
@@ -174,14 +166,12 @@ def _consts(nesterov):
     return kernels.consts_array("dgc", momentum=0.9, nesterov=nesterov)
 
 
-@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("nesterov", [False, True])
 @pytest.mark.parametrize("kind", ["random", "ties"])
-def test_select_multi_kernel_matches_reference(isa, nesterov, kind, fresh_isa):
+def test_select_multi_kernel_matches_reference(isa, nesterov, kind):
     """One op over tensors of odd sizes: each tensor's selection is the reference's, written
     side by side (the fused exchange buffer), residuals updated and masked.  "ties": a few
     magnitudes shared by many entries (the sample misjudges: the exact fallback runs)."""
-    _native.select_isa(isa)
     rng = np.random.default_rng(11)
     sizes = MULTI_SIZES + [1_000_003]
     u = [np.zeros(n, np.float32) for n in sizes]
@@ -202,14 +192,12 @@ def test_select_multi_kernel_matches_reference(isa, nesterov, kind, fresh_isa):
             np.testing.assert_array_equal(v[j], rv[j])
 
 
-@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("ranks", [1, 3])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 @pytest.mark.parametrize("group_lr", [False, True])
-def test_apply_multi_kernel_matches_reference(isa, ranks, dtype, group_lr, fresh_isa):
+def test_apply_multi_kernel_matches_reference(isa, ranks, dtype, group_lr):
     """Every tensor of the bucket gets p -= lr_j * scatter_add(every worker's values) / R
     from its own entries of the fused buffers (a tensor outside the bucket comes first)."""
-    _native.select_isa(isa)
     rng = np.random.default_rng(ranks)
     sizes = MULTI_SIZES
     ks = [max(1, n // 7) for n in sizes]
@@ -238,14 +226,12 @@ def test_apply_multi_kernel_matches_reference(isa, ranks, dtype, group_lr, fresh
         np.testing.assert_array_equal(p[j].view(np.uint8), want.view(np.uint8))
 
 
-@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("nesterov", [False, True])
 @pytest.mark.parametrize("group_lr", [False, True])
-def test_momentum_kernel_matches_reference(isa, nesterov, group_lr, fresh_isa):
+def test_momentum_kernel_matches_reference(isa, nesterov, group_lr):
     """The dense momentum of float32 and (widened) float16 parameters of odd sizes, their
     gradients picked from a longer list by index, against reference.dgc_momentum bit for bit;
     a source the op does not name (float64) is never read."""
-    _native.select_isa(isa)
     rng = np.random.default_rng(3)
     sizes = MULTI_SIZES + [1_000_003]
     dtypes = [np.float32, np.float16] * 3

@@ -1,0 +1,8 @@
+"""The tensor sizes the kernel tests run on, defined once.
+
+One element, an odd count (a vector loop's tail alone), both sides of 16384 (a multiple of
+every vector width, and DGCMomentum's smallest compressed tensor), and a large odd count
+that the kernels split over OpenMP threads.
+"""
+EDGE_SIZES = [1, 7, 16383, 16385]
+SIZES = EDGE_SIZES + [1_000_003]
