@@ -3,8 +3,26 @@ import numpy as np
 
 import mindspore as ms
 from mindspore import nn
+from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
+from ms_optim import reference
+from ms_optim.clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
 from tests.nets import SmallNet
+
+
+class HalvingLR(LearningRateSchedule):
+    """0.02 / (1 + step): 0.02, 0.01, 0.00667, ..."""
+
+    def construct(self, global_step):
+        return 0.02 / (1.0 + ms.ops.cast(global_step, ms.float32))
+
+
+class PolyLR(LearningRateSchedule):
+    """0.02 / (1 + 0.1 step)."""
+
+    def construct(self, global_step):
+        step = ms.ops.cast(global_step, ms.float32)
+        return 0.02 / (1.0 + 0.1 * step)
 
 
 def set_params(net, seed):
@@ -16,6 +34,22 @@ def set_params(net, seed):
             arr = np.abs(arr) + 1
         p.set_data(ms.Tensor(arr))
     return net
+
+
+SHAPES = {"fc.weight": (7, 5), "fc.bias": (5,), "out.weight": (5, 3)}
+
+
+def named_params(seed=0, shapes=SHAPES):
+    """float32 Parameters of random values, one per {name: shape} of `shapes`."""
+    rng = np.random.default_rng(seed)
+    return [ms.Parameter(ms.Tensor(rng.standard_normal(s).astype(np.float32)), name=n)
+            for n, s in shapes.items()]
+
+
+def random_grads(params, seed=1):
+    """float32 gradients of random values for `params`, as a tuple of Tensors."""
+    rng = np.random.default_rng(seed)
+    return tuple(ms.Tensor(rng.standard_normal(p.shape).astype(np.float32)) for p in params)
 
 
 def make_net(seed=0, **kw):
@@ -137,3 +171,31 @@ def assert_checkpoint_resumes(build, steps, x, y, path, state):
         cell(x, y)
     for a, b in zip(state(net, opt), uninterrupted):
         np.testing.assert_array_equal(a, b)
+
+
+def reference_lamb(params, lr_at, wd_of, clip, loss_scale, always_adapt=False):
+    """The numpy Lamb from the values of `params`: returns step(grads) -> the parameters
+    after one more step (lr_at(t, p), t counting from 0, and wd_of(p) per parameter)."""
+    state = [(p.asnumpy().copy(), np.zeros(p.shape, np.float32), np.zeros(p.shape, np.float32))
+             for p in params]
+    inv = np.float32(1.0 / loss_scale)
+    done = [0]
+
+    def step(grads):
+        done[0] += 1
+        t = done[0]
+        kw, scale = {}, inv
+        if isinstance(clip, ClipGradByGlobalNorm):
+            grads = reference.clip_by_global_norm([g * inv for g in grads], clip.clip_norm)
+            scale = 1.0
+        elif isinstance(clip, ClipGradByNorm):
+            kw = dict(clip_norm=clip.clip_norm)
+        elif isinstance(clip, ClipGradByValue):
+            kw = dict(clip_lo=clip.min, clip_hi=clip.max)
+        for p, (rp, rm, rv), g in zip(params, state, grads):
+            reference.lamb_step(rp, rm, rv, g, lr_at(t - 1, p), 0.9, 0.999, 1e-6,
+                                np.float32(0.9) ** t, np.float32(0.999) ** t, wd_of(p),
+                                always_adapt, grad_scale=scale, **kw)
+        return [s[0] for s in state]
+
+    return step

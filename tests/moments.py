@@ -1,5 +1,6 @@
-"""AdamOffload's compact moments as the tests hold them: numpy's view of MindSpore's bfloat16,
-and one tensor's moments with the kernel's arguments and the reference's."""
+"""AdamOffload's moments as the tests hold them: numpy's view of MindSpore's bfloat16, one
+tensor's compact moments with the kernel's arguments and the reference's, and an optimizer's
+moments as comparable bits."""
 import numpy as np
 
 import mindspore as ms
@@ -44,3 +45,15 @@ class Moments:
                                       other.v.view(np.uint8 if self.kind == "int8" else np.uint16))
         for a, b in zip(self.scales, other.scales):
             np.testing.assert_array_equal(a, b)
+
+
+def bits(x):
+    """Moment values as comparable integers (bfloat16 has no numpy comparison of its own)."""
+    x = np.asarray(x)
+    return x.view(np.uint16) if x.dtype == BF16 else x
+
+
+def adam_state(opt):
+    """An AdamOffload's moments and their int8 scales, as comparable arrays."""
+    return [bits(p.asnumpy()) for p in tuple(opt.moment1) + tuple(opt.moment2)
+            + tuple(opt.moment1_scale) + tuple(opt.moment2_scale)]

@@ -1,20 +1,20 @@
 """ms_optim.DGCMomentum: the native and ops paths against the numpy reference (DGCReference),
-exchange statistics, float16 parameters, warnings."""
+exchange statistics, float16 parameters, warnings, the recursion limit
+(tests/optimizers/test_common.py has the checks every optimizer passes)."""
 import warnings
 
 import numpy as np
 import pytest
 
 import mindspore as ms
-from mindspore import Parameter, Tensor
+from mindspore import Parameter, Tensor, context
 
 import ms_optim
-from ms_optim import reference
-from ms_optim.clip import ClipGradByGlobalNorm, ClipGradByNorm
+from ms_optim import dgc, reference
+from ms_optim.clip import ClipGradByNorm
 from ms_optim.regularizer import L1Decay, L2Decay
-from tests.helpers import (assert_checkpoint_resumes, assert_close_to_mindspore, assert_trained, batch,
-                           fit_and_score, fit_reference, train_cell, values)
-from tests.nets import WideNet
+from tests.helpers import assert_close_to_mindspore, named_params
+from tests.optim_db import DGC_BASE
 
 WARMUP = [0.75, 0.9375, 0.984375, 0.996, 0.999]
 
@@ -86,80 +86,6 @@ def test_exchange_stats_and_stages():
     assert last["bytes"] == 4 * (21 + 11) + 8 * sum(k)
     assert last["compression"] == pytest.approx(4 * dense / last["bytes"])
     assert opt.exchange_stats()["step"] == 0
-
-
-def _wide_dgc(dtype=ms.float32):
-    ms.set_seed(1)
-    net = WideNet(dtype)
-    opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.05, momentum=0.9,
-                               rampup_begin_step=2, rampup_step=4, sparsity=[0.9, 0.99])
-    assert opt.compressed_params == ["fc1.weight"]
-    return net, opt
-
-
-def test_checkpoint_resume_matches_uninterrupted(tmp_path):
-    def build():
-        net, opt = _wide_dgc()
-        return net, opt, train_cell(net, opt)
-
-    assert_checkpoint_resumes(build, 12, *batch(n=32, n_in=64), str(tmp_path / "dgc.ckpt"),
-                              lambda net, opt: values(net.trainable_params()) + values(opt.u)
-                              + values(opt.v))
-
-
-def test_trains_with_model_in_graph_mode():
-    """ms.Model training (dense steps, both warm-up stages) steps as DGCReference driven
-    by the gradients at its own parameters (computed by MindSpore)."""
-    rng = np.random.default_rng(0)
-    xs = rng.standard_normal((256, 64)).astype(np.float32)
-    ys = xs[:, :3].argmax(1).astype(np.int32)
-    net, opt = _wide_dgc()
-    losses, acc = fit_and_score(net, opt, xs, ys, epochs=8)
-    ref_net, _ = _wide_dgc()  # the same initial weights
-    ref = reference.DGCReference(values(ref_net.trainable_params()), 0.9, 2, 4, [0.9, 0.99])
-
-    def step(grads):  # _wide_dgc's hyper-parameters
-        ref.step([grads], 0.05)
-        return ref.params
-
-    ref_losses = fit_reference(ref_net, xs, ys, 8, step)
-    assert_close_to_mindspore(values(net.trainable_params()), values(ref_net.trainable_params()))
-    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
-    assert_trained(losses, acc, loss_ratio=0.1, min_acc=0.95)
-
-
-BASE = dict(learning_rate=0.1, momentum=0.9, rampup_begin_step=0)
-ERRORS = [
-    (dict(momentum=-0.1), ValueError, "momentum"),
-    (dict(momentum="0.9"), TypeError, "momentum"),
-    (dict(rampup_begin_step=-1), ValueError, "rampup_begin_step"),
-    (dict(rampup_begin_step=1.5), TypeError, "rampup_begin_step"),
-    (dict(rampup_step=0), ValueError, "rampup_step"),
-    (dict(sparsity=[]), ValueError, "sparsity"),
-    (dict(sparsity=[0.9, 1.0]), ValueError, "sparsity"),
-    (dict(sparsity=[-0.1]), ValueError, "sparsity"),
-    (dict(sparsity=[0.99, 0.9]), ValueError, "sparsity"),
-    (dict(sparsity=0.999), TypeError, "sparsity"),
-    (dict(sparsity=["0.9"]), TypeError, "sparsity"),
-    (dict(num_trainers=0), ValueError, "num_trainers"),
-    (dict(num_trainers=2), ValueError, "num_trainers"),
-    (dict(num_trainers=1.0), TypeError, "num_trainers"),
-    (dict(use_nesterov=1), TypeError, "use_nesterov"),
-    (dict(local_grad_clip_norm=0.0), ValueError, "local_grad_clip_norm"),
-    (dict(grad_clip=ClipGradByGlobalNorm(1.0)), TypeError, "grad_clip"),
-    (dict(grad_clip=ClipGradByNorm(1.0), local_grad_clip_norm=1.0), ValueError, "grad_clip"),
-    (dict(regularization="l2"), TypeError, "regularization"),
-    (dict(regularization=L2Decay(0.1), weight_decay=0.1), ValueError, "regularization"),
-    (dict(learning_rate=-1.0), ValueError, "learning_rate"),
-    (dict(loss_scale=0), ValueError, "loss_scale"),
-    (dict(impl="gpu"), ValueError, "impl"),
-]
-
-
-@pytest.mark.parametrize("kwargs,exc,name", ERRORS, ids=[str(k) for k, _, _ in ERRORS])
-def test_bad_arguments_raise_naming_the_argument(kwargs, exc, name):
-    with pytest.raises(exc, match=name):
-        ms_optim.DGCMomentum(_params(), **{**BASE, **kwargs})
 
 
 def test_bad_regularizer_coefficients():
@@ -279,29 +205,10 @@ def test_float16_local_clipping_in_float32(config):
                                    ref.params[i].astype(np.float32), rtol=2 ** -9, atol=2 ** -24)
 
 
-def test_float16_network_checkpoint_carries_float32_residuals(tmp_path):
-    """A float16 network through dense steps and both stages; the checkpoint holds float32
-    u and v for the compressed weight and resumes bit for bit."""
-    path = str(tmp_path / "dgc16.ckpt")
-
-    def build():
-        net, opt = _wide_dgc(ms.float16)
-        return net, opt, train_cell(net, opt)
-
-    assert_checkpoint_resumes(build, 12, *batch(n=32, n_in=64, dtype=np.float16), path,
-                              lambda net, opt: values(net.trainable_params()) + values(opt.u)
-                              + values(opt.v))
-    saved = ms.load_checkpoint(path)
-    assert saved["fc1.weight"].dtype == ms.float16
-    assert saved["dgc_u.fc1.weight"].dtype == ms.float32
-    assert saved["dgc_v.fc1.weight"].dtype == ms.float32
-    assert saved["dgc_u.fc1.bias"].dtype == ms.float16  # not compressed: its own dtype
-
-
 def _uncompressed_warnings(params, **kwargs):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        opt = ms_optim.DGCMomentum(params, **{**BASE, **kwargs})
+        opt = ms_optim.DGCMomentum(params, **{**DGC_BASE, **kwargs})
     return opt, [str(w.message) for w in caught if "exchanged dense" in str(w.message)]
 
 
@@ -325,10 +232,50 @@ def test_bfloat16_parameters(monkeypatch):
     big = Parameter(Tensor(np.ones(20000, np.float32), ms.bfloat16), name="big_bf16")
     small = Parameter(Tensor(np.ones(8, np.float32), ms.bfloat16), name="small_bf16")
     with pytest.raises(TypeError, match="'big_bf16' is bfloat16"):
-        ms_optim.DGCMomentum([big, small], **BASE)
+        ms_optim.DGCMomentum([big, small], **DGC_BASE)
     real = ms_optim.dgc.context.get_context
     monkeypatch.setattr(ms_optim.dgc.context, "get_context",
                         lambda key: "GPU" if key == "device_target" else real(key))
     opt, warned = _uncompressed_warnings([big, small], impl="ops")
     assert opt.compressed_params == [] and opt.impl == "ops"
     assert len(warned) == 1 and "'big_bf16'" in warned[0] and "bfloat16" in warned[0]
+
+
+# ---------------------------------------------------------- recursion limit --
+
+def test_raises_recursion_limit_without_set_context(monkeypatch, capfd):
+    calls = []
+    real = ms.set_recursion_limit
+    monkeypatch.setattr(ms, "set_recursion_limit", lambda n: (calls.append(n), real(n))[1])
+
+    def no_set_context(**kw):
+        raise AssertionError(f"context.set_context({kw}) called")
+
+    monkeypatch.setattr(context, "set_context", no_set_context)
+    monkeypatch.setattr(ms, "set_context", no_set_context)
+    monkeypatch.setattr(dgc, "_call_depth_set", 0)
+    count = 80
+    params = named_params(shapes={f"w{i}": (3,) for i in range(count)})
+    # impl="ops" steps each parameter in graph code (impl="native" needs no raise)
+    ms_optim.DGCMomentum(params, learning_rate=0.1, momentum=0.9, rampup_begin_step=0,
+                         impl="ops")
+    assert calls == [1000 + 16 * count]
+    assert dgc._call_depth_set == 1000 + 16 * count
+    # never lowered: a smaller optimizer built afterwards leaves the limit alone
+    ms_optim.DGCMomentum(named_params(), learning_rate=0.1, momentum=0.9, rampup_begin_step=0,
+                         impl="ops")
+    assert calls == [1000 + 16 * count]
+    err = capfd.readouterr().err
+    assert "deprecated" not in err and "max_call_depth" not in err
+
+
+def test_never_lowers_max_call_depth_of_context(monkeypatch):
+    calls = []
+    monkeypatch.setattr(ms, "set_recursion_limit", calls.append)
+    monkeypatch.setattr(dgc, "_call_depth_set", 0)
+    real_get = context.get_context
+    monkeypatch.setattr(context, "get_context",
+                        lambda key: 100000 if key == "max_call_depth" else real_get(key))
+    ms_optim.DGCMomentum(named_params(shapes={f"w{i}": (3,) for i in range(40)}), learning_rate=0.1,
+                         momentum=0.9, rampup_begin_step=0, impl="ops")
+    assert calls == []
