@@ -1,4 +1,8 @@
-"""The suite's set-up: MindSpore in GRAPH_MODE on CPU, and the `isa` parameter.
+"""The suite's set-up: MindSpore in GRAPH_MODE on CPU, the tiers, and the `isa` parameter.
+
+The tiers: tests marked slow, msrun, netns or sanitizers (pyproject.toml) are deselected unless
+--all is given (every tier) or -m selects tests by marker; what is left is the fast default
+tier.
 
 A test that takes an argument named `isa` runs once per instruction set this CPU runs, with
 the kernels of that one selected (ms_optim.testing.select_isa) and the process's own restored
@@ -11,6 +15,23 @@ import mindspore as ms
 
 ms.set_context(mode=ms.GRAPH_MODE)
 ms.set_device("CPU")
+
+TIERS = ("slow", "msrun", "netns", "sanitizers")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--all", action="store_true", default=False,
+                     help="run every tier: also the tests marked " + ", ".join(TIERS))
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--all") or config.getoption("markexpr"):
+        return
+    fast = [item for item in items if not any(item.get_closest_marker(t) for t in TIERS)]
+    if len(fast) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in fast])
+        items[:] = fast
+
 
 # What each instruction set needs of the CPU, as ms_optim/ops/core/dispatch.cpp checks it.
 ISA_CPU_FLAGS = {

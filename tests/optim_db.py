@@ -6,7 +6,8 @@ implementations it has and which pairs of them must agree, its state as comparab
 arguments it refuses (with the exception and a pattern naming the argument) and edge values it
 takes, its repr, the runs that are saved and resumed from a checkpoint, and a run through
 ms.Model with the reference it must follow.  An optimizer added to OPTIMIZERS gets every shared
-check.
+check.  The training cases take seconds each: those beyond one per kind of check carry the slow
+marker (README.md, Tests).
 """
 import dataclasses
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
@@ -120,6 +121,9 @@ class OptimizerInfo:
         return self.cls(params, **{**self.required, **kwargs})
 
 
+SLOW = (pytest.mark.slow,)
+
+
 # ------------------------------------------------------------------ checks --
 
 def bit_identical(first, second):
@@ -160,7 +164,7 @@ def model_reference(make_theirs):
 
 # -------------------------------------------------------------- AdamOffload --
 
-def _adam_delta_case(dtype, **kwargs):
+def _adam_delta_case(dtype, marks=(), **kwargs):
     sens = kwargs.pop("sens", 1.0)
 
     def build(impl):
@@ -178,7 +182,7 @@ def _adam_delta_case(dtype, **kwargs):
         check = bit_identical
     label = "-".join([str(npdt.__name__)] + [f"{k}={v}" for k, v in kwargs.items()])
     return Agreement(label, "native", "delta", build, lambda: batch(dtype=npdt), 8, check,
-                     sens=sens)
+                     sens=sens, marks=marks)
 
 
 def _adam_checkpoint(kind):
@@ -197,7 +201,7 @@ def _adam_checkpoint(kind):
              "int8": {"moment1.fc1.weight": ms.int8, "moment2.fc1.weight": ms.uint8,
                       "moment1_scale.fc1.weight": ms.float32,
                       "moment2_scale.fc1.weight": ms.float32}}[kind]
-    return CheckpointCase(kind, build, batch, 20, saved)
+    return CheckpointCase(kind, build, batch, 20, saved, marks=() if kind == "float32" else SLOW)
 
 
 def _adam_model_data():
@@ -252,13 +256,13 @@ ADAM_OFFLOAD = OptimizerInfo(
                              "eps=1e-08, use_nesterov=False, weight_decay=0.0, loss_scale=1.0, "
                              "impl='native', params=3)"),
     agreements=[_adam_delta_case(ms.float32, loss_scale=2.0, sens=2.0),
-                _adam_delta_case(ms.float16, loss_scale=2.0, sens=2.0)]
-    + [_adam_delta_case(ms.float32, moment_dtype=kind, adamw=adamw)
+                _adam_delta_case(ms.float16, SLOW, loss_scale=2.0, sens=2.0)]
+    + [_adam_delta_case(ms.float32, SLOW, moment_dtype=kind, adamw=adamw)
        for kind in ("float32", "bfloat16", "int8") for adamw in (False, True)],
     checkpoints=[_adam_checkpoint(kind) for kind in ("float32", "bfloat16", "int8")],
     model=ModelCase(_adam_model_data, _adam_model, 5,
                     model_reference(lambda params: nn.AdamOffload(params, 0.01)),
-                    loss_ratio=0.5, min_acc=0.9),
+                    loss_ratio=0.5, min_acc=0.9, marks=SLOW),
 )
 
 
@@ -338,8 +342,9 @@ LAMB = OptimizerInfo(
                              "exclude_from_weight_decay_fn=None, always_adapt=False, "
                              "loss_scale=1.0, impl='native', params=3)"),
     agreements=[Agreement("global_clip", "native", "ops", _lamb_agreement_build,
-                          lambda: batch(n=32), 20, params_and_last_loss_within(1e-4, 1e-5, 1e-4))],
-    checkpoints=[CheckpointCase("schedule_global_clip", _lamb_checkpoint, batch, 12)],
+                          lambda: batch(n=32), 20, params_and_last_loss_within(1e-4, 1e-5, 1e-4),
+                          marks=SLOW)],
+    checkpoints=[CheckpointCase("schedule_global_clip", _lamb_checkpoint, batch, 12, marks=SLOW)],
     model=ModelCase(_lamb_model_data, _lamb_model, 6, _lamb_model_reference,
                     loss_ratio=0.3, min_acc=0.9),
 )
@@ -434,15 +439,16 @@ DGC_MOMENTUM = OptimizerInfo(
     checkpoints=[
         CheckpointCase("float32", wide_dgc, _wide_batch(), 12,
                        {"fc1.weight": ms.float32, "dgc_u.fc1.weight": ms.float32,
-                        "dgc_v.fc1.weight": ms.float32}),
+                        "dgc_v.fc1.weight": ms.float32}, marks=SLOW),
         # a float16 network: float32 residuals for the compressed weight, its own dtype for the
         # others
         CheckpointCase("float16", lambda: wide_dgc(ms.float16), _wide_batch(np.float16), 12,
                        {"fc1.weight": ms.float16, "dgc_u.fc1.weight": ms.float32,
-                        "dgc_v.fc1.weight": ms.float32, "dgc_u.fc1.bias": ms.float16}),
+                        "dgc_v.fc1.weight": ms.float32, "dgc_u.fc1.bias": ms.float16},
+                       marks=SLOW),
     ],
     model=ModelCase(_dgc_model_data, lambda: wide_dgc(), 8, _dgc_model_reference,
-                    loss_ratio=0.1, min_acc=0.95),
+                    loss_ratio=0.1, min_acc=0.95, marks=SLOW),
 )
 
 

@@ -160,7 +160,10 @@ TABLES = {  # (rows, width, ids touched per step)
 
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("table", sorted(TABLES))
+# the threaded table takes a fifth of a second per case: the slow tier (the dense 100_003 cases
+# run the library's OpenMP loops in the default one)
+@pytest.mark.parametrize("table", [t if t != "threaded" else pytest.param(t, marks=pytest.mark.slow)
+                                   for t in sorted(TABLES)])
 @pytest.mark.parametrize("variant", ["plain", "full"])
 def test_rows_match_reference(isa, algo, dtype, table, variant):
     """Row steps (duplicate ids summed) mixed with a dense step; with 'full' the
@@ -768,11 +771,13 @@ def _run_sanitized(args):
     return int(m.group(1)), res.stdout
 
 
+@pytest.mark.sanitizers
 def test_c_tests_under_sanitizers(sanitized_programs):
     passed, _ = _run_sanitized([sanitized_programs["test_capi"]])
     assert passed >= 200
 
 
+@pytest.mark.sanitizers
 def test_fuzz_bad_calls_under_sanitizers(sanitized_programs):
     passed, out = _run_sanitized([sanitized_programs["fuzz_capi"], "12000", "1"])
     calls = int(re.search(r"fuzz: (\d+) bad calls", out).group(1))

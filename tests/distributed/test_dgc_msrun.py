@@ -12,6 +12,8 @@ from ms_optim import reference
 from tests.distributed import dgc_worker as worker
 from tests.helpers import assert_close_to_mindspore
 
+pytestmark = pytest.mark.msrun
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from ms_optim import _native, kernels, reference
-from tests.sizes import SIZES
+from tests.sizes import SIZE_PARAMS
 
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 
@@ -28,7 +28,7 @@ def _hyper(lr, wd, t, nesterov, inv_scale):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("n", SIZE_PARAMS)
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_inplace_matches_reference(isa, dtype, n, nesterov):
     p, m, v, rng = _state(n, dtype, seed=n)
@@ -47,7 +47,7 @@ def test_inplace_matches_reference(isa, dtype, n, nesterov):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("n", SIZE_PARAMS)
 def test_delta_matches_reference(isa, dtype, n):
     _, m, v, rng = _state(n, dtype, seed=n + 1)
     rm, rv = m.copy(), v.copy()

@@ -10,7 +10,7 @@ import mindspore as ms
 
 from ms_optim import _native, kernels, reference
 from tests.moments import Moments
-from tests.sizes import SIZES
+from tests.sizes import SIZE_PARAMS
 
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 B = reference.Q8_BLOCK
@@ -69,7 +69,7 @@ def _ref_step(p, mom, g, lr, wd, t, nesterov, inv_scale, delta, decoupled=False)
 
 @pytest.mark.parametrize("kind", ["bfloat16", "int8"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("n", SIZE_PARAMS)
 @pytest.mark.parametrize("variant", ["plain", "nesterov", "adamw"])
 def test_inplace_matches_reference(isa, kind, dtype, n, variant):
     p, mom, rng = _state(n, dtype, kind, seed=n)
@@ -87,7 +87,7 @@ def test_inplace_matches_reference(isa, kind, dtype, n, variant):
 
 @pytest.mark.parametrize("kind", ["bfloat16", "int8"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("n", SIZE_PARAMS)
 def test_delta_matches_reference(isa, kind, dtype, n):
     _, mom, rng = _state(n, dtype, kind, seed=n + 1)
     rmom = mom.copy()
@@ -106,7 +106,7 @@ MULTI_SIZES = [1, B - 1, B, B + 1, 40000, 7, 2 * B + 3, 16383, 70001, 32768, 163
 
 
 @pytest.mark.parametrize("kind", ["bfloat16", "int8"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float16, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("delta", [False, True])
 def test_multi_tensor_call_matches_reference(isa, kind, dtype, delta):
     k = len(MULTI_SIZES)

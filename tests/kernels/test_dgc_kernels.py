@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from ms_optim import _native, kernels, reference
-from tests.sizes import EDGE_SIZES, SIZES
+from tests.sizes import EDGE_SIZES, SIZE_PARAMS
 
 WARMUP = [0.75, 0.9375, 0.984375, 0.996, 0.999]
 
@@ -34,7 +34,7 @@ def _inputs(kind, n, rng):
     raise ValueError(kind)
 
 
-@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("n", SIZE_PARAMS)
 @pytest.mark.parametrize("kind", ["random", "negative", "all_equal", "ties"])
 def test_topk_matches_reference(isa, n, kind):
     rng = np.random.default_rng(n)
@@ -60,7 +60,7 @@ def test_topk_sample_misjudged_both_ways():
     _check_topk(x, 25)
 
 
-@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("n", SIZE_PARAMS)
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_select_kernel_matches_reference(isa, n, nesterov):
     rng = np.random.default_rng(n + 7)
@@ -166,7 +166,7 @@ def _consts(nesterov):
     return kernels.consts_array("dgc", momentum=0.9, nesterov=nesterov)
 
 
-@pytest.mark.parametrize("nesterov", [False, True])
+@pytest.mark.parametrize("nesterov", [False, pytest.param(True, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("kind", ["random", "ties"])
 def test_select_multi_kernel_matches_reference(isa, nesterov, kind):
     """One op over tensors of odd sizes: each tensor's selection is the reference's, written

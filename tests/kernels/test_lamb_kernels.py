@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from ms_optim import _native, kernels, reference
-from tests.sizes import SIZES
+from tests.sizes import SIZE_PARAMS, SIZES
 
 INF = np.float32(np.inf)
 
@@ -28,7 +28,7 @@ KERNEL_CASES = {
 }
 
 
-@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("n", SIZE_PARAMS)
 @pytest.mark.parametrize("case", sorted(KERNEL_CASES))
 def test_kernel_matches_reference(isa, n, case):
     c = KERNEL_CASES[case]

@@ -47,7 +47,8 @@ def test_select_isa_lists_the_names():
         _native.select_isa("avx3")
 
 
-# an unknown name, and each instruction set this CPU lacks
+# an unknown name, and each instruction set this CPU lacks (a fresh interpreter each)
+@pytest.mark.slow
 @pytest.mark.parametrize("want", ["avx3"] + [n for n in ISA_CPU_FLAGS if n not in cpu_isas()])
 def test_ms_optim_isa_env_lists_the_names(want):
     info = ms_optim.native_info()

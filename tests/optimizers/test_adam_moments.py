@@ -16,8 +16,8 @@ B = reference.Q8_BLOCK
 
 
 @pytest.mark.parametrize("kind", ["bfloat16", "int8"])
-@pytest.mark.parametrize("dtype", [ms.float32, ms.float16])
-@pytest.mark.parametrize("adamw", [False, True])
+@pytest.mark.parametrize("dtype", [ms.float32, pytest.param(ms.float16, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("adamw", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_optimizer_follows_reference(kind, dtype, adamw):
     """AdamOffload(moment_dtype=...) against reference.adam_compact_step, step by step, bit for
     bit: parameters, moments and scales (a Dense layer of 700 x 5 weights: several blocks)."""
@@ -105,7 +105,7 @@ def test_adamw_matches_mindspore_adam_weight_decay():
     assert l_ours[-1] < 0.5 * l_ours[0]
 
 
-@pytest.mark.parametrize("kind", ["bfloat16", "int8"])
+@pytest.mark.parametrize("kind", [pytest.param("bfloat16", marks=pytest.mark.slow), "int8"])
 def test_compact_moments_train_like_float32(kind):
     """Same training run with float32 and compact moments: the losses stay close."""
     x, y = batch(n=64)

@@ -67,7 +67,9 @@ CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("config", [c if c == "groups_schedule_wd"
+                                    else pytest.param(c, marks=pytest.mark.slow)
+                                    for c in sorted(CONFIGS)])
 def test_matches_mindspore_adam_offload(config):
     build, sens = CONFIGS[config]
 
@@ -87,7 +89,9 @@ def test_matches_mindspore_adam_offload(config):
     assert any(np.abs(a - b).max() > 0 for a, b in zip(p_ours, values(make_net(3).trainable_params())))
 
 
-@pytest.mark.parametrize("lr_kind", sorted(LR_KINDS))
+@pytest.mark.parametrize("lr_kind", [k if k == "schedule"
+                                     else pytest.param(k, marks=pytest.mark.slow)
+                                     for k in sorted(LR_KINDS)])
 def test_learning_rate_kinds_match_mindspore(lr_kind):
     (p_ours, _, _), (p_theirs, _, _) = _run_pair(
         lambda net: ms_optim.AdamOffload(net.trainable_params(), learning_rate=LR_KINDS[lr_kind]()),
@@ -132,8 +136,8 @@ def test_state_lives_in_parameters_on_the_host():
     assert all(op.primitive_target == "CPU" for op in opt.adam_ops)
 
 
-@pytest.mark.parametrize("bucket", [1, 2])
-@pytest.mark.parametrize("impl", ["native", "delta"])
+@pytest.mark.parametrize("bucket", [1, pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("impl", ["native", pytest.param("delta", marks=pytest.mark.slow)])
 def test_buckets_of_parameters_match_mindspore(bucket, impl, monkeypatch):
     """Parameters split over several multi-tensor ops (groups with their own lr and weight
     decay falling across the cuts) step as nn.AdamOffload does."""
@@ -152,6 +156,7 @@ def test_buckets_of_parameters_match_mindspore(bucket, impl, monkeypatch):
     np.testing.assert_allclose(l_ours, l_theirs, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_trains_with_train_one_step_cell():
     """TrainOneStepCell steps as with MindSpore's own nn.AdamOffload, to float32 rounding."""
     (ours, _, losses), (theirs, _, their_losses) = _run_pair(

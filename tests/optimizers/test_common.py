@@ -199,7 +199,7 @@ def test_set_lr_refuses_bad_values(info):
 
 
 @optimizers
-@pytest.mark.parametrize("schedule", ["cell", "list"])
+@pytest.mark.parametrize("schedule", ["cell", pytest.param("list", marks=pytest.mark.slow)])
 def test_set_lr_refuses_a_schedule(info, schedule):
     lr = HalvingLR() if schedule == "cell" else [0.02, 0.01, 0.005]
     params = named_params()

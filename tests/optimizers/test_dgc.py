@@ -49,8 +49,15 @@ def _reference_for(params, cfg):
                                   wd=wd, **kw)
 
 
-@pytest.mark.parametrize("impl,config", [("native", c) for c in sorted(CONFIGS)]
-                         + [("ops", "plain"), ("ops", "nesterov_clip")])
+def _plain_native_first(cases):
+    """`cases` (impl, config) as parameters: ("native", "plain") in the default tier, the others
+    (seconds each) in the slow one."""
+    return [pytest.param(impl, config, marks=() if (impl, config) == ("native", "plain")
+                         else pytest.mark.slow) for impl, config in cases]
+
+
+@pytest.mark.parametrize("impl,config", _plain_native_first(
+    [("native", c) for c in sorted(CONFIGS)] + [("ops", "plain"), ("ops", "nesterov_clip")]))
 def test_optimizer_matches_reference(impl, config):
     cfg = CONFIGS[config]
     params = _params()
@@ -114,6 +121,7 @@ def test_at_least_one_entry_is_sent():
     assert_close_to_mindspore([p.asnumpy() for p in params], ref.params)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", ["native", "ops"])
 def test_as_many_parameters_as_resnet50(impl, monkeypatch):
     """161 parameters (ResNet-50's count).  impl="ops" steps each parameter in graph code,
@@ -169,9 +177,9 @@ def _f16_run(impl, config, steps):
     return params, opt, ref
 
 
-@pytest.mark.parametrize("impl,config", [("native", c) for c in (
+@pytest.mark.parametrize("impl,config", _plain_native_first([("native", c) for c in (
     "plain", "l2_loss_scale", "weight_decay_nesterov", "l1_nesterov")]
-    + [("ops", "plain"), ("ops", "l1_nesterov")])
+    + [("ops", "plain"), ("ops", "l1_nesterov")]))
 def test_float16_optimizer_matches_reference(impl, config):
     """float16 parameters of >= 16384 elements are compressed with float32 residuals and match
     the reference bit for bit through the dense steps 0-4, every warm-up stage and 0.999
@@ -192,6 +200,7 @@ def test_float16_optimizer_matches_reference(impl, config):
     assert_close_to_mindspore([params[2].asnumpy()], [ref.params[2]])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", ["nesterov_clip", "grad_clip_l1"])
 def test_float16_local_clipping_in_float32(config):
     """Clipping a float16 parameter's gradient happens in float32: over the dense steps (no

@@ -36,7 +36,7 @@ CLIPS = {"none": lambda: None, "global": lambda: ClipGradByGlobalNorm(2.0),
          "norm": lambda: ClipGradByNorm(1.5), "value": lambda: ClipGradByValue(0.4, -0.3)}
 
 
-@pytest.mark.parametrize("impl", ["native", "ops"])
+@pytest.mark.parametrize("impl", ["native", pytest.param("ops", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("clip", sorted(CLIPS))
 def test_optimizer_matches_reference(impl, clip):
     params = _make_params()
@@ -59,7 +59,7 @@ def test_optimizer_matches_reference(impl, clip):
     assert ratios[names.index("dense.weight")] != 1.0
 
 
-@pytest.mark.parametrize("impl", ["native", "ops"])
+@pytest.mark.parametrize("impl", [pytest.param("native", marks=pytest.mark.slow), "ops"])
 def test_groups_schedule_and_always_adapt(impl):
     params = _make_params()
     rng = np.random.default_rng(2)
@@ -79,7 +79,7 @@ def test_groups_schedule_and_always_adapt(impl):
         np.testing.assert_allclose(p.asnumpy(), w, rtol=2e-5, atol=2e-6, err_msg=p.name)
 
 
-@pytest.mark.parametrize("bucket", [1, 3])
+@pytest.mark.parametrize("bucket", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_native_buckets_of_parameters(bucket, monkeypatch):
     """Parameters split over several multi-tensor kernel calls step as with one call:
     groups (per-parameter lr and weight decay), exclusions and the global clip."""
