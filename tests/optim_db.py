@@ -79,10 +79,11 @@ class CheckpointCase:
 class ModelCase:
     """Training through ms.Model (GRAPH_MODE) against a reference run of the same steps.
 
-    data() -> (xs, ys); build() -> (net, opt); reference(xs, ys, epochs) -> (parameters, step
-    losses [epoch, step], accuracy or None); the trained model's last epoch's mean loss is below
-    loss_ratio times its first step's, and its accuracy on the training data above min_acc.
-    The reference builds its network with the callable it is given (the same initial weights).
+    data() -> (xs, ys); build() -> (net, opt); reference(xs, ys, epochs, build_net) ->
+    (parameters, step losses [epoch, step], accuracy or None), its network from build_net()
+    (build()'s, with the same initial weights); the trained model's last epoch's mean loss is
+    below loss_ratio times its first step's, and its accuracy on the training data above
+    min_acc.
     """
     data: Callable
     build: Callable
@@ -127,6 +128,7 @@ SLOW = (pytest.mark.slow,)
 # ------------------------------------------------------------------ checks --
 
 def bit_identical(first, second):
+    assert len(first.params + first.state) == len(second.params + second.state)
     for a, b in zip(first.params + first.state, second.params + second.state):
         np.testing.assert_array_equal(a, b)
 
