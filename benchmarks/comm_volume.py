@@ -8,7 +8,7 @@ shapes (torchvision's resnet50, as benchmarks/layouts.py has them: 161 tensors,
 numbers are the sizes of the buffers DGCMomentum's exchange (ms_optim/dgc/exchange.py)
 builds: the fused float32 buffer of the dense gradients, and the fused
 int32-index + float32-value buffers of the selections.  (Their shapes are
-static in the compiled graph, so the sizes are exact; tests/test_dgc_msrun.py
+static in the compiled graph, so the sizes are exact; tests/distributed/test_dgc_msrun.py
 checks them against a real 2-worker run.)
 """
 import argparse

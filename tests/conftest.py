@@ -1,152 +1,67 @@
-"""Shared fixtures: GRAPH_MODE on CPU, small deterministic networks, comparisons."""
-import numpy as np
+"""The suite's set-up: MindSpore in GRAPH_MODE on CPU, the tiers, and the `isa` parameter.
+
+The tiers: tests marked slow, msrun, netns or sanitizers (pyproject.toml) are deselected unless
+--all is given (every tier) or -m selects tests by marker; what is left is the fast default
+tier.
+
+A test that takes an argument named `isa` runs once per instruction set this CPU runs, with
+the kernels of that one selected (ms_optim.testing.select_isa) and the process's own restored
+afterwards.  The list is read from /proc/cpuinfo with the library's criteria, so collecting
+the tests loads no native code; tests/kernels/test_native.py checks it against the library's.
+"""
 import pytest
 
 import mindspore as ms
-from mindspore import nn
-
-from nets import SmallNet
 
 ms.set_context(mode=ms.GRAPH_MODE)
 ms.set_device("CPU")
 
-
-def set_params(net, seed):
-    """Deterministic parameter values, so two networks can start identical."""
-    rng = np.random.default_rng(seed)
-    for p in net.get_parameters():
-        arr = (rng.standard_normal(p.shape) * 0.5).astype(p.asnumpy().dtype)
-        if "moving_variance" in p.name:
-            arr = np.abs(arr) + 1
-        p.set_data(ms.Tensor(arr))
-    return net
+TIERS = ("slow", "msrun", "netns", "sanitizers")
 
 
-def make_net(seed=0, **kw):
-    return set_params(SmallNet(**kw), seed)
+def pytest_addoption(parser):
+    parser.addoption("--all", action="store_true", default=False,
+                     help="run every tier: also the tests marked " + ", ".join(TIERS))
 
 
-def batch(seed=1, n=16, n_in=6, n_out=3, dtype=np.float32):
-    rng = np.random.default_rng(seed)
-    x = ms.Tensor(rng.standard_normal((n, n_in)).astype(dtype))
-    y = ms.Tensor(rng.integers(0, n_out, n).astype(np.int32))
-    return x, y
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--all") or config.getoption("markexpr"):
+        return
+    fast = [item for item in items if not any(item.get_closest_marker(t) for t in TIERS)]
+    if len(fast) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in fast])
+        items[:] = fast
 
 
-def train_cell(net, opt, sens=1.0):
-    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    cell = nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt, sens=sens)
-    cell.set_train()
-    return cell
+# What each instruction set needs of the CPU, as ms_optim/ops/core/dispatch.cpp checks it.
+ISA_CPU_FLAGS = {
+    "scalar": (),
+    "avx2": ("avx2", "fma", "f16c"),
+    "avx512": ("avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "f16c"),
+}
 
 
-def values(params):
-    return [p.asnumpy().copy() for p in params]
+def cpu_isas(cpuinfo="/proc/cpuinfo"):
+    """The instruction sets of ISA_CPU_FLAGS this CPU runs, narrowest first."""
+    flags = set()
+    with open(cpuinfo) as fh:
+        for line in fh:
+            if line.startswith("flags"):
+                flags = set(line.partition(":")[2].split())
+                break
+    return [name for name, needs in ISA_CPU_FLAGS.items() if flags.issuperset(needs)]
 
 
-def assert_close_to_mindspore(actual, expected):
-    """Float32-rounding agreement after many steps (with a MindSpore optimizer, or a
-    reference whose rounding differs in places).
-
-    rtol 1e-5 on each element, with an absolute floor of 1e-6 of the tensor's
-    largest magnitude: an element that crosses zero during training has no
-    meaningful relative error of its own.
-    """
-    for a, e in zip(actual, expected):
-        floor = 1e-6 * max(float(np.max(np.abs(e))), 1e-30)
-        np.testing.assert_allclose(a, e, rtol=1e-5, atol=floor)
+def pytest_generate_tests(metafunc):
+    if "isa" in metafunc.fixturenames:
+        metafunc.parametrize("isa", cpu_isas(), indirect=True)
 
 
 @pytest.fixture
-def fresh_isa():
-    """Restores the process-wide kernel ISA after a test that selects one."""
-    from ms_optim import _native
-    before = _native.isa()
-    yield
-    _native.select_isa(before)
-
-
-def array_dataset(xs, ys, batch_size=32):
-    """A batched GeneratorDataset over numpy arrays (numpy-2-safe: items are ndarrays)."""
-    from mindspore import dataset as ds
-
-    class Source:
-        def __getitem__(self, i):
-            return xs[i], np.array(ys[i])
-
-        def __len__(self):
-            return len(xs)
-
-    return ds.GeneratorDataset(Source(), ["x", "y"], shuffle=False).batch(batch_size)
-
-
-class _StepLosses(ms.train.Callback):
-    def __init__(self):
-        super().__init__()
-        self.losses = []
-
-    def on_train_step_end(self, run_context):
-        self.losses.append(float(run_context.original_args().net_outputs.asnumpy()))
-
-
-def fit_and_score(net, opt, xs, ys, epochs):
-    """ms.Model training in GRAPH_MODE; returns the loss of every step (an array
-    [epoch, step]) and the accuracy on the training data after training."""
-    data = array_dataset(xs, ys)
-    model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
-                     optimizer=opt, metrics={"acc"})
-    recorder = _StepLosses()
-    model.train(epochs, data, callbacks=[recorder], dataset_sink_mode=False)
-    return np.array(recorder.losses).reshape(epochs, -1), model.eval(data, dataset_sink_mode=False)["acc"]
-
-
-def fit_reference(net, xs, ys, epochs, step, batch_size=32):
-    """fit_and_score's training with the optimizer replaced by `step`: for each batch, in
-    the dataset's order, MindSpore computes the gradients of the loss at the network's
-    current parameters (train mode, as ms.Model does), and step(gradients as numpy
-    arrays) returns the new values of net.trainable_params(). Returns the step losses
-    [epoch, step]."""
-    params = net.trainable_params()
-    grad = nn.ForwardValueAndGrad(
-        nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
-        weights=ms.ParameterTuple(params), get_by_list=True)
-    grad.set_train()
-    losses = []
-    for _ in range(epochs):
-        for lo in range(0, len(xs), batch_size):
-            loss, grads = grad(ms.Tensor(xs[lo:lo + batch_size]), ms.Tensor(ys[lo:lo + batch_size]))
-            losses.append(float(loss.asnumpy()))
-            for p, new in zip(params, step([g.asnumpy() for g in grads])):
-                p.set_data(ms.Tensor(new))
-    return np.array(losses).reshape(epochs, -1)
-
-
-def assert_trained(losses, acc, loss_ratio, min_acc):
-    """losses [epoch, step]: the last epoch's mean loss is below loss_ratio times the
-    first step's, and the accuracy on the training data is above min_acc."""
-    first, last = losses[0, 0], losses[-1].mean()
-    assert last < loss_ratio * first, f"loss {first} -> {last} (last epoch's mean)"
-    assert acc > min_acc
-
-
-def assert_checkpoint_resumes(build, steps, x, y, path, state):
-    """`steps` uninterrupted steps == steps/2, save_checkpoint, a fresh build, load, steps/2.
-
-    build() -> (net, opt, train cell); state(net, opt) -> arrays compared bit for bit.
-    """
-    net, opt, cell = build()
-    for _ in range(steps):
-        cell(x, y)
-    uninterrupted = state(net, opt)
-    net, opt, cell = build()
-    for _ in range(steps // 2):
-        cell(x, y)
-    ms.save_checkpoint(cell, path)
-    net, opt, cell = build()
-    not_loaded, _ = ms.load_param_into_net(cell, ms.load_checkpoint(path))
-    assert not not_loaded
-    assert int(opt.global_step.asnumpy()[0]) == steps // 2
-    for _ in range(steps - steps // 2):
-        cell(x, y)
-    for a, b in zip(state(net, opt), uninterrupted):
-        np.testing.assert_array_equal(a, b)
+def isa(request):
+    """The instruction set under test, selected for the test's duration."""
+    from ms_optim import native_info, testing
+    before = native_info()["isa"]
+    testing.select_isa(request.param)
+    yield request.param
+    testing.select_isa(before)

@@ -1,5 +1,5 @@
-"""The networks of the tests, declared once: imported by conftest.py, the test files and
-the msrun worker script tests/dist/dgc_worker.py (which puts tests/ on sys.path)."""
+"""The networks of the tests, declared once: imported by tests/helpers.py, the test files and
+the msrun worker script tests/distributed/dgc_worker.py, as tests.nets."""
 import mindspore as ms
 from mindspore import nn
 

@@ -3,10 +3,8 @@ import numpy as np
 import pytest
 
 from ms_optim import _native, kernels, reference
+from tests.sizes import SIZE_PARAMS
 
-SIZES = [1, 7, 16383, 16385, 1_000_003]
-ISAS = [name for name in ("scalar", "avx2", "avx512")
-        if _native.lib().msopt_select_isa(name.encode()) == 0]
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 
 
@@ -29,12 +27,10 @@ def _hyper(lr, wd, t, nesterov, inv_scale):
     return lr, wd, consts, b1p, b2p
 
 
-@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("n", SIZE_PARAMS)
 @pytest.mark.parametrize("nesterov", [False, True])
-def test_inplace_matches_reference(isa, dtype, n, nesterov, fresh_isa):
-    _native.select_isa(isa)
+def test_inplace_matches_reference(isa, dtype, n, nesterov):
     p, m, v, rng = _state(n, dtype, seed=n)
     rp, rm, rv = p.copy(), m.copy(), v.copy()
     for t in (1, 2, 3):
@@ -50,11 +46,9 @@ def test_inplace_matches_reference(isa, dtype, n, nesterov, fresh_isa):
     np.testing.assert_array_equal(p, rp)
 
 
-@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("n", SIZES)
-def test_delta_matches_reference(isa, dtype, n, fresh_isa):
-    _native.select_isa(isa)
+@pytest.mark.parametrize("n", SIZE_PARAMS)
+def test_delta_matches_reference(isa, dtype, n):
     _, m, v, rng = _state(n, dtype, seed=n + 1)
     rm, rv = m.copy(), v.copy()
     for t in (1, 2):
@@ -69,10 +63,8 @@ def test_delta_matches_reference(isa, dtype, n, fresh_isa):
     np.testing.assert_array_equal(v, rv)
 
 
-@pytest.mark.parametrize("isa", ISAS)
-def test_float16_special_values_round_trip(isa, fresh_isa):
+def test_float16_special_values_round_trip(isa):
     """With lr = 0 a float16 parameter goes to float32 and back unchanged: every bit pattern."""
-    _native.select_isa(isa)
     p = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
     g = np.zeros_like(p)
     m, v = np.zeros(p.size, np.float32), np.zeros(p.size, np.float32)
@@ -85,11 +77,9 @@ def test_float16_special_values_round_trip(isa, fresh_isa):
     assert np.isnan(p[nan]).all()
 
 
-@pytest.mark.parametrize("isa", ISAS)
-def test_float16_conversions_match_numpy(isa, fresh_isa):
+def test_float16_conversions_match_numpy(isa):
     """float32 -> float16 rounds to nearest even (subnormals, overflow to inf, NaN) as numpy;
     float16 -> float32 is exact for every bit pattern."""
-    _native.select_isa(isa)
     rng = np.random.default_rng(5)
     halves = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
     h32 = halves.astype(np.float32)
@@ -121,13 +111,11 @@ def test_float16_conversions_match_numpy(isa, fresh_isa):
 MULTI_SIZES = [1, 40000, 7, 16383, 70001, 32768, 16385, 32767, 250003]
 
 
-@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("delta", [False, True])
-def test_multi_tensor_call_matches_reference(isa, dtype, delta, fresh_isa):
+def test_multi_tensor_call_matches_reference(isa, dtype, delta):
     """One call on many tensors, each with its own lr and weight decay, equals the reference
     step of each tensor alone, bit for bit."""
-    _native.select_isa(isa)
     k = len(MULTI_SIZES)
     states = [_state(n, dtype, seed=i) for i, n in enumerate(MULTI_SIZES)]
     refs = [(p.copy(), m.copy(), v.copy()) for p, m, v, _ in states]

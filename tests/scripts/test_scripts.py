@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGES = ("examples", "benchmarks", "tools")
 
 
@@ -108,7 +108,15 @@ def find_cycle(graph):
 
 # ---- the layout
 
-@pytest.mark.parametrize("name", runnable_modules())
+# Programs whose --help answers in well under a second (measured); the others import MindSpore
+# first, seconds each, and are in the slow tier.
+QUICK_PROGRAMS = {"benchmarks.layouts", "benchmarks.bench_bnb_adam8bit", "tools.netlab",
+                  "tools.check_reference_against_paddle"}
+
+
+@pytest.mark.parametrize("name", [n if n in QUICK_PROGRAMS
+                                  else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in runnable_modules()])
 def test_every_program_answers_help(name):
     """Every program at the top of examples/, benchmarks/ and tools/ runs as a module and
     answers --help, also those whose optional dependencies (PyTorch, PaddlePaddle, ...) are
@@ -261,10 +269,12 @@ def test_check_reference_without_paddle_says_how_to_get_it():
 
 
 @pytest.mark.parametrize("name, bad", [
-    ("tools.fidelity", ["--steps", "0"]), ("benchmarks.profile_step", ["--size", "10"]),
+    pytest.param("tools.fidelity", ["--steps", "0"], marks=pytest.mark.slow),
+    pytest.param("benchmarks.profile_step", ["--size", "10"], marks=pytest.mark.slow),
     ("benchmarks.bench_bnb_adam8bit", ["--steps", "0"]),
-    ("benchmarks.kernel_alone_dgc", ["--steps", "0"]), ("tools.q8_codebooks", ["--n", "1000"]),
-    ("benchmarks.bench_optimizers", ["--sizes", "0.5"]),
+    pytest.param("benchmarks.kernel_alone_dgc", ["--steps", "0"], marks=pytest.mark.slow),
+    pytest.param("tools.q8_codebooks", ["--n", "1000"], marks=pytest.mark.slow),
+    pytest.param("benchmarks.bench_optimizers", ["--sizes", "0.5"], marks=pytest.mark.slow),
 ])
 def test_programs_refuse_bad_values(name, bad):
     res = run_module(name, *bad)
@@ -303,6 +313,7 @@ def test_q8_codebooks_models_the_library_rule():
     assert q8.tree(7).size == 128 and q8.tree(8).size == 256 and q8.tree(8)[-1] == 1
 
 
+@pytest.mark.slow
 def test_comm_volume_help_and_bad_sparsity():
     res = run_module("benchmarks.comm_volume", "--help")
     assert res.returncode == 0 and "--sparsity" in res.stdout
@@ -332,6 +343,7 @@ def test_train_rejects_bad_options_with_usage_errors(args, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_train_bad_epochs_subprocess_has_no_traceback():
     res = run_module("examples.train", "--epochs", "0")
     assert res.returncode == 2, res.stderr
@@ -394,6 +406,7 @@ def test_train_zoomed_accuracy_range_spans_the_final_differences():
     assert 0.96 <= low < 0.97 and 0.978 < high <= 0.99
 
 
+@pytest.mark.slow
 def test_train_plot_has_a_zoomed_panel(tmp_path):
     pytest.importorskip("matplotlib")
     train = module("examples.train")

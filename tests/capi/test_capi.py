@@ -24,14 +24,14 @@ import numpy as np
 import pytest
 
 from ms_optim import _native, capi, reference
+from tests.sizes import EDGE_SIZES
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OPS = os.path.join(ROOT, "ms_optim", "ops")
-ISAS = [name for name in ("scalar", "avx2", "avx512")
-        if _native.lib().msopt_select_isa(name.encode()) == 0]
 ALGOS = capi.OPTIMIZERS
 FLOATS = (np.float32, np.float64)
-SIZES = [1, 7, 16383, 16385, 100_003]  # the last runs on OpenMP threads and spans many norm blocks
+# the last runs on OpenMP threads and spans many norm blocks
+PS_SIZES = EDGE_SIZES + [100_003]
 NSLOTS = {"sgd": 0, "momentum": 1, "adagrad": 1, "adam": 2, "lamb": 2}
 DEFAULTS = {"momentum": 0.9, "nesterov": False, "beta1": 0.9, "beta2": 0.999,
             "weight_decay": 0.0, "l1": 0.0, "l2": 0.0, "lr_policy": "const",
@@ -131,13 +131,11 @@ def assert_bits_equal(actual, expected, what=""):
 
 # ------------------------------------------------------------ dense and rows --
 
-@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("n", PS_SIZES)
 @pytest.mark.parametrize("variant", ["plain", "full"])
-def test_dense_matches_reference(isa, algo, dtype, n, variant, fresh_isa):
-    _native.select_isa(isa)
+def test_dense_matches_reference(isa, algo, dtype, n, variant):
     assert capi.kernel_isa() == isa
     rng = np.random.default_rng(n)
     param = rng.standard_normal(n).astype(dtype)
@@ -160,15 +158,16 @@ TABLES = {  # (rows, width, ids touched per step)
 }
 
 
-@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("table", sorted(TABLES))
+# the threaded table takes a fifth of a second per case: the slow tier (the dense 100_003 cases
+# run the library's OpenMP loops in the default one)
+@pytest.mark.parametrize("table", [t if t != "threaded" else pytest.param(t, marks=pytest.mark.slow)
+                                   for t in sorted(TABLES)])
 @pytest.mark.parametrize("variant", ["plain", "full"])
-def test_rows_match_reference(isa, algo, dtype, table, variant, fresh_isa):
+def test_rows_match_reference(isa, algo, dtype, table, variant):
     """Row steps (duplicate ids summed) mixed with a dense step; with 'full' the
     lazily regularized rows are compared with eager regularization."""
-    _native.select_isa(isa)
     nrows, width, touched = TABLES[table]
     rng = np.random.default_rng(nrows + width)
     param = rng.standard_normal((nrows, width)).astype(dtype)
@@ -662,10 +661,8 @@ def test_one_handle_from_many_threads_and_per_thread_errors():
     np.testing.assert_array_equal(opt.weights(), np.full(n, want, np.float32))
 
 
-def test_kernels_follow_isa_selection(fresh_isa):
-    for isa in ISAS:
-        _native.select_isa(isa)
-        assert capi.kernel_isa() == isa == _native.isa()
+def test_kernels_follow_isa_selection(isa):
+    assert capi.kernel_isa() == isa == _native.isa()
 
 
 def test_header_and_library_are_found():
@@ -736,7 +733,7 @@ def sanitized_programs(tmp_path_factory):
         objects.append(obj)
     for prog in ("test_capi", "fuzz_capi"):
         cmds.append(["gcc"] + C_FLAGS + SANITIZE + ["-I", capi.include_dir(), "-c",
-                     os.path.join(ROOT, "tests", "c", prog + ".c"), "-o",
+                     os.path.join(ROOT, "tests", "capi", "c", prog + ".c"), "-o",
                      os.path.join(out, prog + ".o")])
     errs = _run_all(cmds, out)
     # no warnings from this library's C API sources (the C programs, capi*.cpp and
@@ -774,11 +771,13 @@ def _run_sanitized(args):
     return int(m.group(1)), res.stdout
 
 
+@pytest.mark.sanitizers
 def test_c_tests_under_sanitizers(sanitized_programs):
     passed, _ = _run_sanitized([sanitized_programs["test_capi"]])
     assert passed >= 200
 
 
+@pytest.mark.sanitizers
 def test_fuzz_bad_calls_under_sanitizers(sanitized_programs):
     passed, out = _run_sanitized([sanitized_programs["fuzz_capi"], "12000", "1"])
     calls = int(re.search(r"fuzz: (\d+) bad calls", out).group(1))
@@ -790,7 +789,7 @@ def test_c_tests_against_installed_library(tmp_path):
     exe = str(tmp_path / "test_capi")
     libdir = os.path.dirname(capi.library_path())
     res = subprocess.run(["gcc"] + C_FLAGS + ["-O1", "-I", capi.include_dir(),
-                          os.path.join(ROOT, "tests", "c", "test_capi.c"), "-o", exe,
+                          os.path.join(ROOT, "tests", "capi", "c", "test_capi.c"), "-o", exe,
                           "-L", libdir, "-lms_optim", f"-Wl,-rpath,{libdir}", "-lm", "-lpthread"],
                          capture_output=True, text=True)
     assert res.returncode == 0 and "warning:" not in res.stderr, res.stderr

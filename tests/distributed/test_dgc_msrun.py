@@ -1,4 +1,4 @@
-"""DGCMomentum across 2 workers launched with msrun (tests/dist/dgc_worker.py)."""
+"""DGCMomentum across 2 workers launched with msrun (tests/distributed/dgc_worker.py)."""
 import glob
 import os
 import socket
@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from ms_optim import reference
-from conftest import assert_close_to_mindspore
+from tests.distributed import dgc_worker as worker
+from tests.helpers import assert_close_to_mindspore
+
+pytestmark = pytest.mark.msrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "dist"))
-import dgc_worker as worker  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def _free_port():
@@ -25,11 +27,13 @@ def _free_port():
 def _msrun(mode, out):
     """Runs the worker script on 2 local workers; returns (exit code, both workers' logs)."""
     bindir = os.path.dirname(sys.executable)
-    env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
+    # the worker imports tests.nets: the repository root on its path
+    env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""),
+               PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     cmd = [os.path.join(bindir, "msrun"), "--worker_num=2", "--local_worker_num=2",
            "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
            f"--log_dir={out}/log", "--join=True",
-           os.path.join(HERE, "dist", "dgc_worker.py"), "--mode", mode, "--out", str(out)]
+           os.path.join(HERE, "dgc_worker.py"), "--mode", mode, "--out", str(out)]
     proc = subprocess.run(cmd, env=env, cwd=str(out), capture_output=True, text=True, timeout=300)
     logs = "".join(open(f).read() for f in sorted(glob.glob(f"{out}/log/worker_*.log")))
     return proc.returncode, logs

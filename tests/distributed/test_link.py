@@ -17,6 +17,8 @@ import pytest
 from tools import link_experiment as experiment
 from tools import netlab
 
+pytestmark = pytest.mark.netns
+
 RUN = "dgc-paddle"        # warm-up over 40 steps: the last stage (0.999) from step 32 on
 STEPS = 300               # ~10 ms each: long enough for a fault to land mid-training
 CKPT_EVERY = 100

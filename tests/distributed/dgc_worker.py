@@ -1,4 +1,5 @@
-"""One worker of the distributed DGCMomentum tests, launched by msrun (see tests/test_dgc_msrun.py).
+"""One worker of the distributed DGCMomentum tests, launched by msrun (see
+tests/distributed/test_dgc_msrun.py), with the repository root on PYTHONPATH.
 
     msrun --worker_num=2 --local_worker_num=2 ... dgc_worker.py --mode MODE --out DIR
 
@@ -21,9 +22,7 @@ from mindspore import Parameter, Tensor, nn
 from mindspore.communication import get_group_size, get_rank, init
 
 import ms_optim
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from nets import WideNet  # noqa: E402  (tests/nets.py)
+from tests.nets import WideNet
 
 
 def make_net():

@@ -1,0 +1,457 @@
+"""One row per optimizer: what the shared checks of tests/optimizers/test_common.py need to know
+about it, after PyTorch's OptimizerInfo (torch/testing/_internal/common_optimizers.py).
+
+A row holds how to build the optimizer (its class and the arguments it cannot do without), the
+implementations it has and which pairs of them must agree, its state as comparable arrays, the
+arguments it refuses (with the exception and a pattern naming the argument) and edge values it
+takes, its repr, the runs that are saved and resumed from a checkpoint, and a run through
+ms.Model with the reference it must follow.  An optimizer added to OPTIMIZERS gets every shared
+check.  The training cases take seconds each: those beyond one per kind of check carry the slow
+marker (README.md, Tests).
+"""
+import dataclasses
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import Tensor, nn
+
+import ms_optim
+from ms_optim import reference
+from ms_optim.clip import ClipGradByGlobalNorm, ClipGradByNorm
+from ms_optim.regularizer import L2Decay
+from tests.helpers import (HalvingLR, PolyLR, assert_close_to_mindspore, batch, fit_and_score,
+                           fit_reference, make_net, reference_lamb, values)
+from tests.moments import adam_state
+from tests.nets import WideNet
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorInput:
+    """Keyword arguments the constructor refuses, with `error` whose message matches `match`."""
+    kwargs: Dict[str, Any]
+    error: type
+    match: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One optimizer's training run: its parameters, state and step losses afterwards."""
+    params: list
+    state: list
+    losses: list
+
+
+@dataclasses.dataclass(frozen=True)
+class Agreement:
+    """Two implementations trained side by side from the same network and batch.
+
+    build(impl) -> (net, opt); data() -> (x, y); check(first, second) compares their Runs.
+    """
+    id: str
+    first: str
+    second: str
+    build: Callable
+    data: Callable
+    steps: int
+    check: Callable
+    sens: float = 1.0
+    marks: Tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointCase:
+    """`steps` steps uninterrupted against half, save, a fresh build, load, the other half.
+
+    build() -> (net, opt); data() -> (x, y); saved: {checkpoint name: dtype} the file holds.
+    """
+    id: str
+    build: Callable
+    data: Callable
+    steps: int
+    saved: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    marks: Tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelCase:
+    """Training through ms.Model (GRAPH_MODE) against a reference run of the same steps.
+
+    data() -> (xs, ys); build() -> (net, opt); reference(xs, ys, epochs, build_net) ->
+    (parameters, step losses [epoch, step], accuracy or None), its network from build_net()
+    (build()'s, with the same initial weights); the trained model's last epoch's mean loss is
+    below loss_ratio times its first step's, and its accuracy on the training data above
+    min_acc.
+    """
+    data: Callable
+    build: Callable
+    epochs: int
+    reference: Callable
+    loss_ratio: float
+    min_acc: float
+    marks: Tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ReprCase:
+    """repr(optimizer built with kwargs()): `exact`, or `start` ... `end`."""
+    kwargs: Callable
+    exact: Optional[str] = None
+    start: str = ""
+    end: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerInfo:
+    name: str
+    cls: type
+    required: Dict[str, Any]          # keyword arguments it cannot do without
+    impls: Tuple[str, ...]            # its implementations, the default on CPU first
+    state: Callable                   # opt -> its state as comparable arrays
+    error_inputs: Sequence[ErrorInput]
+    valid_inputs: Sequence[Dict[str, Any]]  # edge values it takes
+    repr_case: ReprCase
+    agreements: Sequence[Agreement]
+    checkpoints: Sequence[CheckpointCase]
+    model: ModelCase
+
+    def make(self, params, **kwargs):
+        """The optimizer over `params`, with its required arguments unless `kwargs` sets them."""
+        return self.cls(params, **{**self.required, **kwargs})
+
+
+SLOW = (pytest.mark.slow,)
+
+
+# ------------------------------------------------------------------ checks --
+
+def bit_identical(first, second):
+    assert len(first.params + first.state) == len(second.params + second.state)
+    for a, b in zip(first.params + first.state, second.params + second.state):
+        np.testing.assert_array_equal(a, b)
+
+
+def params_within(rtol, atol):
+    """Parameters agree to rtol/atol (compared in float32)."""
+    def check(first, second):
+        for a, b in zip(first.params, second.params):
+            np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), rtol=rtol,
+                                       atol=atol)
+    return check
+
+
+def second_to_float32_rounding_of_first(first, second):
+    assert_close_to_mindspore(second.params, first.params)
+
+
+def params_and_last_loss_within(rtol, atol, loss_rel):
+    def check(first, second):
+        for a, b in zip(first.params, second.params):
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+        assert first.losses[-1] == pytest.approx(second.losses[-1], rel=loss_rel)
+    return check
+
+
+def model_reference(make_theirs):
+    """The reference of a ModelCase: MindSpore's own optimizer, make_theirs(params), trained the
+    same way."""
+    def run(xs, ys, epochs, build_net):
+        net = build_net()
+        losses, acc = fit_and_score(net, make_theirs(net.trainable_params()), xs, ys, epochs)
+        return values(net.trainable_params()), losses, acc
+    return run
+
+
+# -------------------------------------------------------------- AdamOffload --
+
+def _adam_delta_case(dtype, marks=(), **kwargs):
+    sens = kwargs.pop("sens", 1.0)
+
+    def build(impl):
+        net = make_net(seed=4, dtype=dtype)
+        return net, ms_optim.AdamOffload(net.trainable_params(), learning_rate=0.01,
+                                         weight_decay=0.01, use_nesterov=True, impl=impl,
+                                         **kwargs)
+
+    npdt = {ms.float32: np.float32, ms.float16: np.float16}[dtype]
+    if dtype == ms.float16:  # the delta is rounded to float16 before it is added
+        check = params_within(5e-3, 5e-3)
+    elif kwargs.get("adamw"):  # the device applies the decay apart from the step: rounding differs
+        check = second_to_float32_rounding_of_first
+    else:
+        check = bit_identical
+    label = "-".join([str(npdt.__name__)] + [f"{k}={v}" for k, v in kwargs.items()])
+    return Agreement(label, "native", "delta", build, lambda: batch(dtype=npdt), 8, check,
+                     sens=sens, marks=marks)
+
+
+def _adam_checkpoint(kind):
+    def build():
+        net = make_net(seed=7)
+        if kind == "float32":
+            opt = ms_optim.AdamOffload(net.trainable_params(), learning_rate=PolyLR(),
+                                       weight_decay=0.01, use_nesterov=True)
+        else:
+            opt = ms_optim.AdamOffload(net.trainable_params(), learning_rate=0.01,
+                                       weight_decay=0.01, use_nesterov=True, moment_dtype=kind)
+        return net, opt
+
+    saved = {"float32": {"moment1.fc1.weight": ms.float32, "moment2.fc1.weight": ms.float32},
+             "bfloat16": {"moment1.fc1.weight": ms.bfloat16, "moment2.fc1.weight": ms.bfloat16},
+             "int8": {"moment1.fc1.weight": ms.int8, "moment2.fc1.weight": ms.uint8,
+                      "moment1_scale.fc1.weight": ms.float32,
+                      "moment2_scale.fc1.weight": ms.float32}}[kind]
+    return CheckpointCase(kind, build, batch, 20, saved, marks=() if kind == "float32" else SLOW)
+
+
+def _adam_model_data():
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((256, 6)).astype(np.float32)
+    return xs, (xs[:, 0] + xs[:, 1] > 0).astype(np.int32)
+
+
+def _adam_model():
+    net = make_net(seed=2)
+    return net, ms_optim.AdamOffload(net.trainable_params(), 0.01)
+
+
+ADAM_OFFLOAD = OptimizerInfo(
+    name="AdamOffload",
+    cls=ms_optim.AdamOffload,
+    required={},
+    impls=("native", "delta"),
+    state=adam_state,
+    error_inputs=[
+        ErrorInput(dict(learning_rate="0.1"), TypeError, "learning_rate"),
+        ErrorInput(dict(learning_rate=True), TypeError, "learning_rate"),
+        ErrorInput(dict(learning_rate=-0.1), ValueError, "learning_rate"),
+        ErrorInput(dict(beta1=1), TypeError, "beta1"),
+        ErrorInput(dict(beta2="0.9"), TypeError, "beta2"),
+        ErrorInput(dict(eps=1), TypeError, "eps"),
+        ErrorInput(dict(loss_scale="1"), TypeError, "loss_scale"),
+        ErrorInput(dict(loss_scale=True), TypeError, "loss_scale"),
+        ErrorInput(dict(weight_decay="0.1"), TypeError, "weight_decay"),
+        ErrorInput(dict(weight_decay=None), TypeError, "weight_decay"),
+        ErrorInput(dict(use_locking=1), TypeError, "use_locking"),
+        ErrorInput(dict(use_nesterov="yes"), TypeError, "use_nesterov"),
+        ErrorInput(dict(loss_scale=0.0), ValueError, "loss_scale"),
+        ErrorInput(dict(loss_scale=-2), ValueError, "loss_scale"),
+        ErrorInput(dict(eps=0.0), ValueError, "eps"),
+        ErrorInput(dict(eps=-1e-8), ValueError, "eps"),
+        ErrorInput(dict(eps=1e-46), ValueError, "For 'AdamOffload', the 'eps' .*float32"),
+        ErrorInput(dict(eps=1e300), ValueError, "'eps'"),
+        ErrorInput(dict(beta1=0.0), ValueError, "beta1"),
+        ErrorInput(dict(beta1=1.0), ValueError, "beta1"),
+        ErrorInput(dict(beta2=1.5), ValueError, "beta2"),
+        ErrorInput(dict(weight_decay=-0.01), ValueError, "weight_decay"),
+        ErrorInput(dict(moment_dtype="float16"), ValueError, "moment_dtype"),
+        ErrorInput(dict(moment_dtype=8), ValueError, "moment_dtype"),
+        ErrorInput(dict(adamw=1), TypeError, "adamw"),
+        ErrorInput(dict(impl="gpu"), ValueError, "impl"),
+        ErrorInput(dict(impl="inplace"), ValueError, "impl"),
+    ],
+    valid_inputs=[dict(eps=1e-40)],  # subnormal but > 0 in float32
+    repr_case=ReprCase(lambda: dict(learning_rate=HalvingLR()),
+                       exact="AdamOffload(learning_rate=HalvingLR, beta1=0.9, beta2=0.999, "
+                             "eps=1e-08, use_nesterov=False, weight_decay=0.0, loss_scale=1.0, "
+                             "impl='native', params=3)"),
+    agreements=[_adam_delta_case(ms.float32, loss_scale=2.0, sens=2.0),
+                _adam_delta_case(ms.float16, SLOW, loss_scale=2.0, sens=2.0)]
+    + [_adam_delta_case(ms.float32, SLOW, moment_dtype=kind, adamw=adamw)
+       for kind in ("float32", "bfloat16", "int8") for adamw in (False, True)],
+    checkpoints=[_adam_checkpoint(kind) for kind in ("float32", "bfloat16", "int8")],
+    model=ModelCase(_adam_model_data, _adam_model, 5,
+                    model_reference(lambda params: nn.AdamOffload(params, 0.01)),
+                    loss_ratio=0.5, min_acc=0.9, marks=SLOW),
+)
+
+
+# --------------------------------------------------------------------- Lamb --
+
+def _lamb_agreement_build(impl):
+    net = make_net(seed=9)
+    return net, ms_optim.Lamb(net.trainable_params(), learning_rate=0.02,
+                              grad_clip=ClipGradByGlobalNorm(1.0), impl=impl)
+
+
+def _lamb_checkpoint():
+    net = make_net(seed=8)
+    return net, ms_optim.Lamb(net.trainable_params(), learning_rate=HalvingLR(),
+                              grad_clip=ClipGradByGlobalNorm(1.0))
+
+
+def _lamb_model_data():
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((256, 6)).astype(np.float32)
+    return xs, (xs[:, 0] - xs[:, 2] > 0).astype(np.int32)
+
+
+def _lamb_model():
+    net = make_net(seed=2)
+    return net, ms_optim.Lamb(net.trainable_params(), learning_rate=0.02,
+                              grad_clip=ClipGradByNorm(1.0))
+
+
+def _lamb_model_reference(xs, ys, epochs, build_net):
+    """The numpy Lamb driven by the gradients at its own parameters (computed by MindSpore)."""
+    net = build_net()
+    step = reference_lamb(net.trainable_params(), lambda t, p: 0.02, lambda p: 0.01,
+                          ClipGradByNorm(1.0), 1.0)
+    losses = fit_reference(net, xs, ys, epochs, step)
+    return values(net.trainable_params()), losses, None
+
+
+LAMB = OptimizerInfo(
+    name="Lamb",
+    cls=ms_optim.Lamb,
+    required={},
+    impls=("native", "ops"),
+    state=lambda opt: values(opt.moment1) + values(opt.moment2),
+    error_inputs=[
+        ErrorInput(dict(beta1=0.0), ValueError, "beta1"),
+        ErrorInput(dict(beta1=1.0), ValueError, "beta1"),
+        ErrorInput(dict(beta2=1.2), ValueError, "beta2"),
+        ErrorInput(dict(beta2="x"), TypeError, "beta2"),
+        ErrorInput(dict(epsilon=0.0), ValueError, "epsilon"),
+        ErrorInput(dict(epsilon=-1e-6), ValueError, "epsilon"),
+        ErrorInput(dict(epsilon=1e-46), ValueError, "For 'Lamb', the 'epsilon' .*float32"),
+        ErrorInput(dict(epsilon=1e300), ValueError, "'epsilon'"),
+        ErrorInput(dict(lamb_weight_decay=-0.1), ValueError, "lamb_weight_decay"),
+        ErrorInput(dict(lamb_weight_decay="0.1"), TypeError, "lamb_weight_decay"),
+        ErrorInput(dict(exclude_from_weight_decay_fn=3), TypeError,
+                   "exclude_from_weight_decay_fn"),
+        ErrorInput(dict(learning_rate=-1.0), ValueError, "learning_rate"),
+        ErrorInput(dict(learning_rate="fast"), TypeError, "learning_rate"),
+        ErrorInput(dict(learning_rate=Tensor(np.ones((2, 2), np.float32))), ValueError,
+                   "learning_rate"),
+        ErrorInput(dict(grad_clip=1.0), TypeError, "grad_clip"),
+        ErrorInput(dict(grad_clip=nn.ClipByNorm()), TypeError, "grad_clip"),
+        ErrorInput(dict(always_adapt=1), TypeError, "always_adapt"),
+        ErrorInput(dict(loss_scale=0.0), ValueError, "loss_scale"),
+        ErrorInput(dict(impl="cuda"), ValueError, "impl"),
+        # MindSpore's names for Lamb's own arguments point to them
+        ErrorInput(dict(weight_decay=0.1), TypeError, "'weight_decay'.*'lamb_weight_decay'"),
+        ErrorInput(dict(eps=0.1), TypeError, "'eps'.*'epsilon'"),
+        ErrorInput(dict(momentum=0.9), TypeError, "unexpected keyword argument 'momentum'"),
+    ],
+    valid_inputs=[dict(epsilon=1e-40)],  # subnormal but > 0 in float32
+    repr_case=ReprCase(lambda: dict(grad_clip=ClipGradByGlobalNorm(1.0)),
+                       exact="Lamb(learning_rate=0.001, lamb_weight_decay=0.01, beta1=0.9, "
+                             "beta2=0.999, epsilon=1e-06, "
+                             "grad_clip=ClipGradByGlobalNorm(clip_norm=1.0), "
+                             "exclude_from_weight_decay_fn=None, always_adapt=False, "
+                             "loss_scale=1.0, impl='native', params=3)"),
+    agreements=[Agreement("global_clip", "native", "ops", _lamb_agreement_build,
+                          lambda: batch(n=32), 20, params_and_last_loss_within(1e-4, 1e-5, 1e-4),
+                          marks=SLOW)],
+    checkpoints=[CheckpointCase("schedule_global_clip", _lamb_checkpoint, batch, 12, marks=SLOW)],
+    model=ModelCase(_lamb_model_data, _lamb_model, 6, _lamb_model_reference,
+                    loss_ratio=0.3, min_acc=0.9),
+)
+
+
+# -------------------------------------------------------------- DGCMomentum --
+
+DGC_BASE = dict(learning_rate=0.1, momentum=0.9, rampup_begin_step=0)
+
+
+def wide_dgc(dtype=ms.float32, impl="native"):
+    """WideNet and a DGCMomentum compressing its first weight: dense steps 0-1, then sparsity
+    0.9 for 4 steps, then 0.99."""
+    ms.set_seed(1)
+    net = WideNet(dtype)
+    opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.05, momentum=0.9,
+                               rampup_begin_step=2, rampup_step=4, sparsity=[0.9, 0.99],
+                               impl=impl)
+    assert opt.compressed_params == ["fc1.weight"]
+    return net, opt
+
+
+def _wide_batch(dtype=np.float32):
+    return lambda: batch(n=32, n_in=64, dtype=dtype)
+
+
+def _dgc_model_data():
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((256, 64)).astype(np.float32)
+    return xs, xs[:, :3].argmax(1).astype(np.int32)
+
+
+def _dgc_model_reference(xs, ys, epochs, build_net):
+    """DGCReference (wide_dgc's hyper-parameters) driven by the gradients at its own parameters
+    (computed by MindSpore)."""
+    net = build_net()  # the same initial weights
+    ref = reference.DGCReference(values(net.trainable_params()), 0.9, 2, 4, [0.9, 0.99])
+
+    def step(grads):
+        ref.step([grads], 0.05)
+        return ref.params
+
+    losses = fit_reference(net, xs, ys, epochs, step)
+    return values(net.trainable_params()), losses, None
+
+
+DGC_MOMENTUM = OptimizerInfo(
+    name="DGCMomentum",
+    cls=ms_optim.DGCMomentum,
+    required=DGC_BASE,
+    impls=("native", "ops"),
+    state=lambda opt: values(opt.u) + values(opt.v),
+    error_inputs=[
+        ErrorInput(dict(momentum=-0.1), ValueError, "momentum"),
+        ErrorInput(dict(momentum="0.9"), TypeError, "momentum"),
+        *[ErrorInput(dict(momentum=m), ValueError,
+                     r"For 'DGCMomentum', the 'momentum' must be in range \[0.0, 1.0\)")
+          for m in (1, 1.0, 1.5)],
+        ErrorInput(dict(rampup_begin_step=-1), ValueError, "rampup_begin_step"),
+        ErrorInput(dict(rampup_begin_step=1.5), TypeError, "rampup_begin_step"),
+        ErrorInput(dict(rampup_step=0), ValueError, "rampup_step"),
+        ErrorInput(dict(sparsity=[]), ValueError, "sparsity"),
+        ErrorInput(dict(sparsity=[0.9, 1.0]), ValueError, "sparsity"),
+        ErrorInput(dict(sparsity=[-0.1]), ValueError, "sparsity"),
+        ErrorInput(dict(sparsity=[0.99, 0.9]), ValueError, "sparsity"),
+        ErrorInput(dict(sparsity=0.999), TypeError, "sparsity"),
+        ErrorInput(dict(sparsity=["0.9"]), TypeError, "sparsity"),
+        ErrorInput(dict(num_trainers=0), ValueError, "num_trainers"),
+        ErrorInput(dict(num_trainers=2), ValueError, "num_trainers"),
+        ErrorInput(dict(num_trainers=1.0), TypeError, "num_trainers"),
+        ErrorInput(dict(use_nesterov=1), TypeError, "use_nesterov"),
+        ErrorInput(dict(local_grad_clip_norm=0.0), ValueError, "local_grad_clip_norm"),
+        ErrorInput(dict(grad_clip=ClipGradByGlobalNorm(1.0)), TypeError, "grad_clip"),
+        ErrorInput(dict(grad_clip=ClipGradByNorm(1.0), local_grad_clip_norm=1.0), ValueError,
+                   "grad_clip"),
+        ErrorInput(dict(regularization="l2"), TypeError, "regularization"),
+        ErrorInput(dict(regularization=L2Decay(0.1), weight_decay=0.1), ValueError,
+                   "regularization"),
+        ErrorInput(dict(learning_rate=-1.0), ValueError, "learning_rate"),
+        ErrorInput(dict(loss_scale=0), ValueError, "loss_scale"),
+        ErrorInput(dict(impl="gpu"), ValueError, "impl"),
+    ],
+    valid_inputs=[dict(momentum=0.0)],
+    repr_case=ReprCase(lambda: dict(learning_rate=0.1, momentum=0.9, rampup_begin_step=5,
+                                    sparsity=[0.75, 0.999]),
+                       start="DGCMomentum(learning_rate=0.1, momentum=0.9, rampup_begin_step=5, "
+                             "rampup_step=1, sparsity=(0.75, 0.999), ",
+                       end="impl='native', exchange='auto', nranks=1, params=3)"),
+    # the same selections, sums and residual updates in either: the same bits
+    agreements=[Agreement("dense_and_both_stages", "native", "ops",
+                          lambda impl: wide_dgc(impl=impl), _wide_batch(), 12, bit_identical)],
+    checkpoints=[
+        CheckpointCase("float32", wide_dgc, _wide_batch(), 12,
+                       {"fc1.weight": ms.float32, "dgc_u.fc1.weight": ms.float32,
+                        "dgc_v.fc1.weight": ms.float32}, marks=SLOW),
+        # a float16 network: float32 residuals for the compressed weight, its own dtype for the
+        # others
+        CheckpointCase("float16", lambda: wide_dgc(ms.float16), _wide_batch(np.float16), 12,
+                       {"fc1.weight": ms.float16, "dgc_u.fc1.weight": ms.float32,
+                        "dgc_v.fc1.weight": ms.float32, "dgc_u.fc1.bias": ms.float16},
+                       marks=SLOW),
+    ],
+    model=ModelCase(_dgc_model_data, lambda: wide_dgc(), 8, _dgc_model_reference,
+                    loss_ratio=0.1, min_acc=0.95, marks=SLOW),
+)
+
+
+OPTIMIZERS = [ADAM_OFFLOAD, LAMB, DGC_MOMENTUM]

@@ -1,0 +1,252 @@
+"""The checks every optimizer passes, driven by its row of tests/optim_db.py: construction errors
+and edge values, implementations and their agreement, checkpoint resume, training through
+ms.Model, the learning-rate API, parameter groups and duplicates, repr."""
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import Parameter, Tensor, nn
+
+import ms_optim
+from ms_optim import _native
+from tests.helpers import (HalvingLR, assert_checkpoint_resumes, assert_close_to_mindspore,
+                           assert_trained, fit_and_score, named_params, random_grads, train_cell,
+                           values)
+from tests.optim_db import OPTIMIZERS, Run
+
+def _cases(field):
+    """(info, case) for every case of `field` of every row, with the case's marks."""
+    return [pytest.param(info, case, id=f"{info.name}-{case.id}", marks=case.marks)
+            for info in OPTIMIZERS for case in getattr(info, field)]
+
+
+optimizers = pytest.mark.parametrize("info", OPTIMIZERS, ids=[i.name for i in OPTIMIZERS])
+
+
+# ------------------------------------------------------------- construction --
+
+ERROR_CASES = [pytest.param(info, case, id=f"{info.name}-{case.kwargs}")
+               for info in OPTIMIZERS for case in info.error_inputs]
+
+
+@pytest.mark.parametrize("info, case", ERROR_CASES)
+def test_bad_arguments_raise_naming_the_argument(info, case):
+    with pytest.raises(case.error, match=case.match):
+        info.make(named_params(), **case.kwargs)
+
+
+VALID_CASES = [pytest.param(info, kwargs, id=f"{info.name}-{kwargs}")
+               for info in OPTIMIZERS for kwargs in info.valid_inputs]
+
+
+@pytest.mark.parametrize("info, kwargs", VALID_CASES)
+def test_edge_values_are_accepted(info, kwargs):
+    params = named_params()
+    opt = info.make(params, **kwargs)
+    before = values(params)
+    opt(random_grads(params))
+    after = values(params)
+    assert all(np.isfinite(a).all() for a in after)
+    assert any(not np.array_equal(a, b) for a, b in zip(before, after))
+
+
+@optimizers
+@pytest.mark.parametrize("params", [None, 3, "w", [], [1, 2], [{"params": []}, "x"]])
+def test_bad_params_raise(info, params):
+    with pytest.raises((TypeError, ValueError), match="params"):
+        info.make(params)
+
+
+@optimizers
+def test_integer_parameters_rejected(info):
+    p = Parameter(Tensor(np.zeros(3, np.int32)), name="counts")
+    with pytest.raises(TypeError, match="counts"):
+        info.make([p])
+
+
+@optimizers
+def test_missing_library_fails_at_first_use_naming_the_file(info, monkeypatch, tmp_path):
+    missing = str(tmp_path / "libms_optim.so")
+    monkeypatch.setattr(_native, "_lib", None)
+    monkeypatch.setattr(_native, "library_path", lambda: missing)
+    with pytest.raises(ms_optim.NativeLibraryError, match="libms_optim.so"):
+        info.make(named_params())
+    broken = tmp_path / "broken.so"
+    broken.write_bytes(b"not an ELF file")
+    monkeypatch.setattr(_native, "library_path", lambda: str(broken))
+    with pytest.raises(ms_optim.NativeLibraryError, match="broken.so"):
+        _native.isa()
+
+
+@optimizers
+def test_no_deprecation_warning(info, capfd):
+    params = named_params()
+    capfd.readouterr()
+    info.make(params)
+    captured = capfd.readouterr()
+    assert "deprecated" not in (captured.out + captured.err).lower()
+
+
+@optimizers
+def test_repr_shows_hyper_parameters(info):
+    case = info.repr_case
+    opt = info.make(named_params(), **case.kwargs())
+    text = repr(opt)
+    if case.exact is not None:
+        assert text == case.exact
+    else:
+        assert text.startswith(case.start) and text.endswith(case.end), text
+    assert str(opt) == text
+
+
+# ---------------------------------------------------------- implementations --
+
+@optimizers
+def test_impls_by_name_and_the_default_on_cpu(info):
+    assert info.make(named_params()).impl == info.impls[0]
+    for impl in info.impls:
+        assert info.make(named_params(), impl=impl).impl == impl
+
+
+def _train(build, impl, data, steps, sens, state):
+    net, opt = build(impl)
+    assert opt.impl == impl
+    cell = train_cell(net, opt, sens=sens)
+    x, y = data()
+    losses = [float(cell(x, y).asnumpy()) for _ in range(steps)]
+    return Run(values(net.trainable_params()), state(opt), losses)
+
+
+@pytest.mark.parametrize("info, case", _cases("agreements"))
+def test_impls_agree_in_training(info, case):
+    """The same network and batch trained with each of two implementations."""
+    first, second = (_train(case.build, impl, case.data, case.steps, case.sens, info.state)
+                     for impl in (case.first, case.second))
+    case.check(first, second)
+
+
+# --------------------------------------------------------------- checkpoints --
+
+@pytest.mark.parametrize("info, case", _cases("checkpoints"))
+def test_checkpoint_resume_matches_uninterrupted(info, case, tmp_path):
+    def build():
+        net, opt = case.build()
+        return net, opt, train_cell(net, opt)
+
+    path = str(tmp_path / f"{info.name}.ckpt")
+    assert_checkpoint_resumes(build, case.steps, *case.data(), path,
+                              lambda net, opt: values(net.trainable_params()) + info.state(opt))
+    saved = ms.load_checkpoint(path)
+    for name, dtype in case.saved.items():
+        assert saved[name].dtype == dtype, name
+
+
+# ----------------------------------------------------------------- ms.Model --
+
+@pytest.mark.parametrize("info", [pytest.param(i, marks=i.model.marks, id=i.name)
+                                  for i in OPTIMIZERS])
+def test_trains_with_model_in_graph_mode(info):
+    """ms.Model training steps as the row's reference, to float32 rounding, and learns."""
+    case = info.model
+    xs, ys = case.data()
+    net, opt = case.build()
+    losses, acc = fit_and_score(net, opt, xs, ys, epochs=case.epochs)
+    ref_params, ref_losses, ref_acc = case.reference(xs, ys, case.epochs, lambda: case.build()[0])
+    assert_close_to_mindspore(values(net.trainable_params()), ref_params)
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+    if ref_acc is not None:
+        assert acc == ref_acc
+    assert_trained(losses, acc, loss_ratio=case.loss_ratio, min_acc=case.min_acc)
+
+
+# ------------------------------------------------------------ learning rate --
+
+@optimizers
+def test_get_lr_is_mindspores(info):
+    opt = info.make(named_params(), learning_rate=0.01)
+    assert type(opt).get_lr is nn.Optimizer.get_lr
+    assert isinstance(opt.get_lr(), Parameter)
+
+
+@optimizers
+def test_current_lr_and_set_lr_drive_training(info):
+    params = named_params()
+    opt = info.make(params, learning_rate=0.01)
+    assert isinstance(opt.current_lr(), float)
+    assert opt.current_lr() == pytest.approx(0.01)
+    opt.set_lr(0)
+    assert opt.current_lr() == 0.0
+    before = values(params)
+    opt(random_grads(params))
+    for a, p in zip(before, params):
+        np.testing.assert_array_equal(a, p.asnumpy())
+    opt.set_lr(0.1)
+    assert opt.current_lr() == pytest.approx(0.1)
+    opt(random_grads(params, seed=2))
+    assert all(not np.array_equal(a, p.asnumpy()) for a, p in zip(before, params))
+
+
+@optimizers
+def test_set_lr_refuses_bad_values(info):
+    opt = info.make(named_params(), learning_rate=0.01)
+    for bad in ("0.1", True, None, Tensor(0.1)):
+        with pytest.raises(TypeError, match=f"For '{info.name}', set_lr"):
+            opt.set_lr(bad)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=f"For '{info.name}', set_lr"):
+            opt.set_lr(bad)
+    assert opt.current_lr() == pytest.approx(0.01)
+
+
+@optimizers
+@pytest.mark.parametrize("schedule", ["cell", pytest.param("list", marks=pytest.mark.slow)])
+def test_set_lr_refuses_a_schedule(info, schedule):
+    lr = HalvingLR() if schedule == "cell" else [0.02, 0.01, 0.005]
+    params = named_params()
+    opt = info.make(params, learning_rate=lr)
+    assert opt.current_lr() == pytest.approx(0.02)
+    opt(random_grads(params))
+    assert opt.current_lr() == pytest.approx(0.01)
+    with pytest.raises(RuntimeError, match="schedule"):
+        opt.set_lr(0.1)
+
+
+# ---------------------------------------------------------- parameter groups --
+
+@optimizers
+def test_current_lr_and_set_lr_with_groups(info):
+    params = named_params()
+    groups = [{"params": params[:1], "lr": 0.05}, {"params": params[1:2]},
+              {"params": params[2:], "lr": 0.2}]
+    opt = info.make(groups, learning_rate=0.01)
+    assert opt.current_lr() == pytest.approx([0.05, 0.01, 0.2])
+    opt.set_lr(0.0)
+    assert opt.current_lr() == [0.0, 0.0, 0.0]
+    before = values(params)
+    opt(random_grads(params))
+    for a, p in zip(before, params):
+        np.testing.assert_array_equal(a, p.asnumpy())
+    # groups without their own 'lr': one float
+    plain = info.make([{"params": params[:1]}, {"params": params[1:]}], learning_rate=0.03)
+    assert plain.current_lr() == pytest.approx(0.03)
+
+
+@optimizers
+def test_groups_given_as_generators(info):
+    params = named_params()
+    opt = info.make([{"params": (p for p in params[:1]), "lr": 0.1},
+                     {"params": iter(params[1:])}])
+    assert len(opt.parameters) == 3
+    assert opt.current_lr() == pytest.approx([0.1, info.make(named_params()).current_lr()])
+
+
+@optimizers
+def test_same_parameter_twice(info):
+    params = named_params()
+    with pytest.raises(ValueError, match=f"For '{info.name}', parameter 'fc.bias' is given twice"):
+        info.make(params + [params[1]])
+    with pytest.raises(ValueError, match="'fc.weight' is given twice"):
+        info.make([{"params": params}, {"params": params[:1], "lr": 0.1}])
+    twin = Parameter(Tensor(np.zeros((5, 3), np.float32)), name="out.weight")
+    with pytest.raises(ValueError, match="'out.weight' is given twice .*name"):
+        info.make(params + [twin])

@@ -1,0 +1,290 @@
+"""ms_optim.DGCMomentum: the native and ops paths against the numpy reference (DGCReference),
+exchange statistics, float16 parameters, warnings, the recursion limit
+(tests/optimizers/test_common.py has the checks every optimizer passes)."""
+import warnings
+
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import Parameter, Tensor, context
+
+import ms_optim
+from ms_optim import dgc, reference
+from ms_optim.clip import ClipGradByNorm
+from ms_optim.regularizer import L1Decay, L2Decay
+from tests.helpers import assert_close_to_mindspore, named_params
+from tests.optim_db import DGC_BASE
+
+WARMUP = [0.75, 0.9375, 0.984375, 0.996, 0.999]
+
+
+SHAPES = [(130, 129), (20000,), (7, 3), (11,)]  # two compressed, two dense
+
+
+def _params(seed=0, names=("fc.weight", "emb.table", "fc2.weight", "fc2.bias")):
+    rng = np.random.default_rng(seed)
+    return [Parameter(Tensor(rng.standard_normal(s).astype(np.float32)), name=n)
+            for s, n in zip(SHAPES, names)]
+
+
+CONFIGS = {
+    "plain": dict(),
+    "nesterov_clip": dict(use_nesterov=True, local_grad_clip_norm=20.0),
+    "grad_clip_l1": dict(grad_clip=ClipGradByNorm(20.0), regularization=L1Decay(1e-3)),
+    "l2_loss_scale": dict(regularization=L2Decay(1e-2), loss_scale=8.0),
+    "weight_decay_nesterov": dict(weight_decay=1e-2, use_nesterov=True),
+}
+
+
+def _reference_for(params, cfg):
+    kw = dict(nesterov=cfg.get("use_nesterov", False), loss_scale=cfg.get("loss_scale", 1.0))
+    clip = cfg.get("local_grad_clip_norm") or (cfg["grad_clip"].clip_norm if "grad_clip" in cfg else None)
+    reg = cfg.get("regularization")
+    wd = [cfg.get("weight_decay", 0.0)] * len(params)
+    if isinstance(reg, L2Decay):
+        wd = [reg.coeff] * len(params)
+    return reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 5, 30, WARMUP,
+                                  clip_norm=clip, l1=reg.coeff if isinstance(reg, L1Decay) else 0.0,
+                                  wd=wd, **kw)
+
+
+def _plain_native_first(cases):
+    """`cases` (impl, config) as parameters: ("native", "plain") in the default tier, the others
+    (seconds each) in the slow one."""
+    return [pytest.param(impl, config, marks=() if (impl, config) == ("native", "plain")
+                         else pytest.mark.slow) for impl, config in cases]
+
+
+@pytest.mark.parametrize("impl,config", _plain_native_first(
+    [("native", c) for c in sorted(CONFIGS)] + [("ops", "plain"), ("ops", "nesterov_clip")]))
+def test_optimizer_matches_reference(impl, config):
+    cfg = CONFIGS[config]
+    params = _params()
+    opt = ms_optim.DGCMomentum(params, learning_rate=0.05, momentum=0.9, rampup_begin_step=5,
+                               rampup_step=30, sparsity=WARMUP, impl=impl, **cfg)
+    ref = _reference_for(params, cfg)
+    assert opt.compressed_params == ["fc.weight", "emb.table"]
+    rng = np.random.default_rng(2)
+    scale = cfg.get("loss_scale", 1.0)
+    for _ in range(64):  # dense steps 0-4, then every warm-up stage, then 0.999
+        grads = [(rng.standard_normal(s) * scale).astype(np.float32) for s in SHAPES]
+        opt(tuple(Tensor(g) for g in grads))
+        ref.step([grads], 0.05)
+    # The gradient preprocessing (clip norm in float32, sign, decay) runs in MindSpore ops,
+    # the reference in numpy: agreement to float32 rounding accumulated over 64 steps.
+    got = [p.asnumpy() for p in params] + [opt.v[j].asnumpy() for j in range(len(opt.comp_ids))] \
+        + [opt.u[i].asnumpy() for i in opt.comp_ids]
+    want = ref.params + [ref.v[0][i] for i in opt.comp_ids] + [ref.u[0][i] for i in opt.comp_ids]
+    assert_close_to_mindspore(got, want)
+
+
+def test_exchange_stats_and_stages():
+    opt = ms_optim.DGCMomentum(_params(), learning_rate=0.1, momentum=0.9, rampup_begin_step=10,
+                               rampup_step=100, sparsity=WARMUP)
+    dense = sum(int(np.prod(s)) for s in SHAPES)
+    before = opt.exchange_stats(9)
+    assert before["stage"] is None and before["bytes"] == 4 * dense
+    assert [opt.stage(s) for s in (10, 29, 30, 109, 110, 10_000)] == [0, 0, 1, 4, 4, 4]
+    last = opt.exchange_stats(500)
+    k = [int(16770 * 0.001), int(20000 * 0.001)]
+    assert k == [16, 20]
+    assert last["elements"] == 21 + 11 + sum(k)
+    assert last["bytes"] == 4 * (21 + 11) + 8 * sum(k)
+    assert last["compression"] == pytest.approx(4 * dense / last["bytes"])
+    assert opt.exchange_stats()["step"] == 0
+
+
+def test_bad_regularizer_coefficients():
+    with pytest.raises(ValueError, match="coeff"):
+        L1Decay(-1.0)
+    with pytest.raises(TypeError, match="coeff"):
+        L2Decay("0.1")
+    for bad in (float("nan"), float("inf")):
+        for cls in (L1Decay, L2Decay):
+            with pytest.raises(ValueError, match="'coeff' must be finite"):
+                cls(bad)
+
+
+def test_at_least_one_entry_is_sent():
+    """A sparsity that rounds k down to 0 still sends one entry per compressed parameter."""
+    params = _params()
+    opt = ms_optim.DGCMomentum(params, learning_rate=0.1, momentum=0.9, rampup_begin_step=0,
+                               sparsity=[0.99999])
+    assert opt.stage_k == ((1, 1),)
+    ref = reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 0, 1, [0.99999])
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        grads = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+        opt(tuple(Tensor(g) for g in grads))
+        ref.step([grads], 0.1)
+    assert_close_to_mindspore([p.asnumpy() for p in params], ref.params)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", ["native", "ops"])
+def test_as_many_parameters_as_resnet50(impl, monkeypatch):
+    """161 parameters (ResNet-50's count).  impl="ops" steps each parameter in graph code,
+    which needs more than MindSpore's default max_call_depth of 1000: the optimizer raises
+    it.  impl="native" steps them with multi-tensor ops and maps, in a graph that compiles
+    within the default limit (the limit is left alone).  Both match the reference."""
+    monkeypatch.setattr(ms_optim.dgc.checks, "_call_depth_set", 0)
+    shapes = [(8,)] * 150 + [(16384,)] * 11
+    rng = np.random.default_rng(7)
+    params = [Parameter(Tensor(rng.standard_normal(s).astype(np.float32)), name=f"w{i}")
+              for i, s in enumerate(shapes)]
+    opt = ms_optim.DGCMomentum(params, learning_rate=0.1, momentum=0.9, rampup_begin_step=1,
+                               sparsity=[0.999], impl=impl, loss_scale=2.0, weight_decay=1e-3)
+    # raised with mindspore.set_recursion_limit, which get_context does not see
+    if impl == "ops":
+        assert ms_optim.dgc.checks._call_depth_set >= 1000 + 16 * len(shapes)
+    else:
+        assert ms_optim.dgc.checks._call_depth_set == 0
+    ref = reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 1, 1, [0.999],
+                                 wd=[1e-3] * len(shapes), loss_scale=2.0)
+    for _ in range(3):  # one dense warm-up step, then compressed
+        grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        opt(tuple(Tensor(g) for g in grads))
+        ref.step([grads], 0.1)
+    assert_close_to_mindspore([p.asnumpy() for p in params], ref.params)
+
+
+# ---------------------------------------------------------------- float16 --
+
+F16_SHAPES = [(130, 129), (20000,), (7, 3), (11,)]
+F16_DTYPES = [np.float16, np.float16, np.float32, np.float16]  # compressed: the first two
+F16_CONFIGS = {**CONFIGS, "l1_nesterov": dict(regularization=L1Decay(1e-3), use_nesterov=True)}
+
+
+def _f16_params(rng):
+    return [Parameter(Tensor(rng.standard_normal(s).astype(d)), name=n) for s, d, n in
+            zip(F16_SHAPES, F16_DTYPES, ("fc.weight", "emb.table", "fc2.weight", "fc2.bias"))]
+
+
+def _f16_run(impl, config, steps):
+    """Trains float16 parameters and the reference side by side for `steps` steps."""
+    cfg = F16_CONFIGS[config]
+    rng = np.random.default_rng(0)
+    params = _f16_params(rng)
+    opt = ms_optim.DGCMomentum(params, learning_rate=0.05, momentum=0.9, rampup_begin_step=5,
+                               rampup_step=30, sparsity=WARMUP, impl=impl, **cfg)
+    ref = _reference_for(params, cfg)
+    scale = cfg.get("loss_scale", 1.0)
+    for _ in range(steps):
+        grads = [(rng.standard_normal(s) * scale).astype(d) for s, d in zip(F16_SHAPES, F16_DTYPES)]
+        opt(tuple(Tensor(g) for g in grads))
+        ref.step([grads], 0.05)
+    return params, opt, ref
+
+
+@pytest.mark.parametrize("impl,config", _plain_native_first([("native", c) for c in (
+    "plain", "l2_loss_scale", "weight_decay_nesterov", "l1_nesterov")]
+    + [("ops", "plain"), ("ops", "l1_nesterov")]))
+def test_float16_optimizer_matches_reference(impl, config):
+    """float16 parameters of >= 16384 elements are compressed with float32 residuals and match
+    the reference bit for bit through the dense steps 0-4, every warm-up stage and 0.999
+    (ops.topk met no ties at the k-th magnitude with these data)."""
+    params, opt, ref = _f16_run(impl, config, 64)
+    assert opt.compressed_params == ["fc.weight", "emb.table"]
+    assert [u.dtype for u in opt.u] == [ms.float32, ms.float32, ms.float32, ms.float16]
+    assert [v.dtype for v in opt.v] == [ms.float32, ms.float32]
+    comp = list(opt.comp_ids)
+    got = [params[i].asnumpy() for i in comp] + [opt.u[i].asnumpy() for i in comp] \
+        + [v.asnumpy() for v in opt.v]
+    want = [ref.params[i] for i in comp] + [ref.u[0][i] for i in comp] \
+        + [ref.v[0][i] for i in comp]
+    for a, e in zip(got, want):
+        assert a.dtype == e.dtype
+        np.testing.assert_array_equal(a, e)
+    # the float32 parameter among them is unaffected by its float16 neighbours
+    assert_close_to_mindspore([params[2].asnumpy()], [ref.params[2]])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["nesterov_clip", "grad_clip_l1"])
+def test_float16_local_clipping_in_float32(config):
+    """Clipping a float16 parameter's gradient happens in float32: over the dense steps (no
+    selection, so no near-ties to flip) u matches to float32 rounding (the norms are summed in
+    other orders) and p to within two float16 roundings."""
+    params, opt, ref = _f16_run("native", config, 5)
+    comp = list(opt.comp_ids)
+    assert_close_to_mindspore([opt.u[i].asnumpy() for i in comp], [ref.u[0][i] for i in comp])
+    for i in comp:
+        np.testing.assert_allclose(params[i].asnumpy().astype(np.float32),
+                                   ref.params[i].astype(np.float32), rtol=2 ** -9, atol=2 ** -24)
+
+
+def _uncompressed_warnings(params, **kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        opt = ms_optim.DGCMomentum(params, **{**DGC_BASE, **kwargs})
+    return opt, [str(w.message) for w in caught if "exchanged dense" in str(w.message)]
+
+
+def test_large_uncompressed_parameter_warns_once():
+    rng = np.random.default_rng(0)
+    params = [Parameter(Tensor(rng.standard_normal(20000)), name="big64"),  # float64
+              Parameter(Tensor(rng.standard_normal(16384).astype(np.float16)), name="big16"),
+              Parameter(Tensor(rng.standard_normal(16383)), name="small64"),
+              Parameter(Tensor(rng.standard_normal(16384).astype(np.float32)), name="big32"),
+              Parameter(Tensor(rng.standard_normal((128, 128))), name="square64")]
+    opt, warned = _uncompressed_warnings(params)
+    assert opt.compressed_params == ["big16", "big32"]
+    assert len(warned) == 2
+    assert "'big64' (float64, 20000 elements)" in warned[0] and "float32 and float16" in warned[0]
+    assert "'square64' (float64, 16384 elements)" in warned[1]
+
+
+def test_bfloat16_parameters(monkeypatch):
+    """MindSpore 2.10 has no bfloat16 Assign (nor MatMul, Sub, Reshape) on CPU: a bfloat16
+    parameter is rejected there; on another target it is sent dense, with one warning."""
+    big = Parameter(Tensor(np.ones(20000, np.float32), ms.bfloat16), name="big_bf16")
+    small = Parameter(Tensor(np.ones(8, np.float32), ms.bfloat16), name="small_bf16")
+    with pytest.raises(TypeError, match="'big_bf16' is bfloat16"):
+        ms_optim.DGCMomentum([big, small], **DGC_BASE)
+    real = ms_optim.dgc.optimizer.context.get_context
+    monkeypatch.setattr(ms_optim.dgc.optimizer.context, "get_context",
+                        lambda key: "GPU" if key == "device_target" else real(key))
+    opt, warned = _uncompressed_warnings([big, small], impl="ops")
+    assert opt.compressed_params == [] and opt.impl == "ops"
+    assert len(warned) == 1 and "'big_bf16'" in warned[0] and "bfloat16" in warned[0]
+
+
+# ---------------------------------------------------------- recursion limit --
+
+def test_raises_recursion_limit_without_set_context(monkeypatch, capfd):
+    calls = []
+    real = ms.set_recursion_limit
+    monkeypatch.setattr(ms, "set_recursion_limit", lambda n: (calls.append(n), real(n))[1])
+
+    def no_set_context(**kw):
+        raise AssertionError(f"context.set_context({kw}) called")
+
+    monkeypatch.setattr(context, "set_context", no_set_context)
+    monkeypatch.setattr(ms, "set_context", no_set_context)
+    monkeypatch.setattr(dgc.checks, "_call_depth_set", 0)
+    count = 80
+    params = named_params(shapes={f"w{i}": (3,) for i in range(count)})
+    # impl="ops" steps each parameter in graph code (impl="native" needs no raise)
+    ms_optim.DGCMomentum(params, learning_rate=0.1, momentum=0.9, rampup_begin_step=0,
+                         impl="ops")
+    assert calls == [1000 + 16 * count]
+    assert dgc.checks._call_depth_set == 1000 + 16 * count
+    # never lowered: a smaller optimizer built afterwards leaves the limit alone
+    ms_optim.DGCMomentum(named_params(), learning_rate=0.1, momentum=0.9, rampup_begin_step=0,
+                         impl="ops")
+    assert calls == [1000 + 16 * count]
+    err = capfd.readouterr().err
+    assert "deprecated" not in err and "max_call_depth" not in err
+
+
+def test_never_lowers_max_call_depth_of_context(monkeypatch):
+    calls = []
+    monkeypatch.setattr(ms, "set_recursion_limit", calls.append)
+    monkeypatch.setattr(dgc.checks, "_call_depth_set", 0)
+    real_get = context.get_context
+    monkeypatch.setattr(context, "get_context",
+                        lambda key: 100000 if key == "max_call_depth" else real_get(key))
+    ms_optim.DGCMomentum(named_params(shapes={f"w{i}": (3,) for i in range(40)}), learning_rate=0.1,
+                         momentum=0.9, rampup_begin_step=0, impl="ops")
+    assert calls == []
