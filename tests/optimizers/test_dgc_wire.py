@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WIRE_PY = os.path.join(ROOT, "ms_optim", "dgc", "wire.py")
 
 
@@ -22,7 +22,7 @@ def load_wire():
 
 wire = load_wire()
 
-# tests/test_dgc_exchange.py's model: two compressed parameters and a small one
+# tests/distributed/test_dgc_exchange.py's model: two compressed parameters and a small one
 COMPRESSED = (130 * 129, 20000)
 SMALL = 7 * 3
 SIGNATURE_BYTES = 16  # the replica check gathers 3 signature values and the step, int32
