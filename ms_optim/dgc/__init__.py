@@ -6,7 +6,7 @@
 - ``plan``: the step's op-level plans, refined from ``ms_optim.dgc_plan.DGCPlan``
   (which stays plain Python beside the numpy reference that shares it);
 - ``steps``: the step's Cells, where every native DGC kernel is built and called;
-- ``exchange``: what crosses the workers (its names also in ``ms_optim.comm``);
+- ``exchange``: what crosses the workers;
 - ``wire``: the bytes on the wire and ``exchange_stats``' arithmetic, plain Python.
 """
 from .optimizer import DGCMomentum

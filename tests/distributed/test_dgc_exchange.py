@@ -8,7 +8,9 @@ import mindspore as ms
 from mindspore import Parameter, Tensor
 
 import ms_optim
-from ms_optim import _native, comm
+from ms_optim import testing
+from ms_optim.dgc import exchange, wire
+from tests.kernels.errors import rejects
 from tests.sizes import SIZE_PARAMS
 
 SHAPES = [(130, 129), (20000,), (7, 3)]
@@ -42,15 +44,15 @@ def test_allreduce_of_sparsified_gradient_gives_the_gathered_bits(impl):
 
 def test_wire_byte_model():
     # MindSpore 2.10's CPU collectives, measured: twice a ring's bytes
-    assert comm.allreduce_wire_bytes(1000, 1) == 0
-    assert comm.allreduce_wire_bytes(1000, 2) == 2000
-    assert comm.allreduce_wire_bytes(1000, 4) == 3000
-    assert comm.allgather_wire_bytes(1000, 2) == 2000
-    assert comm.allgather_wire_bytes(1000, 4) == 6000
+    assert wire.allreduce_wire_bytes(1000, 1) == 0
+    assert wire.allreduce_wire_bytes(1000, 2) == 2000
+    assert wire.allreduce_wire_bytes(1000, 4) == 3000
+    assert wire.allgather_wire_bytes(1000, 2) == 2000
+    assert wire.allgather_wire_bytes(1000, 4) == 6000
     # gather while selected * workers < elements
-    assert comm.choose_sparse_exchange(249, 1000, 4) == "allgather"
-    assert comm.choose_sparse_exchange(250, 1000, 4) == "allreduce"
-    assert comm.choose_sparse_exchange(999, 1000, 1) == "allgather"
+    assert wire.choose_sparse_exchange(249, 1000, 4) == "allgather"
+    assert wire.choose_sparse_exchange(250, 1000, 4) == "allreduce"
+    assert wire.choose_sparse_exchange(999, 1000, 1) == "allgather"
 
 
 def test_exchange_chosen_per_stage_for_the_world_size():
@@ -92,7 +94,7 @@ def test_forced_exchange_and_bad_arguments():
 
 def _digest(*arrays):
     out = np.zeros(2, np.int32)
-    _native.call_aot("ms_optim_digest", [np.ascontiguousarray(a) for a in arrays] + [out])
+    testing.call_kernel("ms_optim_digest", p=[np.ascontiguousarray(a) for a in arrays], digest=out)
     return tuple(out)
 
 
@@ -113,12 +115,14 @@ def test_digest_sees_every_bit(dtype, n):
 
 
 def test_digest_rejects_bad_input():
-    with pytest.raises(RuntimeError, match="int32\\[2\\]"):
-        _native.call_aot("ms_optim_digest", [np.ones(3, np.float32), np.zeros(3, np.int32)])
-    with pytest.raises(RuntimeError, match="unsupported dtype"):
-        _native.call_aot("ms_optim_digest", [np.ones(3, np.complex64), np.zeros(2, np.int32)])
-    with pytest.raises(RuntimeError, match="expected K"):
-        _native.call_aot("ms_optim_digest", [np.zeros(2, np.int32)])
+    rejects("ms_optim_digest", "MSOPT_ERR_SIZE",
+            r"^digest must have 2 element\(s\), got 3$", slot="digest",
+            p=[np.ones(3, np.float32)], digest=np.zeros(3, np.int32))
+    rejects("ms_optim_digest", "MSOPT_ERR_DTYPE", "^p0 has unsupported dtype complex64$", slot="p",
+            p=[np.ones(3, np.complex64)], digest=np.zeros(2, np.int32))
+    rejects("ms_optim_digest", "MSOPT_ERR_ARGS",
+            r"^expected 1K \+ 1 tensors \(p:each -> digest\), got 1$",
+            arrays=[np.zeros(2, np.int32)])
 
 
 def test_digest_ops_of_two_dtypes_in_one_graph():
@@ -131,7 +135,7 @@ def test_digest_ops_of_two_dtypes_in_one_graph():
     p16 = [Parameter(Tensor(rng.standard_normal(s).astype(np.float16)), name=f"b{i}")
            for i, s in enumerate([(3,), (16383,)])]
     params = [p32[0], p16[0], p32[1], p16[1]]
-    groups = comm.ReplicaSync._digest_groups(params)
+    groups = exchange.ReplicaSync._digest_groups(params)
     assert [ids for ids, _ in groups] == [(0, 2), (1, 3)]
 
     class Digests(ms.nn.Cell):

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from ms_optim import _native, kernels, reference
+from ms_optim import _native, kernels, reference, testing
+from tests.kernels.errors import rejects
 from tests.sizes import SIZE_PARAMS
 
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
@@ -17,13 +18,14 @@ def _state(n, dtype, seed):
 
 
 def _hyper(lr, wd, t, nesterov, inv_scale):
-    """lr, wd, [powers, consts] (the kernel's last inputs, built by name), beta1^t, beta2^t."""
+    """lr, wd, {powers, consts} (the kernel's slots of those names, consts built by field
+    name), beta1^t, beta2^t."""
     lr = np.array(lr, np.float32)
     wd = np.array(wd, np.float32)
     b1p, b2p = np.float32(BETA1) ** t, np.float32(BETA2) ** t
-    consts = [np.array([b1p, b2p], np.float32),
-              kernels.consts_array("adam", beta1=BETA1, beta2=BETA2, eps=EPS, inv_scale=inv_scale,
-                                   nesterov=nesterov)]
+    consts = dict(powers=np.array([b1p, b2p], np.float32),
+                  consts=kernels.consts_array("adam", beta1=BETA1, beta2=BETA2, eps=EPS,
+                                              inv_scale=inv_scale, nesterov=nesterov))
     return lr, wd, consts, b1p, b2p
 
 
@@ -37,7 +39,8 @@ def test_inplace_matches_reference(isa, dtype, n, nesterov):
         g = (rng.standard_normal(n) * 4).astype(dtype)
         lr, wd, consts, b1p, b2p = _hyper(1e-2 * t, 0.02, t, nesterov, inv_scale=0.25)
         done = np.ones(1, np.float32)
-        _native.call_aot("ms_optim_adam_inplace", [p, m, v, g, lr, wd] + consts + [done])
+        testing.call_kernel("ms_optim_adam_inplace", param=[p], m=[m], v=[v], grad=[g], lr=lr,
+                            wd=wd, **consts, done=done)
         reference.adam_offload_step(rp, rm, rv, g, lr, BETA1, BETA2, EPS, b1p, b2p,
                                     weight_decay=wd, inv_scale=0.25, nesterov=nesterov)
         assert done[0] == 0
@@ -55,7 +58,8 @@ def test_delta_matches_reference(isa, dtype, n):
         g = (rng.standard_normal(n) * 4).astype(dtype)
         lr, _, consts, b1p, b2p = _hyper(3e-3, 0.0, t, nesterov=t == 2, inv_scale=0.5)
         delta = np.full(n, 7, dtype)
-        _native.call_aot("ms_optim_adam_delta", [m, v, g, lr] + consts + [delta])
+        testing.call_kernel("ms_optim_adam_delta", m=[m], v=[v], grad=[g], lr=lr, **consts,
+                            delta=[delta])
         want = reference.adam_delta(rm, rv, g, lr, BETA1, BETA2, EPS, b1p, b2p,
                                     nesterov=t == 2, inv_scale=0.5)
         np.testing.assert_array_equal(delta, want.astype(dtype))
@@ -70,8 +74,8 @@ def test_float16_special_values_round_trip(isa):
     m, v = np.zeros(p.size, np.float32), np.zeros(p.size, np.float32)
     lr, _, consts, _, _ = _hyper(0.0, 0.0, 1, False, 1.0)
     before = p.copy()
-    _native.call_aot("ms_optim_adam_inplace", [p, m, v, g, lr, np.zeros((), np.float32)] + consts
-                     + [np.zeros(1, np.float32)])
+    testing.call_kernel("ms_optim_adam_inplace", param=[p], m=[m], v=[v], grad=[g], lr=lr,
+                        wd=np.zeros((), np.float32), **consts, done=np.zeros(1, np.float32))
     nan = np.isnan(before)
     np.testing.assert_array_equal(p.view(np.uint16)[~nan], before.view(np.uint16)[~nan])
     assert np.isnan(p[nan]).all()
@@ -126,11 +130,12 @@ def test_multi_tensor_call_matches_reference(isa, dtype, delta):
         _, _, consts, b1p, b2p = _hyper(0.0, 0.0, t, nesterov=t == 2, inv_scale=0.5)
         if delta:
             outs = [np.zeros(p.size, dtype) for p, _, _, _ in states]
-            _native.call_aot("ms_optim_adam_delta", [x[1] for x in states] + [x[2] for x in states]
-                             + grads + [lr] + consts + outs)
+            testing.call_kernel("ms_optim_adam_delta", m=[x[1] for x in states],
+                                v=[x[2] for x in states], grad=grads, lr=lr, **consts, delta=outs)
         else:
-            _native.call_aot("ms_optim_adam_inplace", [x[j] for j in range(3) for x in states]
-                             + grads + [lr, wd] + consts + [np.zeros(1, np.float32)])
+            testing.call_kernel("ms_optim_adam_inplace", param=[x[0] for x in states],
+                                m=[x[1] for x in states], v=[x[2] for x in states], grad=grads,
+                                lr=lr, wd=wd, **consts, done=np.zeros(1, np.float32))
         for i, ((rp, rm, rv), g) in enumerate(zip(refs, grads)):
             if delta:
                 want = reference.adam_delta(rm, rv, g, lr[i], BETA1, BETA2, EPS, b1p, b2p,
@@ -146,48 +151,65 @@ def test_multi_tensor_call_matches_reference(isa, dtype, delta):
             np.testing.assert_array_equal(p, rp)
 
 
-def _two_tensor_args(dtype=np.float32):
-    """Valid arguments of a two-tensor in-place call: p0 p1 m0 m1 v0 v1 g0 g1 lr wd powers
-    consts done."""
+def _two_tensor_call(dtype=np.float32):
+    """The tensors of a valid two-tensor in-place call, by slot name: parameters of 5 and 3
+    elements."""
     lr, wd, consts, _, _ = _hyper(0.1, 0.0, 1, False, 1.0)
-    return ([np.ones(5, dtype), np.ones(3, dtype)] + [np.ones(5, np.float32), np.ones(3, np.float32)]
-            * 2 + [np.ones(5, dtype), np.ones(3, dtype), lr.reshape(1), wd.reshape(1)] + consts
-            + [np.zeros(1, np.float32)])
+    return dict(param=[np.ones(5, dtype), np.ones(3, dtype)],
+                m=[np.ones(5, np.float32), np.ones(3, np.float32)],
+                v=[np.ones(5, np.float32), np.ones(3, np.float32)],
+                grad=[np.ones(5, dtype), np.ones(3, dtype)], lr=lr.reshape(1), wd=wd.reshape(1),
+                **consts, done=np.zeros(1, np.float32))
 
 
-BAD_INPLACE_ARGS = [  # (argument index, replacement, message)
-    (0, np.ones(5, np.float64), "grad0 must be float32 or float16|param0 and grad0"),
-    (6, np.ones(5, np.float64), "grad0 must be float32 or float16"),
-    (1, np.ones(3, np.float16), "param1 and grad1 must all be float32"),
-    (2, np.ones(5, np.float16), "moments m0, v0 must be float32"),
-    (5, np.ones(4, np.float32), r"tensor 1 of argument 5 has 4 elements, its param 3"),
-    (8, np.ones(3, np.float32), r"lr must be float32 with 1 element\(s\), got float32 with 3"),
-    (9, np.ones(3, np.float32), r"wd must be float32 with 1 element\(s\)"),
-    (10, np.ones(3, np.float32), r"powers must be float32 with 2 element\(s\)"),
-    (11, np.ones(7, np.float32), r"consts must be float32 with 5 element\(s\)"),
-    (12, np.ones(2, np.float32), r"output must be float32\[1\]"),
+BAD_INPLACE_ARGS = [  # (slot, tensor of the slot or None, replacement, code, message)
+    ("param", 0, np.ones(5, np.float64), "MSOPT_ERR_DTYPE",
+     r"^param0 and grad0 must all be float32 \(as grad0\), got float64 and float32$"),
+    ("grad", 0, np.ones(5, np.float64), "MSOPT_ERR_DTYPE",
+     "^grad0 must be float32 or float16, got float64$"),
+    ("param", 1, np.ones(3, np.float16), "MSOPT_ERR_DTYPE",
+     r"^param1 and grad1 must all be float32 \(as grad0\), got float16 and float32$"),
+    ("m", 0, np.ones(5, np.float16), "MSOPT_ERR_DTYPE",
+     r"^moments m0, v0 must be float32 .*, as m0 \(float16\), got float16 and float32$"),
+    ("v", 1, np.ones(4, np.float32), "MSOPT_ERR_SIZE", "^v1 has 4 elements, param1 3$"),
+    ("lr", None, np.ones(3, np.float32), "MSOPT_ERR_SIZE", "^lr must have 1 or 2 elements, got 3$"),
+    ("wd", None, np.ones(3, np.float32), "MSOPT_ERR_SIZE", "^wd must have 1 or 2 elements, got 3$"),
+    ("powers", None, np.ones(3, np.float32), "MSOPT_ERR_SIZE",
+     r"^powers must have 2 element\(s\), got 3$"),
+    ("consts", None, np.ones(7, np.float32), "MSOPT_ERR_SIZE",
+     "^consts must have 5 or 6 elements, got 7$"),
+    ("done", None, np.ones(2, np.float32), "MSOPT_ERR_SIZE",
+     r"^done must have 1 element\(s\), got 2$"),
 ]
 
 
-@pytest.mark.parametrize("index,bad,message", BAD_INPLACE_ARGS)
-def test_kernel_rejects_bad_arguments(index, bad, message):
-    _native.call_aot("ms_optim_adam_inplace", _two_tensor_args())
-    args = _two_tensor_args()
-    args[index] = bad
-    with pytest.raises(RuntimeError, match=message):
-        _native.call_aot("ms_optim_adam_inplace", args)
+@pytest.mark.parametrize("slot,index,bad,code,message", BAD_INPLACE_ARGS)
+def test_kernel_rejects_bad_arguments(slot, index, bad, code, message):
+    testing.call_kernel("ms_optim_adam_inplace", **_two_tensor_call())
+    call = _two_tensor_call()
+    if index is None:
+        call[slot] = bad
+    else:
+        call[slot][index] = bad
+    rejects("ms_optim_adam_inplace", code, message, slot=slot, **call)
 
 
 def test_kernel_rejects_bad_argument_counts():
-    with pytest.raises(RuntimeError, match=r"expected 4K \+ 5 tensors, got 12"):
-        _native.call_aot("ms_optim_adam_inplace", _two_tensor_args()[:-1])
+    args = kernels.arrange_arrays("ms_optim_adam_inplace", **_two_tensor_call())
+    rejects("ms_optim_adam_inplace", "MSOPT_ERR_ARGS",
+            r"^expected 4K \+ 5 tensors \(param:each m:each v:each grad:each lr wd powers consts "
+            r"-> done\), got 12$", arrays=args[:-1])
     m, v, g = np.zeros(4, np.float32), np.zeros(4, np.float32), np.zeros(4, np.float32)
     _, _, consts, _, _ = _hyper(0.1, 0.0, 1, False, 1.0)
-    with pytest.raises(RuntimeError, match=r"expected 4K \+ 3 tensors, got 6"):
-        _native.call_aot("ms_optim_adam_delta", [m, v, g, np.ones(1, np.float32)] + consts)
-    with pytest.raises(RuntimeError, match=r"delta0 and grad0 must all be float32"):
-        _native.call_aot("ms_optim_adam_delta", [m, v, g, np.ones(1, np.float32)] + consts
-                         + [np.zeros(4, np.float16)])
+    good = dict(m=[m], v=[v], grad=[g], lr=np.ones(1, np.float32), **consts,
+                delta=[np.zeros(4, np.float32)])
+    rejects("ms_optim_adam_delta", "MSOPT_ERR_ARGS",
+            r"^expected 4K \+ 3 tensors \(m:each v:each grad:each lr powers consts -> "
+            r"delta:each\), got 6$",
+            arrays=kernels.arrange_arrays("ms_optim_adam_delta", **good)[:-1])
+    rejects("ms_optim_adam_delta", "MSOPT_ERR_DTYPE",
+            r"^delta0 and grad0 must all be float32 \(as grad0\), got float16 and float32$",
+            slot="delta", **{**good, "delta": [np.zeros(4, np.float16)]})
 
 
 def test_constants_layouts_match_the_library():

@@ -8,7 +8,8 @@ import pytest
 
 import mindspore as ms
 
-from ms_optim import _native, kernels, reference
+from ms_optim import _native, kernels, reference, testing
+from tests.kernels.errors import rejects
 from tests.moments import Moments
 from tests.sizes import SIZE_PARAMS
 
@@ -38,23 +39,30 @@ def _consts(t, nesterov, inv_scale, decoupled):
     else:
         c = kernels.consts_array("adam", beta1=BETA1, beta2=BETA2, eps=EPS, inv_scale=inv_scale,
                                  nesterov=nesterov)
-    return [np.array([b1p, b2p], np.float32), c], b1p, b2p
+    return dict(powers=np.array([b1p, b2p], np.float32), consts=c), b1p, b2p
+
+
+def _moments(moms):
+    """The kernel's moment slots, by name, of the Moments `moms` (one per tensor): m and v,
+    and for int8 moments their scales."""
+    named = dict(m=[s.m for s in moms], v=[s.v for s in moms])
+    if moms[0].scales:
+        named.update(m_scale=[s.scales[0] for s in moms], v_scale=[s.scales[1] for s in moms])
+    return named
 
 
 def _step(states, grads, lr, wd, t, nesterov, inv_scale, delta, decoupled=False):
     """One kernel call on the tensors `states` [(p, Moments)]; returns the deltas (delta path)."""
     kind = states[0][1].kind
     consts, _, _ = _consts(t, nesterov, inv_scale, decoupled)
-    moms = ([s.m for _, s in states] + [s.v for _, s in states]
-            + [s.scales[0] for _, s in states if s.scales] + [s.scales[1] for _, s in states
-                                                               if s.scales])
+    moms = _moments([s for _, s in states])
     if delta:
         outs = [np.full(g.size, 7, g.dtype) for g in grads]
-        _native.call_aot(_entry(kind, True), moms + grads + [lr] + consts + outs)
+        testing.call_kernel(_entry(kind, True), **moms, grad=grads, lr=lr, **consts, delta=outs)
         return outs
     done = np.ones(1, np.float32)
-    _native.call_aot(_entry(kind, False), [p for p, _ in states] + moms + grads + [lr, wd]
-                     + consts + [done])
+    testing.call_kernel(_entry(kind, False), param=[p for p, _ in states], **moms, grad=grads,
+                        lr=lr, wd=wd, **consts, done=done)
     assert done[0] == 0
     return None
 
@@ -314,59 +322,71 @@ def test_q8_quantize_round_trip_error_and_special_blocks():
 
 # ------------------------------------------------------------------ errors --
 
-def _args(kind, delta=False, sizes=(5, 300)):
-    """Valid arguments of a two-tensor call with `kind` moments."""
+def _call(kind, delta=False, sizes=(5, 300)):
+    """The tensors of a valid two-tensor call with `kind` moments, by slot name."""
     states = [_state(n, np.float32, kind, seed=n) for n in sizes]
     grads = [np.ones(n, np.float32) for n in sizes]
     consts, _, _ = _consts(1, False, 1.0, False)
-    moms = ([s.m for _, s, _ in states] + [s.v for _, s, _ in states]
-            + [s.scales[0] for _, s, _ in states if s.scales]
-            + [s.scales[1] for _, s, _ in states if s.scales])
+    moms = _moments([s for _, s, _ in states])
     if delta:
-        return moms + grads + [np.ones(1, np.float32)] + consts + [np.zeros(n, np.float32)
-                                                                   for n in sizes]
-    return ([p for p, _, _ in states] + moms + grads + [np.ones(1, np.float32),
-                                                        np.zeros(1, np.float32)]
-            + consts + [np.zeros(1, np.float32)])
+        return dict(**moms, grad=grads, lr=np.ones(1, np.float32), **consts,
+                    delta=[np.zeros(n, np.float32) for n in sizes])
+    return dict(param=[p for p, _, _ in states], **moms, grad=grads, lr=np.ones(1, np.float32),
+                wd=np.zeros(1, np.float32), **consts, done=np.zeros(1, np.float32))
 
 
-BAD = [  # (kind, delta, argument index, replacement, message)
-    ("bfloat16", False, 4, np.ones(5, np.float32), "moments m0, v0 must be float32 .or all "
-     "bfloat16.*as m0 .bfloat16., got bfloat16 and float32"),
-    ("bfloat16", False, 5, np.ones(300, np.float16), "moments m1, v1 must be float32"),
-    ("int8", False, 2, np.ones(5, np.uint8), "moments m0, v0 must be int8 and uint8, got uint8"),
-    ("int8", False, 5, np.ones(300, np.int8), "moments m1, v1 must be int8 and uint8, got int8 "
-     "and int8"),
-    ("int8", False, 6, np.ones(2, np.float32), r"scale 0 of argument 6 must be float32 with 1 "
-     r"element\(s\) \(one per 256\), got float32 with 2"),
-    ("int8", False, 9, np.ones(1, np.float32), r"scale 1 of argument 9 must be float32 with 2 "
-     r"element\(s\)"),
-    ("int8", False, 7, np.ones(2, np.float16), r"scale 1 of argument 7 must be float32"),
-    ("int8", True, 4, np.ones(2, np.float32), r"scale 0 of argument 4 must be float32 with 1"),
-    ("int8", False, 3, np.ones(299, np.int8), "moments m1, v1 must be int8 and uint8|tensor 1"),
-    ("int8", False, 4, np.ones(4, np.uint8), r"tensor 0 of argument 4 has 4 elements, its param 5"),
-    ("int8", False, 15, np.ones(7, np.float32), r"consts must be float32 with 5 element\(s\)"),
+BAD = [  # (kind, delta, slot, tensor of the slot or None, replacement, code, message)
+    ("bfloat16", False, "v", 0, np.ones(5, np.float32), "MSOPT_ERR_DTYPE",
+     r"^moments m0, v0 must be float32 \(or all bfloat16.*as m0 \(bfloat16\), got bfloat16 and "
+     r"float32$"),
+    ("bfloat16", False, "v", 1, np.ones(300, np.float16), "MSOPT_ERR_DTYPE",
+     r"^moments m1, v1 must be float32 \(or all bfloat16.*as m0 \(bfloat16\), got bfloat16 and "
+     r"float16$"),
+    ("int8", False, "m", 0, np.ones(5, np.uint8), "MSOPT_ERR_DTYPE",
+     "^moments m0, v0 must be int8 and uint8, got uint8 and uint8$"),
+    ("int8", False, "v", 1, np.ones(300, np.int8), "MSOPT_ERR_DTYPE",
+     "^moments m1, v1 must be int8 and uint8, got int8 and int8$"),
+    ("int8", False, "m_scale", 0, np.ones(2, np.float32), "MSOPT_ERR_SIZE",
+     r"^m_scale0 must have 1 element\(s\) \(one per 256\), got 2$"),
+    ("int8", False, "v_scale", 1, np.ones(1, np.float32), "MSOPT_ERR_SIZE",
+     r"^v_scale1 must have 2 element\(s\) \(one per 256\), got 1$"),
+    ("int8", False, "m_scale", 1, np.ones(2, np.float16), "MSOPT_ERR_DTYPE",
+     "^m_scale1 must be float32, got float16$"),
+    ("int8", True, "m_scale", 0, np.ones(2, np.float32), "MSOPT_ERR_SIZE",
+     r"^m_scale0 must have 1 element\(s\) \(one per 256\), got 2$"),
+    ("int8", False, "m", 1, np.ones(299, np.int8), "MSOPT_ERR_SIZE",
+     "^m1 has 299 elements, param1 300$"),
+    ("int8", False, "v", 0, np.ones(4, np.uint8), "MSOPT_ERR_SIZE", "^v0 has 4 elements, param0 5$"),
+    ("int8", False, "consts", None, np.ones(7, np.float32), "MSOPT_ERR_SIZE",
+     "^consts must have 5 or 6 elements, got 7$"),
 ]
 
 
-@pytest.mark.parametrize("kind,delta,index,bad,message", BAD)
-def test_kernel_rejects_bad_moments(kind, delta, index, bad, message):
-    _native.call_aot(_entry(kind, delta), _args(kind, delta))
-    args = _args(kind, delta)
-    args[index] = bad
-    with pytest.raises(RuntimeError, match=message):
-        _native.call_aot(_entry(kind, delta), args)
+@pytest.mark.parametrize("kind,delta,slot,index,bad,code,message", BAD)
+def test_kernel_rejects_bad_moments(kind, delta, slot, index, bad, code, message):
+    testing.call_kernel(_entry(kind, delta), **_call(kind, delta))
+    call = _call(kind, delta)
+    if index is None:
+        call[slot] = bad
+    else:
+        call[slot][index] = bad
+    rejects(_entry(kind, delta), code, message, slot=slot, **call)
 
 
 def test_int8_moments_need_the_q8_kernel_and_counts_are_checked():
-    args = _args("int8")
-    plain = args[:2] + args[2:6] + args[10:]  # the scales left out
-    with pytest.raises(RuntimeError, match=r"moments m0, v0 must be float32 .*got int8 and uint8"):
-        _native.call_aot("ms_optim_adam_inplace", plain)
-    with pytest.raises(RuntimeError, match=r"expected 6K \+ 5 tensors, got 16"):
-        _native.call_aot("ms_optim_adam_q8_inplace", args[:-1])
-    with pytest.raises(RuntimeError, match=r"expected 6K \+ 3 tensors, got 8"):
-        _native.call_aot("ms_optim_adam_q8_delta", _args("int8", True, sizes=(5,))[:-1])
+    call = _call("int8")
+    plain = {name: x for name, x in call.items() if name not in ("m_scale", "v_scale")}
+    rejects("ms_optim_adam_inplace", "MSOPT_ERR_DTYPE",
+            r"^moments m0, v0 must be float32 .*, as m0 \(int8\), got int8 and uint8$", slot="m",
+            **plain)
+    rejects("ms_optim_adam_q8_inplace", "MSOPT_ERR_ARGS",
+            r"^expected 6K \+ 5 tensors \(param:each m:each v:each m_scale:each v_scale:each "
+            r"grad:each lr wd powers consts -> done\), got 16$",
+            arrays=kernels.arrange_arrays("ms_optim_adam_q8_inplace", **call)[:-1])
+    delta = kernels.arrange_arrays("ms_optim_adam_q8_delta", **_call("int8", True, sizes=(5,)))
+    rejects("ms_optim_adam_q8_delta", "MSOPT_ERR_ARGS",
+            r"^expected 6K \+ 3 tensors \(m:each v:each m_scale:each v_scale:each grad:each lr "
+            r"powers consts -> delta:each\), got 8$", arrays=delta[:-1])
 
 
 def test_block_size_matches_the_library():

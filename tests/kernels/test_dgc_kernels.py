@@ -3,7 +3,8 @@ replica check) against the numpy reference, per ISA."""
 import numpy as np
 import pytest
 
-from ms_optim import _native, kernels, reference
+from ms_optim import kernels, reference, testing
+from tests.kernels.errors import rejects
 from tests.sizes import EDGE_SIZES, SIZE_PARAMS
 
 WARMUP = [0.75, 0.9375, 0.984375, 0.996, 0.999]
@@ -11,7 +12,7 @@ WARMUP = [0.75, 0.9375, 0.984375, 0.996, 0.999]
 
 def _topk(x, k):
     idx, val = np.zeros(k, np.int32), np.zeros(k, np.float32)
-    _native.call_aot("ms_optim_topk_abs", [x, idx, val])
+    testing.call_kernel("ms_optim_topk_abs", x=x, idx=idx, val=val)
     return idx, val
 
 
@@ -71,8 +72,8 @@ def test_select_kernel_matches_reference(isa, n, nesterov):
         k = max(1, int(n * (1 - WARMUP[step])))
         idx, val = np.zeros(k, np.int32), np.zeros(k, np.float32)
         # one tensor through the multi-tensor op (K = 1)
-        _native.call_aot("ms_optim_dgc_select_multi",
-                         [u, v, g, _consts(nesterov), np.array([k], np.int32), idx, val])
+        testing.call_kernel("ms_optim_dgc_select_multi", u=[u], v=[v], grad=[g],
+                            consts=_consts(nesterov), ks=np.array([k], np.int32), idx=idx, val=val)
         want_idx, want_val = reference.dgc_select(ru, rv, g, 0.9, k, nesterov)
         np.testing.assert_array_equal(idx, want_idx)
         np.testing.assert_array_equal(val, want_val)
@@ -105,10 +106,10 @@ def test_apply_kernel_sums_workers_in_rank_order(ranks, n, k, ascending):
         val_all += [rng.standard_normal(k_other).astype(np.float32), val]
     p = rng.standard_normal(n).astype(np.float32)
     want = p - np.float32(0.1) * reference.dgc_aggregate(n, sels)
-    _native.call_aot("ms_optim_dgc_apply_multi", [p, np.concatenate(idx_all), np.concatenate(val_all),
-                                            np.array(0.1, np.float32),
-                                            np.array([ranks, k_other, k], np.int32),
-                                            np.zeros(1, np.float32)])
+    testing.call_kernel("ms_optim_dgc_apply_multi", param=[p], idx=np.concatenate(idx_all),
+                        val=np.concatenate(val_all), lr=np.array(0.1, np.float32),
+                        layout=np.array([ranks, k_other, k], np.int32),
+                        done=np.zeros(1, np.float32))
     np.testing.assert_array_equal(p, want)
 
 
@@ -134,9 +135,10 @@ def test_apply_kernel_param_dtypes(isa, n, ranks, dtype):
         idx_all += [rng.integers(0, n, k_other).astype(np.int32), idx]
         val_all += [rng.standard_normal(k_other).astype(np.float32), val]
     want = (before.astype(np.float32) - lr * reference.dgc_aggregate(n, sels)).astype(dtype)
-    _native.call_aot("ms_optim_dgc_apply_multi", [p, np.concatenate(idx_all), np.concatenate(val_all),
-                                            np.array(lr), np.array([ranks, k_other, k], np.int32),
-                                            np.zeros(1, np.float32)])
+    testing.call_kernel("ms_optim_dgc_apply_multi", param=[p], idx=np.concatenate(idx_all),
+                        val=np.concatenate(val_all), lr=np.array(lr),
+                        layout=np.array([ranks, k_other, k], np.int32),
+                        done=np.zeros(1, np.float32))
     assert p.dtype == dtype
     np.testing.assert_array_equal(p.view(np.uint8), want.view(np.uint8))
     assert (want != before).any()  # the step changed something at this precision
@@ -151,9 +153,9 @@ def test_apply_kernel_float16_is_not_rounded_twice(ranks):
     # lr 0.125 and values 8 s: lr * (sum / ranks) is s exactly
     idx = np.zeros(ranks, np.int32)
     val = np.full(ranks, 8 * s, np.float32)
-    _native.call_aot("ms_optim_dgc_apply_multi", [p, idx, val, np.array(0.125, np.float32),
-                                            np.array([ranks, 0, 1], np.int32),
-                                            np.zeros(1, np.float32)])
+    testing.call_kernel("ms_optim_dgc_apply_multi", param=[p], idx=idx, val=val,
+                        lr=np.array(0.125, np.float32), layout=np.array([ranks, 0, 1], np.int32),
+                        done=np.zeros(1, np.float32))
     assert p.view(np.uint16).tolist() == [14335, np.float16(0.25).view(np.uint16)]
 
 
@@ -181,8 +183,8 @@ def test_select_multi_kernel_matches_reference(isa, nesterov, kind):
         g = [_inputs(kind, n, rng) for n in sizes]
         ks = [max(1, int(n * (1 - WARMUP[step + 2]))) for n in sizes]
         idx, val = np.zeros(sum(ks), np.int32), np.zeros(sum(ks), np.float32)
-        _native.call_aot("ms_optim_dgc_select_multi",
-                         u + v + g + [_consts(nesterov), np.array(ks, np.int32), idx, val])
+        testing.call_kernel("ms_optim_dgc_select_multi", u=u, v=v, grad=g,
+                            consts=_consts(nesterov), ks=np.array(ks, np.int32), idx=idx, val=val)
         want = [reference.dgc_select(ru[j], rv[j], g[j], 0.9, ks[j], nesterov)
                 for j in range(len(sizes))]
         np.testing.assert_array_equal(idx, np.concatenate([w[0] for w in want]))
@@ -217,9 +219,9 @@ def test_apply_multi_kernel_matches_reference(isa, ranks, dtype, group_lr):
             idx_all.append(idx)
             val_all.append(val)
     layout = np.array([ranks] + offsets + ks, np.int32)
-    _native.call_aot("ms_optim_dgc_apply_multi", p + [np.concatenate(idx_all),
-                                                      np.concatenate(val_all), lrs, layout,
-                                                      np.zeros(1, np.float32)])
+    testing.call_kernel("ms_optim_dgc_apply_multi", param=p, idx=np.concatenate(idx_all),
+                        val=np.concatenate(val_all), lr=lrs, layout=layout,
+                        done=np.zeros(1, np.float32))
     for j, n in enumerate(sizes):
         lr = lrs[j if group_lr else 0]
         want = (before[j].astype(np.float32) - lr * reference.dgc_aggregate(n, sels[j])).astype(dtype)
@@ -243,8 +245,8 @@ def test_momentum_kernel_matches_reference(isa, nesterov, group_lr):
         g = [rng.standard_normal(n).astype(np.float32) for n in sizes]
         src = [np.zeros(2)] + g[::-1]  # tensor j's gradient at 1 + (len - 1 - j)
         gidx = np.array([len(sizes) - j for j in range(len(sizes))], np.int32)
-        _native.call_aot("ms_optim_dgc_momentum", p + u + src + [lrs, _consts(nesterov), gidx,
-                                                                np.zeros(1, np.float32)])
+        testing.call_kernel("ms_optim_dgc_momentum", param=p, u=u, src=src, lr=lrs,
+                            consts=_consts(nesterov), gidx=gidx, done=np.zeros(1, np.float32))
         for j in range(len(sizes)):
             reference.dgc_momentum(rp[j], ru[j], g[j], lrs[j if group_lr else 0], 0.9, nesterov)
     for j in range(len(sizes)):
@@ -256,75 +258,97 @@ def test_multi_kernels_reject_bad_input():
     x, z1 = np.zeros(10, np.float32), np.zeros(1, np.float32)
     ks = np.array([2], np.int32)
     sel = "ms_optim_dgc_select_multi"
-    with pytest.raises(RuntimeError, match="3K \\+ 4 tensors"):
-        _native.call_aot(sel, [x, x, x, _consts(False), np.zeros(2, np.int32)])
-    with pytest.raises(RuntimeError, match="must be float32"):
-        _native.call_aot(sel, [x, x, np.zeros(10), _consts(False), ks, np.zeros(2, np.int32),
-                               np.zeros(2, np.float32)])
-    with pytest.raises(RuntimeError, match="sizes of tensor 0 differ"):
-        _native.call_aot(sel, [x, np.zeros(9, np.float32), x, _consts(False), ks,
-                               np.zeros(2, np.int32), np.zeros(2, np.float32)])
-    with pytest.raises(RuntimeError, match="outside \\[1, 10\\]"):
-        _native.call_aot(sel, [x, x, x, _consts(False), np.array([11], np.int32),
-                               np.zeros(11, np.int32), np.zeros(11, np.float32)])
-    with pytest.raises(RuntimeError, match="ks sum to 2, the outputs hold 3"):
-        _native.call_aot(sel, [x, x, x, _consts(False), ks, np.zeros(3, np.int32),
-                               np.zeros(3, np.float32)])
-    with pytest.raises(RuntimeError, match="consts"):
-        _native.call_aot(sel, [x, x, x, z1, ks, np.zeros(2, np.int32), np.zeros(2, np.float32)])
+
+    def select(**bad):
+        call = dict(u=[x], v=[x], grad=[x], consts=_consts(False), ks=ks,
+                    idx=np.zeros(2, np.int32), val=np.zeros(2, np.float32))
+        return {**call, **bad}
+
+    rejects(sel, "MSOPT_ERR_ARGS", r"^expected 3K \+ 4 tensors \(u:each v:each grad:each consts "
+            r"ks:count -> idx val\), got 5$",
+            arrays=[x, x, x, _consts(False), np.zeros(2, np.int32)])
+    rejects(sel, "MSOPT_ERR_DTYPE", "^grad0 must be float32, got float64$", slot="grad",
+            **select(grad=[np.zeros(10)]))
+    rejects(sel, "MSOPT_ERR_SIZE", "^v0 has 9 elements, u0 10$", slot="v",
+            **select(v=[np.zeros(9, np.float32)]))
+    rejects(sel, "MSOPT_ERR_VALUE", r"^ks\[0\] = 11 is outside \[1, 10\]$", slot="ks",
+            **select(ks=np.array([11], np.int32), idx=np.zeros(11, np.int32),
+                     val=np.zeros(11, np.float32)))
+    rejects(sel, "MSOPT_ERR_SIZE", "^the ks sum to 2, idx holds 3$", slot="ks",
+            **select(idx=np.zeros(3, np.int32), val=np.zeros(3, np.float32)))
+    rejects(sel, "MSOPT_ERR_SIZE", r"^consts must have 2 element\(s\), got 1$", slot="consts",
+            **select(consts=z1))
     app = "ms_optim_dgc_apply_multi"
     one = np.array([1], np.int32)
-    with pytest.raises(RuntimeError, match="K \\+ 5 tensors"):
-        _native.call_aot(app, [one, np.ones(1, np.float32), z1, np.array([1, 0, 1], np.int32)])
-    with pytest.raises(RuntimeError, match="all float32 or all float16"):
-        _native.call_aot(app, [x, np.zeros(10, np.float16), one, np.ones(1, np.float32), z1,
-                               np.array([1, 0, 0, 1, 0], np.int32), z1])
-    with pytest.raises(RuntimeError, match="all float32 or all float16, got float64"):
-        _native.call_aot(app, [np.zeros(10), one, np.ones(1, np.float32), z1,
-                               np.array([1, 0, 1], np.int32), z1])
-    with pytest.raises(RuntimeError, match="index 10 outside"):
-        _native.call_aot(app, [x, np.array([10], np.int32), np.ones(1, np.float32), z1,
-                               np.array([1, 0, 1], np.int32), z1])
-    with pytest.raises(RuntimeError, match="do not fit"):
-        _native.call_aot(app, [x, np.array([1, 2], np.int32), np.ones(2, np.float32), z1,
-                               np.array([1, 1, 2], np.int32), z1])
-    with pytest.raises(RuntimeError, match="not 2 workers' blocks"):
-        _native.call_aot(app, [x, np.array([1, 2, 3], np.int32), np.ones(3, np.float32), z1,
-                               np.array([2, 0, 1], np.int32), z1])
-    with pytest.raises(RuntimeError, match="lr/layout/done malformed"):
-        _native.call_aot(app, [x, one, np.ones(1, np.float32), np.zeros(3, np.float32),
-                               np.array([1, 0, 1], np.int32), z1])
+
+    def apply(**bad):
+        call = dict(param=[x], idx=one, val=np.ones(1, np.float32), lr=z1,
+                    layout=np.array([1, 0, 1], np.int32), done=z1)
+        return {**call, **bad}
+
+    rejects(app, "MSOPT_ERR_ARGS", r"^expected 1K \+ 5 tensors \(param:each idx val lr layout -> "
+            r"done\), got 4$",
+            arrays=[one, np.ones(1, np.float32), z1, np.array([1, 0, 1], np.int32)])
+    rejects(app, "MSOPT_ERR_DTYPE", "^param1 must be float32, got float16$", slot="param",
+            **apply(param=[x, np.zeros(10, np.float16)],
+                    layout=np.array([1, 0, 0, 1, 0], np.int32)))
+    rejects(app, "MSOPT_ERR_DTYPE", "^param0 must be float32, got float64$", slot="param",
+            **apply(param=[np.zeros(10)]))
+    rejects(app, "MSOPT_ERR_VALUE", r"^param0: index 10 of worker 0 outside \[0, 10\)$",
+            slot="param", **apply(idx=np.array([10], np.int32)))
+    rejects(app, "MSOPT_ERR_VALUE", r"^param0's entries \(offset 1, k 2\) do not fit a block of 2$",
+            slot="param",
+            **apply(idx=np.array([1, 2], np.int32), val=np.ones(2, np.float32),
+                    layout=np.array([1, 1, 2], np.int32)))
+    rejects(app, "MSOPT_ERR_VALUE", r"^layout\[0\] = 2 workers do not divide the 3 entries$",
+            slot="layout", **apply(idx=np.array([1, 2, 3], np.int32), val=np.ones(3, np.float32),
+                                   layout=np.array([2, 0, 1], np.int32)))
+    rejects(app, "MSOPT_ERR_SIZE", r"^lr must have 1 element\(s\), got 3$", slot="lr",
+            **apply(lr=np.zeros(3, np.float32)))
     mom = "ms_optim_dgc_momentum"
     gidx = np.array([0], np.int32)
-    with pytest.raises(RuntimeError, match="2K \\+ M \\+ 4 tensors"):
-        _native.call_aot(mom, [x, x, z1, _consts(False), gidx, z1])
-    with pytest.raises(RuntimeError, match="gidx\\[0\\] = 1 is outside \\[0, 1\\)"):
-        _native.call_aot(mom, [x, x, x, z1, _consts(False), np.array([1], np.int32), z1])
-    with pytest.raises(RuntimeError, match="gradient of tensor 0 must be float32, got float64"):
-        _native.call_aot(mom, [x, x, np.zeros(10), z1, _consts(False), gidx, z1])
-    with pytest.raises(RuntimeError, match="has 9 elements, not 10"):
-        _native.call_aot(mom, [x, x, np.zeros(9, np.float32), z1, _consts(False), gidx, z1])
-    with pytest.raises(RuntimeError, match="param 0 must be float32 or float16, got float64"):
-        _native.call_aot(mom, [np.zeros(10), x, x, z1, _consts(False), gidx, z1])
-    with pytest.raises(RuntimeError, match="lr must be"):
-        _native.call_aot(mom, [x, x, x, np.zeros(2, np.float32), _consts(False), gidx, z1])
-    with pytest.raises(RuntimeError, match="does not fit"):
-        _native.call_aot(mom, [x, x, x, z1, _consts(False), np.zeros(3, np.int32), z1])
+
+    def momentum(**bad):
+        call = dict(param=[x], u=[x], src=[x], lr=z1, consts=_consts(False), gidx=gidx, done=z1)
+        return {**call, **bad}
+
+    rejects(mom, "MSOPT_ERR_ARGS", r"^gidx holds 1 element\(s\), which does not fit 6 tensors "
+            r"\(param:each u:each src:rest lr consts gidx:count -> done\)$", slot="gidx",
+            arrays=[x, x, z1, _consts(False), gidx, z1])
+    rejects(mom, "MSOPT_ERR_VALUE", r"^gidx\[0\] = 1 is outside \[0, 1\)$", slot="gidx",
+            **momentum(gidx=np.array([1], np.int32)))
+    rejects(mom, "MSOPT_ERR_DTYPE", r"^src0 \(the gradient of param0\) must be float32, got "
+            "float64$", slot="src",
+            **momentum(src=[np.zeros(10)]))
+    rejects(mom, "MSOPT_ERR_SIZE", r"^src0 \(the gradient of param0\) has 9 elements, param0 10$",
+            slot="src",
+            **momentum(src=[np.zeros(9, np.float32)]))
+    rejects(mom, "MSOPT_ERR_DTYPE", "^param0 must be float32 or float16, got float64$",
+            slot="param", **momentum(param=[np.zeros(10)]))
+    rejects(mom, "MSOPT_ERR_SIZE", r"^lr must have 1 element\(s\), got 2$", slot="lr",
+            **momentum(lr=np.zeros(2, np.float32)))
+    rejects(mom, "MSOPT_ERR_ARGS", r"^gidx holds 3 element\(s\), which does not fit 7 tensors "
+            r"\(param:each u:each src:rest lr consts gidx:count -> done\)$",
+            slot="gidx", **momentum(gidx=np.zeros(3, np.int32)))
 
 
 def test_replica_check_kernel():
     out = np.zeros(1, np.int32)
     same = np.array([3, 100, 7] * 2, np.int32)
-    _native.call_aot("ms_optim_check_replicas", [same, np.array([3], np.int32), out])
+    testing.call_kernel("ms_optim_check_replicas", signatures=same, width=np.array([3], np.int32),
+                        ok=out)
     assert out[0] == 1
-    with pytest.raises(RuntimeError, match="disagree"):
-        _native.call_aot("ms_optim_check_replicas", [np.array([3, 100, 7, 3, 101, 7], np.int32),
-                                                     np.array([3], np.int32), out])
+    rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA", "^workers disagree on the model$",
+            signatures=np.array([3, 100, 7, 3, 101, 7], np.int32), width=np.array([3], np.int32),
+            ok=out)
 
 
 def test_kernels_reject_bad_input():
     x = np.zeros(10, np.float32)
-    with pytest.raises(RuntimeError, match="k"):
-        _native.call_aot("ms_optim_topk_abs", [x, np.zeros(11, np.int32), np.zeros(11, np.float32)])
-    with pytest.raises(RuntimeError, match="int32"):
-        _native.call_aot("ms_optim_topk_abs", [x, np.zeros(3, np.float32), np.zeros(3, np.float32)])
+    # k is the length of idx and val
+    rejects("ms_optim_topk_abs", "MSOPT_ERR_SIZE",
+            r"^idx holds k = 11 entries, outside \[1, 10\] \(the elements of x\)$", slot="idx",
+            x=x, idx=np.zeros(11, np.int32), val=np.zeros(11, np.float32))
+    rejects("ms_optim_topk_abs", "MSOPT_ERR_DTYPE", "^idx must be int32, got float32$", slot="idx",
+            x=x,
+            idx=np.zeros(3, np.float32), val=np.zeros(3, np.float32))

@@ -80,58 +80,65 @@ def test_ops_are_built_with_every_slot_typed_by_name():
                           inplace=True, rest=1)
 
 
-def _code_and_message(entry, arrays):
+def _code_and_message(entry, call):
     with pytest.raises(RuntimeError) as err:
-        testing.call_kernel(entry, arrays=arrays)
+        testing.call_kernel(entry, **call)
     text = str(err.value)
     code = int(text.split("failed with code ")[1].split(":")[0])
     return capi.ERROR_NAMES[code], text
 
 
 def _apply_call(idx, layout):
-    """ms_optim_dgc_apply_multi on one float32[10] parameter."""
-    return [_f32(10), np.asarray(idx, np.int32), np.ones(len(idx), np.float32),
-            np.float32([1.0]), np.asarray(layout, np.int32), _f32(1)]
+    """ms_optim_dgc_apply_multi on one float32[10] parameter, by slot name."""
+    return dict(param=[_f32(10)], idx=np.asarray(idx, np.int32),
+                val=np.ones(len(idx), np.float32), lr=np.float32([1.0]),
+                layout=np.asarray(layout, np.int32), done=_f32(1))
 
 
-@pytest.mark.parametrize("entry, arrays, code, message", [
-    ("ms_optim_sumsq", [_f32(1)], "MSOPT_ERR_ARGS",
+def _select_call(ks, k_total):
+    """ms_optim_dgc_select_multi on one float32[4] tensor, by slot name."""
+    return dict(u=[_f32(4)], v=[_f32(4)], grad=[_f32(4)], consts=_f32(2),
+                ks=np.array(ks, np.int32), idx=np.zeros(k_total, np.int32), val=_f32(k_total))
+
+
+# `call`: the tensors by slot name, or the flat list (arrays=) for a malformed tensor count
+@pytest.mark.parametrize("entry, call, code, message", [
+    ("ms_optim_sumsq", dict(arrays=[_f32(1)]), "MSOPT_ERR_ARGS",
      r"expected 1K \+ 1 tensors \(grad:each -> sumsq\), got 1"),
-    ("ms_optim_topk_abs", [_f32(4), np.zeros(2, np.int32)], "MSOPT_ERR_ARGS",
+    ("ms_optim_topk_abs", dict(arrays=[_f32(4), np.zeros(2, np.int32)]), "MSOPT_ERR_ARGS",
      r"expected 0 \+ 3 tensors \(x -> idx val\), got 2"),
-    ("ms_optim_sumsq", [np.zeros(3), _f32(1)], "MSOPT_ERR_DTYPE",
+    ("ms_optim_sumsq", dict(grad=[np.zeros(3)], sumsq=_f32(1)), "MSOPT_ERR_DTYPE",
      "grad0 must be float32, got float64"),
-    ("ms_optim_sumsq", [_f32(3), _f32(2)], "MSOPT_ERR_SIZE",
+    ("ms_optim_sumsq", dict(grad=[_f32(3)], sumsq=_f32(2)), "MSOPT_ERR_SIZE",
      r"sumsq must have 1 element\(s\), got 2"),
-    ("ms_optim_topk_abs", [_f32(4), np.zeros(2, np.int32), _f32(3)], "MSOPT_ERR_SIZE",
-     "idx and val must have the same length, got 2 and 3"),
+    ("ms_optim_topk_abs", dict(x=_f32(4), idx=np.zeros(2, np.int32), val=_f32(3)),
+     "MSOPT_ERR_SIZE", "idx and val must have the same length, got 2 and 3"),
     ("ms_optim_dgc_apply_multi", _apply_call([3, 10], [1, 0, 2]), "MSOPT_ERR_VALUE",
      r"param0: index 10 of worker 0 outside \[0, 10\)"),
     ("ms_optim_dgc_apply_multi", _apply_call([3, 4], [3, 0, 2]), "MSOPT_ERR_VALUE",
      "layout.0. = 3 workers do not divide the 2 entries"),
     ("ms_optim_dgc_apply_multi", _apply_call([3, 4], [1, 0, 2, 5]), "MSOPT_ERR_SIZE",
      "layout must have 1 . 2K = 3 elements, got 4"),
-    ("ms_optim_dgc_select_multi", [_f32(4), _f32(4), _f32(4), _f32(2),
-                                   np.array([5], np.int32), np.zeros(5, np.int32), _f32(5)],
-     "MSOPT_ERR_VALUE", r"ks\[0\] = 5 is outside \[1, 4\]"),
-    ("ms_optim_dgc_select_multi", [_f32(4), _f32(4), _f32(4), _f32(2),
-                                   np.array([1, 1], np.int32), np.zeros(1, np.int32), _f32(1)],
-     "MSOPT_ERR_SIZE", "ks must have 1 elements .one per parameter., got 2"),
-    ("ms_optim_dgc_momentum", [_f32(4), _f32(4), _f32(4), np.float32([1.0]), _f32(2),
-                               np.array([1], np.int32), _f32(1)],
+    ("ms_optim_dgc_select_multi", _select_call([5], 5), "MSOPT_ERR_VALUE",
+     r"ks\[0\] = 5 is outside \[1, 4\]"),
+    ("ms_optim_dgc_select_multi", _select_call([1, 1], 1), "MSOPT_ERR_SIZE",
+     "ks must have 1 elements .one per parameter., got 2"),
+    ("ms_optim_dgc_momentum", dict(param=[_f32(4)], u=[_f32(4)], src=[_f32(4)],
+                                   lr=np.float32([1.0]), consts=_f32(2),
+                                   gidx=np.array([1], np.int32), done=_f32(1)),
      "MSOPT_ERR_VALUE", r"gidx\[0\] = 1 is outside \[0, 1\)"),
-    ("ms_optim_dgc_momentum", [_f32(4), _f32(4), np.float32([1.0]), _f32(2),
-                               np.array([0, 0, 0], np.int32), _f32(1)],
-     "MSOPT_ERR_ARGS", "gidx holds 3 elements, which does not fit 6 tensors"),
-    ("ms_optim_check_replicas", [np.array([1, 2, 1, 3], np.int32), np.array([2], np.int32),
-                                 np.zeros(1, np.int32)],
+    ("ms_optim_dgc_momentum", dict(arrays=[_f32(4), _f32(4), np.float32([1.0]), _f32(2),
+                                           np.array([0, 0, 0], np.int32), _f32(1)]),
+     "MSOPT_ERR_ARGS", r"gidx holds 3 element\(s\), which does not fit 6 tensors"),
+    ("ms_optim_check_replicas", dict(signatures=np.array([1, 2, 1, 3], np.int32),
+                                     width=np.array([2], np.int32), ok=np.zeros(1, np.int32)),
      "MSOPT_ERR_REPLICA", "workers disagree on the model"),
-    ("ms_optim_check_replicas", [np.array([1, 2, 1], np.int32), np.array([2], np.int32),
-                                 np.zeros(1, np.int32)],
+    ("ms_optim_check_replicas", dict(signatures=np.array([1, 2, 1], np.int32),
+                                     width=np.array([2], np.int32), ok=np.zeros(1, np.int32)),
      "MSOPT_ERR_VALUE", "3 signature values are not rows of width 2"),
 ])
-def test_each_check_has_its_own_code_and_message(entry, arrays, code, message, capfd):
-    got_code, text = _code_and_message(entry, arrays)
+def test_each_check_has_its_own_code_and_message(entry, call, code, message, capfd):
+    got_code, text = _code_and_message(entry, call)
     assert got_code == code, text
     assert re.search(message, text), text
     native = ms_optim.last_native_error()

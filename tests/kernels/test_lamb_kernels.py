@@ -3,19 +3,21 @@ reference (Paddle's rule), per ISA."""
 import numpy as np
 import pytest
 
-from ms_optim import _native, kernels, reference
+from ms_optim import kernels, reference, testing
+from tests.kernels.errors import rejects
 from tests.sizes import SIZE_PARAMS, SIZES
 
 INF = np.float32(np.inf)
 
 
 def _kernel_consts(t, clip_norm=0.0, lo=-INF, hi=INF, always_adapt=False):
-    """The kernel's last two inputs, built by name as the optimizer builds them:
-    [powers (beta1^t, beta2^t), consts]."""
+    """The kernel's slots powers (beta1^t, beta2^t) and consts, consts built by field name as
+    the optimizer builds them."""
     powers = np.array([np.float32(0.9) ** t, np.float32(0.999) ** t], np.float32)
-    return [powers, kernels.consts_array("lamb", beta1=0.9, beta2=0.999, eps=1e-6,
-                                         clip_norm=clip_norm, clip_lo=lo, clip_hi=hi,
-                                         always_adapt=always_adapt)]
+    return dict(powers=powers,
+                consts=kernels.consts_array("lamb", beta1=0.9, beta2=0.999, eps=1e-6,
+                                            clip_norm=clip_norm, clip_lo=lo, clip_hi=hi,
+                                            always_adapt=always_adapt))
 
 
 KERNEL_CASES = {
@@ -42,10 +44,11 @@ def test_kernel_matches_reference(isa, n, case):
                                 c.get("always_adapt", False))
         ratio = np.zeros(1, np.float32)
         lr = np.float32(0.01 * t)
-        _native.call_aot("ms_optim_lamb", [p, m, v, g, np.array(lr), np.array(c["wd"], np.float32),
-                                           np.array(c.get("grad_scale", 1.0), np.float32)]
-                         + consts + [ratio])
-        powers = consts[0]
+        testing.call_kernel("ms_optim_lamb", param=[p], m=[m], v=[v], grad=[g], lr=np.array(lr),
+                            wd=np.array(c["wd"], np.float32),
+                            gscale=np.array(c.get("grad_scale", 1.0), np.float32), **consts,
+                            ratios=ratio)
+        powers = consts["powers"]
         want = reference.lamb_step(rp, rm, rv, g, lr, 0.9, 0.999, 1e-6, powers[0], powers[1],
                                    c["wd"], c.get("always_adapt", False),
                                    grad_scale=c.get("grad_scale", 1.0),
@@ -74,9 +77,10 @@ def _multi_step(tensors, lr, wd, t, gscale=1.0, **clip):
     consts = _kernel_consts(t, clip.get("clip_norm", 0.0), clip.get("lo", -INF),
                             clip.get("hi", INF), clip.get("always_adapt", False))
     ratios = np.zeros(k, np.float32)
-    _native.call_aot("ms_optim_lamb", [x[j] for j in range(4) for x in tensors]
-                     + [np.asarray(lr, np.float32), np.asarray(wd, np.float32),
-                        np.array(gscale, np.float32)] + consts + [ratios])
+    testing.call_kernel("ms_optim_lamb", param=[x[0] for x in tensors], m=[x[1] for x in tensors],
+                        v=[x[2] for x in tensors], grad=[x[3] for x in tensors],
+                        lr=np.asarray(lr, np.float32), wd=np.asarray(wd, np.float32),
+                        gscale=np.array(gscale, np.float32), **consts, ratios=ratios)
     return ratios
 
 
@@ -129,37 +133,46 @@ def test_multi_tensor_kernel_shared_lr_and_wd_equal_per_tensor_values():
         np.testing.assert_array_equal(a[0], b[0])
 
 
-def _two_tensor_args():
-    """Valid arguments of a two-tensor call: p0 p1 m0 m1 v0 v1 g0 g1 lr wd gscale powers consts
-    out."""
-    return ([np.ones(5, np.float32) for _ in range(8)]
-            + [np.ones(2, np.float32), np.ones(1, np.float32), np.ones((), np.float32),
-               *_kernel_consts(1), np.zeros(2, np.float32)])
+def _two_tensor_call():
+    """The tensors of a valid two-tensor call, by slot name: parameters of 5 elements."""
+    return dict(param=[np.ones(5, np.float32) for _ in range(2)],
+                m=[np.ones(5, np.float32) for _ in range(2)],
+                v=[np.ones(5, np.float32) for _ in range(2)],
+                grad=[np.ones(5, np.float32) for _ in range(2)], lr=np.ones(2, np.float32),
+                wd=np.ones(1, np.float32), gscale=np.ones((), np.float32), **_kernel_consts(1),
+                ratios=np.zeros(2, np.float32))
 
 
-BAD_MULTI_ARGS = [  # (argument index, replacement, message)
-    (3, np.ones(4, np.float32), r"argument 3 has 4 elements, its param \(argument 1\) 5"),
-    (8, np.ones(3, np.float32), "lr must have 1 or 2 elements, got 3"),
-    (9, np.ones(3, np.float32), "wd must have 1 or 2 elements, got 3"),
-    (13, np.zeros(1, np.float32), r"output must be float32\[2\]"),
-    (11, np.ones(3, np.float32), r"powers must be float32\[2\]"),
-    (12, np.ones(9, np.float32), r"consts must be float32\[7\]"),
-    (5, np.ones(5, np.float64), "argument 5 must be float32, got float64"),
+BAD_MULTI_ARGS = [  # (slot, tensor of the slot or None, replacement, code, message)
+    ("m", 1, np.ones(4, np.float32), "MSOPT_ERR_SIZE", "^m1 has 4 elements, param1 5$"),
+    ("lr", None, np.ones(3, np.float32), "MSOPT_ERR_SIZE", "^lr must have 1 or 2 elements, got 3$"),
+    ("wd", None, np.ones(3, np.float32), "MSOPT_ERR_SIZE", "^wd must have 1 or 2 elements, got 3$"),
+    ("ratios", None, np.zeros(1, np.float32), "MSOPT_ERR_SIZE",
+     r"^ratios must have 2 element\(s\), got 1$"),
+    ("powers", None, np.ones(3, np.float32), "MSOPT_ERR_SIZE",
+     r"^powers must have 2 element\(s\), got 3$"),
+    ("consts", None, np.ones(9, np.float32), "MSOPT_ERR_SIZE",
+     r"^consts must have 7 element\(s\), got 9$"),
+    ("v", 1, np.ones(5, np.float64), "MSOPT_ERR_DTYPE", "^v1 must be float32, got float64$"),
 ]
 
 
-@pytest.mark.parametrize("index,bad,message", BAD_MULTI_ARGS)
-def test_multi_tensor_kernel_rejects_bad_arguments(index, bad, message):
-    _native.call_aot("ms_optim_lamb", _two_tensor_args())
-    args = _two_tensor_args()
-    args[index] = bad
-    with pytest.raises(RuntimeError, match=message):
-        _native.call_aot("ms_optim_lamb", args)
+@pytest.mark.parametrize("slot,index,bad,code,message", BAD_MULTI_ARGS)
+def test_multi_tensor_kernel_rejects_bad_arguments(slot, index, bad, code, message):
+    testing.call_kernel("ms_optim_lamb", **_two_tensor_call())
+    call = _two_tensor_call()
+    if index is None:
+        call[slot] = bad
+    else:
+        call[slot][index] = bad
+    rejects("ms_optim_lamb", code, message, slot=slot, **call)
 
 
 def test_multi_tensor_kernel_rejects_a_bad_argument_count():
-    with pytest.raises(RuntimeError, match=r"expected 4K \+ 6 tensors, got 13"):
-        _native.call_aot("ms_optim_lamb", _two_tensor_args()[:-1])
+    args = kernels.arrange_arrays("ms_optim_lamb", **_two_tensor_call())
+    rejects("ms_optim_lamb", "MSOPT_ERR_ARGS",
+            r"^expected 4K \+ 6 tensors \(param:each m:each v:each grad:each lr wd gscale powers "
+            r"consts -> ratios\), got 13$", arrays=args[:-1])
 
 
 def test_sumsq_kernel():
@@ -167,16 +180,18 @@ def test_sumsq_kernel():
     xs = [np.random.default_rng(n).standard_normal(n).astype(np.float32) for n in SIZES]
     for inputs in [[x] for x in xs] + [xs]:
         out = np.zeros(1, np.float32)
-        _native.call_aot("ms_optim_sumsq", inputs + [out])
+        testing.call_kernel("ms_optim_sumsq", grad=inputs, sumsq=out)
         want = sum(np.sum(x.astype(np.float64) ** 2) for x in inputs)
         np.testing.assert_allclose(out[0], want, rtol=1e-6)
 
 
-@pytest.mark.parametrize("arrays, message", [
-    ([np.zeros(1, np.float32)], "expected K inputs and 1 output"),
-    ([np.ones(3, np.float64), np.zeros(1, np.float32)], "argument 0 must be float32"),
-    ([np.ones(3, np.float32), np.zeros(2, np.float32)], r"output must be float32\[1\]"),
+@pytest.mark.parametrize("call, code, slot, message", [
+    (dict(arrays=[np.zeros(1, np.float32)]), "MSOPT_ERR_ARGS", None,
+     r"^expected 1K \+ 1 tensors \(grad:each -> sumsq\), got 1$"),
+    (dict(grad=[np.ones(3, np.float64)], sumsq=np.zeros(1, np.float32)), "MSOPT_ERR_DTYPE", "grad",
+     "^grad0 must be float32, got float64$"),
+    (dict(grad=[np.ones(3, np.float32)], sumsq=np.zeros(2, np.float32)), "MSOPT_ERR_SIZE", "sumsq",
+     r"^sumsq must have 1 element\(s\), got 2$"),
 ])
-def test_sumsq_kernel_rejects_bad_arguments(arrays, message):
-    with pytest.raises(RuntimeError, match=message):
-        _native.call_aot("ms_optim_sumsq", arrays)
+def test_sumsq_kernel_rejects_bad_arguments(call, code, slot, message):
+    rejects("ms_optim_sumsq", code, message, slot=slot, **call)

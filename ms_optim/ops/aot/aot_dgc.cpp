@@ -34,6 +34,9 @@ int topk_abs_body(const AotCall &c) {
   using S = sig::ms_optim_topk_abs;
   MSOPT_TRY(c.require_dtype(S::x, "float32"));
   MSOPT_TRY(check_outputs(c, S::idx, S::val));
+  MSOPT_CHECK(c, c.numel(S::idx) >= 1 && c.numel(S::idx) <= c.numel(S::x), kErrSize,
+              "idx holds k = %lld entries, outside [1, %lld] (the elements of x)",
+              static_cast<long long>(c.numel(S::idx)), static_cast<long long>(c.numel(S::x)));
   const ParallelSection section(c.numel(S::x));
   return topk_abs(c.ptr<float>(S::x), c.numel(S::x), c.numel(S::idx), c.ptr<int32_t>(S::idx),
                   c.ptr<float>(S::val));
@@ -389,8 +392,8 @@ uint64_t digest_bytes(const unsigned char *data, int64_t bytes, uint64_t salt) {
 // parameters to skip broadcasting a model they already share.
 int digest_body(const AotCall &c) {
   using S = sig::ms_optim_digest;
-  MSOPT_CHECK(c, c.is(S::digest, "int32") && c.numel(S::digest) == 2, kErrSize,
-              "digest must be int32[2], got %s with %lld elements", c.dtype(S::digest),
+  MSOPT_TRY(c.require_dtype(S::digest, "int32"));
+  MSOPT_CHECK(c, c.numel(S::digest) == 2, kErrSize, "digest must have 2 element(s), got %lld",
               static_cast<long long>(c.numel(S::digest)));
   int64_t total = 0;
   for (int i = 0; i < c.K(); ++i) {

@@ -73,7 +73,7 @@ int AotCall::bind() {
                   describe(spec_, slots_).c_str(), n);
     const int64_t k = a.numel(at);
     if (k < 1 || k > n || each * k + single + 1 > n)
-      return fail(kErrArgs, "%s holds %lld elements, which does not fit %d tensors (%s)",
+      return fail(kErrArgs, "%s holds %lld element(s), which does not fit %d tensors (%s)",
                   spec_[counter].name, static_cast<long long>(k), n,
                   describe(spec_, slots_).c_str());
     k_ = static_cast<int>(k);
