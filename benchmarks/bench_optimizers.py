@@ -54,7 +54,7 @@ import ms_optim
 from benchmarks.kernel_alone_dgc import dgc_kernel_alone_step
 from benchmarks.layouts import LAYOUTS, layout_sizes
 from examples.common.cli import parameter_count
-from ms_optim import kernels
+from ms_optim import aot
 from ms_optim.testing import prepare_kernel
 
 # (name, factory(params) -> optimizer). One line per optimizer; the factory
@@ -141,7 +141,7 @@ def thread_count():
 
 def _powers():
     """The beta powers input of the kernels alone (step 1 of beta1 0.9, beta2 0.999)."""
-    return kernels.consts_array("powers", beta1_power=0.9, beta2_power=0.999)
+    return aot.consts_array("powers", beta1_power=0.9, beta2_power=0.999)
 
 
 def _state_buffers(sizes, seed):
@@ -155,19 +155,19 @@ def _adam_alone(sizes, grads, moment_dtype="float32"):
     """ms_optim.AdamOffload's kernel on its own buffers: one multi-tensor call per bucket, with
     its moments stored as `moment_dtype` (zero moments; int8: zero scales too)."""
     p, _, _ = _state_buffers(sizes, seed=7)
-    mt, vt, scaled = kernels.moment_storage(moment_dtype)
+    mt, vt, scaled = aot.moment_storage(moment_dtype)
     mnp, vnp = (ops.zeros(1, t).asnumpy().dtype for t in (mt, vt))  # numpy's view of each
     m, v = [np.zeros(n, mnp) for n in sizes], [np.zeros(n, vnp) for n in sizes]
     if scaled:
-        blocks = [-(-n // kernels.q8_block()) for n in sizes]
+        blocks = [-(-n // aot.q8_block()) for n in sizes]
         m_scale, v_scale = ([np.zeros(b, np.float32) for b in blocks] for _ in range(2))
     hyper = dict(lr=np.float32([1e-3]), wd=np.zeros(1, np.float32), powers=_powers(),
-                 consts=kernels.consts_array("adam", beta1=0.9, beta2=0.999, eps=1e-8,
+                 consts=aot.consts_array("adam", beta1=0.9, beta2=0.999, eps=1e-8,
                                              inv_scale=1.0, nesterov=False))
     calls = []
-    for lo, hi in kernels.buckets([0] * len(sizes)):
+    for lo, hi in aot.buckets([0] * len(sizes)):
         scale_slots = dict(m_scale=m_scale[lo:hi], v_scale=v_scale[lo:hi]) if scaled else {}
-        calls.append(prepare_kernel(kernels.adam_entry(False, scaled), param=p[lo:hi],
+        calls.append(prepare_kernel(aot.adam_entry(False, scaled), param=p[lo:hi],
                                     m=m[lo:hi], v=v[lo:hi], grad=grads[lo:hi],
                                     done=np.zeros(1, np.float32), **scale_slots, **hyper))
     return lambda: [c() for c in calls]
@@ -177,9 +177,9 @@ def _lamb_alone(sizes, grads):
     """ms_optim.Lamb's kernel (weight decay 0.01: the trust-ratio path) on its own buffers."""
     p, m, v = _state_buffers(sizes, seed=8)
     calls = []
-    consts = kernels.consts_array("lamb", beta1=0.9, beta2=0.999, eps=1e-6, clip_norm=0.0,
+    consts = aot.consts_array("lamb", beta1=0.9, beta2=0.999, eps=1e-6, clip_norm=0.0,
                                   clip_lo=-np.inf, clip_hi=np.inf, always_adapt=False)
-    for lo, hi in kernels.buckets([0] * len(sizes)):
+    for lo, hi in aot.buckets([0] * len(sizes)):
         calls.append(prepare_kernel(
             "ms_optim_lamb", param=p[lo:hi], m=m[lo:hi], v=v[lo:hi], grad=grads[lo:hi],
             lr=np.float32([1e-3]), wd=np.float32([0.01]), gscale=np.float32([1.0]),
@@ -299,7 +299,7 @@ def bench_size(entries, sizes, grads, n, warmup, steps, seed):
 class _NativeTopk(nn.Cell):
     def __init__(self, k):
         super().__init__()
-        self.op = kernels.topk_abs_op(k)
+        self.op = aot.topk_abs_op(k)
 
     def construct(self, x):
         return self.op(x)

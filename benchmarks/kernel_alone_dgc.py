@@ -19,7 +19,7 @@ import numpy as np
 
 from benchmarks.layouts import resnet50_sizes
 from examples.common.cli import positive_int
-from ms_optim import dgc_plan, kernels
+from ms_optim import dgc_plan, aot
 from ms_optim.testing import call_kernel, prepare_kernel
 
 SPARSITY = 0.999
@@ -40,12 +40,12 @@ def _step_calls(sizes, seed, grads=None):
     comp, dense = plan.comp_ids, plan.dense_ids
     v = [np.zeros(sizes[i], np.float32) for i in comp]
     ks = plan.stage_k[0]
-    consts = kernels.consts_array("dgc", momentum=MOMENTUM, nesterov=False)
+    consts = aot.consts_array("dgc", momentum=MOMENTUM, nesterov=False)
     lr = np.array([LR], np.float32)
     calls = []
     idx = np.zeros(plan.block[0], np.int32)
     val = np.zeros(plan.block[0], np.float32)
-    for lo, hi in kernels.buckets((0,) * len(comp)):
+    for lo, hi in aot.buckets((0,) * len(comp)):
         ids = comp[lo:hi]
         off = plan.stage_offsets[0][lo]
         width = sum(ks[lo:hi])
@@ -53,13 +53,13 @@ def _step_calls(sizes, seed, grads=None):
             u=[u[i] for i in ids], v=v[lo:hi], grad=[grads[i] for i in ids], consts=consts,
             ks=np.array(ks[lo:hi], np.int32), idx=idx[off:off + width],
             val=val[off:off + width])))
-    for lo, hi in kernels.buckets((0,) * len(comp)):
+    for lo, hi in aot.buckets((0,) * len(comp)):
         ids = comp[lo:hi]
         layout = np.array((1,) + plan.stage_offsets[0][lo:hi] + ks[lo:hi], np.int32)
         calls.append(("ms_optim_dgc_apply_multi", dict(
             param=[params[i] for i in ids], idx=idx, val=val, lr=lr, layout=layout,
             done=np.zeros(1, np.float32))))
-    for lo, hi in kernels.buckets((0,) * len(dense)):
+    for lo, hi in aot.buckets((0,) * len(dense)):
         ids = dense[lo:hi]
         calls.append(("ms_optim_dgc_momentum", dict(
             param=[params[i] for i in ids], u=[u[i] for i in ids], src=grads, lr=lr,

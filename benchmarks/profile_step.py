@@ -36,7 +36,7 @@ from mindspore.ops import CustomRegOp, DataType
 
 import ms_optim
 from benchmarks.layouts import layout_sizes
-from ms_optim import kernels
+from ms_optim import aot
 from ms_optim.testing import advance_beta_powers, override_kernel, prepare_kernel
 
 _PROBE = r"""
@@ -239,8 +239,8 @@ def main(argv=None):
     bufs = [[(rng.standard_normal(s) * (j != 1 and j != 2)).astype(np.float32) for s in sizes]
             for j in range(4)]  # p, m = 0, v = 0, g
     hyper = dict(lr=np.array([1e-3], np.float32), wd=np.array([0.0], np.float32),
-                 powers=kernels.consts_array("powers", beta1_power=0.9, beta2_power=0.999),
-                 consts=kernels.consts_array("adam", beta1=0.9, beta2=0.999, eps=1e-8,
+                 powers=aot.consts_array("powers", beta1_power=0.9, beta2_power=0.999),
+                 consts=aot.consts_array("adam", beta1=0.9, beta2=0.999, eps=1e-8,
                                              inv_scale=1.0, nesterov=0),
                  done=np.zeros(1, np.float32))
 

@@ -6,7 +6,7 @@ from mindspore.common.initializer import initializer
 from mindspore.graph.api import jit
 from mindspore.ops import functional as F
 
-from . import _checks, kernels
+from . import _checks, aot
 from ._api import OptimizerAPI
 from ._state import BetaPowers
 from ._step import StepSkeleton, resolve_impl
@@ -165,7 +165,7 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         _checks.check_bool(cls, "use_locking", use_locking)
         _checks.check_bool(cls, "use_nesterov", use_nesterov)
         _checks.check_bool(cls, "adamw", adamw)
-        _checks.check_choice(cls, "moment_dtype", moment_dtype, kernels.MOMENT_DTYPES)
+        _checks.check_choice(cls, "moment_dtype", moment_dtype, aot.MOMENT_DTYPES)
         _checks.check_weight_decay(cls, weight_decay)
         loss_scale = _checks.check_loss_scale(cls, loss_scale)
         impl = resolve_impl(cls, impl, ("native", "delta"), "delta")
@@ -190,25 +190,25 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         fields = dict(beta1=beta1, beta2=beta2, eps=eps,
                       inv_scale=1.0 / loss_scale if impl == "native" else 1.0,
                       nesterov=use_nesterov)
-        self.consts = (kernels.consts("adam_ext", decoupled=1, **fields) if adamw
-                       else kernels.consts("adam", **fields))
+        self.consts = (aot.consts("adam_ext", decoupled=1, **fields) if adamw
+                       else aot.consts("adam", **fields))
         # AdamW's decay is not scaled by the loss scale (nn.Optimizer stores wd * loss_scale)
         self.inv_loss_scale = 1.0 / loss_scale
-        m_dtype, v_dtype, self.scaled = kernels.moment_storage(moment_dtype)
+        m_dtype, v_dtype, self.scaled = aot.moment_storage(moment_dtype)
         self.moment1 = self._host_state("moment1", m_dtype)
         self.moment2 = self._host_state("moment2", v_dtype)
         if self.scaled:
-            block = kernels.q8_block()
+            block = aot.q8_block()
             self.moment1_scale = self._host_state("moment1_scale", mstype.float32, block)
             self.moment2_scale = self._host_state("moment2_scale", mstype.float32, block)
         else:
             self.moment1_scale = self.moment2_scale = ParameterTuple(())
         self.concat = ops.Concat()
-        self.buckets = kernels.buckets([p.dtype for p in self._parameters])
-        self.adam_ops = tuple(kernels.adam_op(hi - lo, self._parameters[lo].dtype, impl == "delta",
+        self.buckets = aot.buckets([p.dtype for p in self._parameters])
+        self.adam_ops = tuple(aot.adam_op(hi - lo, self._parameters[lo].dtype, impl == "delta",
                                               moment_dtype)
                               for lo, hi in self.buckets)
-        self.adam_order = kernels.call_order(kernels.adam_entry(impl == "delta", self.scaled))
+        self.adam_order = aot.call_order(aot.adam_entry(impl == "delta", self.scaled))
         # weight decay per parameter: MindSpore's decay flags (no groups: parameters named
         # beta/gamma are not decayed) as a 0/1 mask per bucket, None where all or none decay
         flags = tuple(f and self.exec_weight_decay for f in self.decay_flags)
@@ -255,7 +255,7 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
             m, v = self.moment1[lo:hi], self.moment2[lo:hi]
             m_scale, v_scale = self.moment1_scale[lo:hi], self.moment2_scale[lo:hi]
             if self.impl == "delta":
-                deltas = self.adam_ops[b](*kernels.arrange(
+                deltas = self.adam_ops[b](*aot.arrange(
                     self.adam_order, m=m, v=v, m_scale=m_scale, v_scale=v_scale,
                     grad=gradients[lo:hi], lr=lr_b, powers=powers, consts=self.consts))
                 if hi - lo == 1:
@@ -274,7 +274,7 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
                         wd_b = wd_b * self.decay_masks[b]
                 if self.adamw:
                     wd_b = wd_b * self.inv_loss_scale
-                done = F.depend(done, self.adam_ops[b](*kernels.arrange(
+                done = F.depend(done, self.adam_ops[b](*aot.arrange(
                     self.adam_order, param=params[lo:hi], m=m, v=v, m_scale=m_scale,
                     v_scale=v_scale, grad=gradients[lo:hi], lr=lr_b, wd=wd_b, powers=powers,
                     consts=self.consts)))

@@ -6,7 +6,7 @@ from mindspore.graph.api import jit
 from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
-from . import _checks, kernels
+from . import _checks, aot
 from ._api import OptimizerAPI
 from ._state import BetaPowers
 from ._step import StepSkeleton, resolve_impl
@@ -238,13 +238,13 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
             clip_norm = grad_clip.clip_norm if isinstance(grad_clip, ClipGradByNorm) else 0.0
             lo, hi = ((grad_clip.min, grad_clip.max) if isinstance(grad_clip, ClipGradByValue)
                       else (-np.inf, np.inf))
-            self.consts = kernels.consts("lamb", beta1=beta1, beta2=beta2, eps=epsilon,
+            self.consts = aot.consts("lamb", beta1=beta1, beta2=beta2, eps=epsilon,
                                          clip_norm=clip_norm, clip_lo=lo, clip_hi=hi,
                                          always_adapt=always_adapt)
             self._init_native_buckets()
 
     def _init_native_buckets(self):
-        """One multi-tensor kernel per bucket of up to kernels.MAX_TENSORS parameters.
+        """One multi-tensor kernel per bucket of up to aot.MAX_TENSORS parameters.
 
         Each bucket is one MindSpore op that steps all its parameters (a kernel
         launch per parameter costs more than a small parameter's update).
@@ -252,21 +252,21 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         weight-decay mask of its parameters (None when all of them decay) and,
         with a global-norm clip, the op summing the squares of its gradients.
         """
-        self.buckets = kernels.buckets([p.dtype for p in self._parameters])
+        self.buckets = aot.buckets([p.dtype for p in self._parameters])
         ops_, masks, sumsq_ops = [], [], []
         for b, (lo, hi) in enumerate(self.buckets):
-            op = kernels.lamb_op(hi - lo)
+            op = aot.lamb_op(hi - lo)
             op.add_prim_attr("ms_optim_bucket", b)
             ops_.append(op)
             flags = self.lamb_decay_flags[lo:hi]
             masks.append(None if all(flags) else Tensor(np.array(flags, np.float32)))
             if self.global_clip:
-                sumsq = kernels.sumsq_op(hi - lo)
+                sumsq = aot.sumsq_op(hi - lo)
                 sumsq.add_prim_attr("ms_optim_bucket", b)
                 sumsq_ops.append(sumsq)
         self.lamb_ops = tuple(ops_)
-        self.lamb_order = kernels.call_order("ms_optim_lamb")
-        self.sumsq_order = kernels.call_order("ms_optim_sumsq")
+        self.lamb_order = aot.call_order("ms_optim_lamb")
+        self.sumsq_order = aot.call_order("ms_optim_sumsq")
         self.decay_masks = tuple(masks)
         self.sumsq_ops = tuple(sumsq_ops)
 
@@ -287,7 +287,7 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
                 # one multi-tensor op per bucket sums the squares of all its gradients
                 sq_norms = ()
                 for b, (lo, hi) in enumerate(self.buckets):
-                    sq_norms = sq_norms + (self.sumsq_ops[b](*kernels.arrange(
+                    sq_norms = sq_norms + (self.sumsq_ops[b](*aot.arrange(
                         self.sumsq_order, grad=gradients[lo:hi])),)
                 # the squared norms are of the loss-scaled gradients
                 grad_scale = self.inv_scale * self.grad_clip.factor(sq_norms, self.inv_scale)
@@ -308,7 +308,7 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
             wd_b = self.per_tensor(weight_decay, lo, hi, self.is_group)
             if self.decay_masks[b] is not None:
                 wd_b = wd_b * self.decay_masks[b]
-            args = kernels.arrange(self.lamb_order, param=params[lo:hi], m=self.moment1[lo:hi],
+            args = aot.arrange(self.lamb_order, param=params[lo:hi], m=self.moment1[lo:hi],
                                    v=self.moment2[lo:hi], grad=gradients[lo:hi], lr=lr_b,
                                    wd=wd_b, gscale=grad_scale, powers=powers, consts=self.consts)
             ratios = ratios + (self.lamb_ops[b](*args),)

@@ -19,13 +19,13 @@ times on their own:
 The kernel entries are those of ``kernel_names()``.  Their tensors are given by
 slot name, as the library declares them (``kernel_signature``): numpy arrays,
 C-contiguous, a list of arrays for a slot of one tensor per parameter, of the
-shapes and dtypes the kernel's op takes (ms_optim/kernels.py builds those ops);
+shapes and dtypes the kernel's op takes (ms_optim/aot.py builds those ops);
 the kernel writes its outputs, and its in-place inputs, into them.  A test of
 argument checking may instead pass the flat list itself (``arrays=``).
 """
 import contextlib
 
-from . import _native, kernels
+from . import _native, aot
 
 __all__ = ["advance_beta_powers", "call_kernel", "kernel_names", "kernel_signature",
            "override_kernel", "prepare_kernel", "select_isa"]
@@ -41,13 +41,13 @@ def kernel_signature(entry):
     """The slots of native kernel `entry` in call order: ``(name, arity, output)`` tuples,
     arity ``"one"``, ``"each"`` (one tensor per parameter), ``"count"`` (one tensor of one
     element per parameter) or ``"rest"``."""
-    return kernels.signature(entry)
+    return aot.signature(entry)
 
 
 def _arrays(entry, arrays, tensors):
     if (arrays is None) == (not tensors):
         raise TypeError("give the kernel's tensors by slot name, or the flat list as arrays=")
-    return arrays if arrays is not None else kernels.arrange_arrays(entry, **tensors)
+    return arrays if arrays is not None else aot.arrange_arrays(entry, **tensors)
 
 
 def call_kernel(entry, arrays=None, **tensors):

@@ -30,7 +30,7 @@ from mindspore import dtype as mstype
 from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
-from .. import kernels
+from .. import aot
 
 
 def world_size():
@@ -143,28 +143,28 @@ class ReplicaSync(nn.Cell):
         if nranks > 1:
             self.all_gather = ops.AllGather()
             self.broadcast = ops.Broadcast(0)
-            self.check_op = kernels.check_replicas_op()
-            self.check_order = kernels.call_order("ms_optim_check_replicas")
-            self.digest_order = kernels.call_order("ms_optim_digest")
+            self.check_op = aot.check_replicas_op()
+            self.check_order = aot.call_order("ms_optim_check_replicas")
+            self.digest_order = aot.call_order("ms_optim_digest")
             self.digest_groups = self._digest_groups(params)
 
     @staticmethod
     def _digest_groups(params):
         """(parameter indices, digest op) per bucket of parameters of one dtype: the
         indices grouped by dtype (in the order the dtypes first appear), then cut by
-        ``kernels.buckets``."""
+        ``aot.buckets``."""
         rank = {}
         for p in params:
             rank.setdefault(p.dtype, len(rank))
         order = sorted(range(len(params)), key=lambda i: rank[params[i].dtype])
         dtypes = [params[i].dtype for i in order]
-        return tuple((tuple(order[lo:hi]), kernels.digest_op(hi - lo, dtypes[lo]))
-                     for lo, hi in kernels.buckets(dtypes))
+        return tuple((tuple(order[lo:hi]), aot.digest_op(hi - lo, dtypes[lo]))
+                     for lo, hi in aot.buckets(dtypes))
 
     def check(self, step):
         """int32[1] once every worker's signature and step matched (fails otherwise)."""
         mine = ops.concat((self.signature, F.cast(step, mstype.int32).reshape(1)))
-        return self.check_op(*kernels.arrange(self.check_order, signatures=self.all_gather(mine),
+        return self.check_op(*aot.arrange(self.check_order, signatures=self.all_gather(mine),
                                               width=self.width))
 
     def sync_params(self, params, after):
@@ -175,7 +175,7 @@ class ReplicaSync(nn.Cell):
             mine = ()
             for i in ids:
                 mine = mine + (params[i],)
-            digests = digests + (op(*kernels.arrange(self.digest_order, p=mine)),)
+            digests = digests + (op(*aot.arrange(self.digest_order, p=mine)),)
         gathered = self.all_gather(F.depend(ops.concat(digests), after))
         rows = gathered.reshape(self.nranks, -1)
         done = after

@@ -6,7 +6,7 @@ indices; the Cells of ``steps.py`` build their ops from these plans.
 """
 from typing import NamedTuple
 
-from ..kernels import buckets
+from ..aot import buckets
 
 # The last step a stage branch covers (global_step is int32).
 LAST_STEP = 2 ** 31 - 1

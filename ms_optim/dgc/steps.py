@@ -6,7 +6,7 @@
   stage (select, exchange, apply), by the multi-tensor native kernels or by
   MindSpore ops (``ops.topk``).
 
-Every native DGC kernel (``kernels.dgc_select_multi_op``, ``dgc_apply_multi_op``,
+Every native DGC kernel (``aot.dgc_select_multi_op``, ``dgc_apply_multi_op``,
 ``dgc_momentum_op``) is built and called here.
 """
 from typing import NamedTuple
@@ -16,7 +16,7 @@ from mindspore import Tensor, nn, ops
 from mindspore import dtype as mstype
 from mindspore.ops import functional as F
 
-from .. import kernels
+from .. import aot
 from .._step import StepSkeleton
 from .plan import sparse_buckets
 
@@ -50,7 +50,7 @@ class _Step(StepSkeleton, nn.Cell):
         self.nranks = state.nranks
         self.use_nesterov = state.use_nesterov
         self.momentum = Tensor(state.momentum, mstype.float32)
-        self.consts = kernels.consts("dgc", momentum=state.momentum,
+        self.consts = aot.consts("dgc", momentum=state.momentum,
                                      nesterov=state.use_nesterov)
 
     def lrs(self, lr):
@@ -79,11 +79,11 @@ class DenseMomentum(_Step):
         self.exchange = exchange
         src_dtypes = [state.grad_dtypes[i] for i in group.grad_ids]
         self.run_bounds = tuple((run.lo, run.hi) for run in group.runs)
-        self.run_ops = tuple(kernels.dgc_momentum_op(
+        self.run_ops = tuple(aot.dgc_momentum_op(
             [self.params[j].dtype for j in range(run.lo, run.hi)], src_dtypes)
             for run in group.runs)
         self.run_gidx = tuple(Tensor(np.array(run.sources, np.int32)) for run in group.runs)
-        self.run_order = kernels.call_order("ms_optim_dgc_momentum")
+        self.run_order = aot.call_order("ms_optim_dgc_momentum")
         self.others = group.others
 
     def construct(self, lr, grads):
@@ -96,7 +96,7 @@ class DenseMomentum(_Step):
         lrs = self.lrs(lr)
         done = True
         for r, (lo, hi) in enumerate(self.run_bounds):
-            args = kernels.arrange(self.run_order, param=self.params[lo:hi], u=self.us[lo:hi],
+            args = aot.arrange(self.run_order, param=self.params[lo:hi], u=self.us[lo:hi],
                                    src=src, lr=self.per_tensor(lrs, lo, hi, self.is_group_lr),
                                    consts=self.consts, gidx=self.run_gidx[r])
             done = F.depend(done, self.run_ops[r](*args))
@@ -172,16 +172,16 @@ class NativeStep(_SparseStep):
         super().__init__(state, plan, stage_exchange, sparse_exchange, summed_exchange)
         b = sparse_buckets(plan, [p.dtype for p in self.params], state.nranks)
         self.select_ranges, self.apply_ranges = b.select, b.apply
-        self.select_ops = tuple(tuple(kernels.dgc_select_multi_op(ks) for ks in stage_ks)
+        self.select_ops = tuple(tuple(aot.dgc_select_multi_op(ks) for ks in stage_ks)
                                 for stage_ks in b.select_ks)
         self.select_ks = tuple(tuple(Tensor(np.array(ks, np.int32)) for ks in stage_ks)
                                for stage_ks in b.select_ks)
-        self.apply_ops = tuple(kernels.dgc_apply_multi_op(hi - lo, self.params[lo].dtype)
+        self.apply_ops = tuple(aot.dgc_apply_multi_op(hi - lo, self.params[lo].dtype)
                                for lo, hi in self.apply_ranges)
         self.apply_layouts = tuple(tuple(Tensor(np.array(layout, np.int32)) for layout in stage)
                                    for stage in b.apply_layouts)
-        self.select_order = kernels.call_order("ms_optim_dgc_select_multi")
-        self.apply_order = kernels.call_order("ms_optim_dgc_apply_multi")
+        self.select_order = aot.call_order("ms_optim_dgc_select_multi")
+        self.apply_order = aot.call_order("ms_optim_dgc_apply_multi")
 
     def select(self, stage, grads):
         """One select op per bucket, on the compressed parameters' gradients alone (not the
@@ -194,7 +194,7 @@ class NativeStep(_SparseStep):
         idxs, vals = (), ()
         for b in range(len(self.select_ranges)):
             lo, hi = self.select_ranges[b]
-            args = kernels.arrange(self.select_order, u=self.us[lo:hi], v=self.v[lo:hi],
+            args = aot.arrange(self.select_order, u=self.us[lo:hi], v=self.v[lo:hi],
                                    grad=comp_grads[lo:hi], consts=self.consts,
                                    ks=self.select_ks[stage][b])
             idx, val = self.select_ops[stage][b](*args)
@@ -218,7 +218,7 @@ class NativeStep(_SparseStep):
         done = True
         for b in range(len(self.apply_ranges)):
             lo, hi = self.apply_ranges[b]
-            args = kernels.arrange(self.apply_order, param=self.params[lo:hi], idx=idx_all,
+            args = aot.arrange(self.apply_order, param=self.params[lo:hi], idx=idx_all,
                                    val=val_all, lr=self.per_tensor(lrs, lo, hi, self.is_group_lr),
                                    layout=self.apply_layouts[stage][b])
             done = F.depend(done, self.apply_ops[b](*args))

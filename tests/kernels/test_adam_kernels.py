@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from ms_optim import _native, kernels, reference, testing
+from ms_optim import _native, aot, reference, testing
 from tests.kernels.errors import rejects
 from tests.sizes import SIZE_PARAMS
 
@@ -24,7 +24,7 @@ def _hyper(lr, wd, t, nesterov, inv_scale):
     wd = np.array(wd, np.float32)
     b1p, b2p = np.float32(BETA1) ** t, np.float32(BETA2) ** t
     consts = dict(powers=np.array([b1p, b2p], np.float32),
-                  consts=kernels.consts_array("adam", beta1=BETA1, beta2=BETA2, eps=EPS,
+                  consts=aot.consts_array("adam", beta1=BETA1, beta2=BETA2, eps=EPS,
                                               inv_scale=inv_scale, nesterov=nesterov))
     return lr, wd, consts, b1p, b2p
 
@@ -195,7 +195,7 @@ def test_kernel_rejects_bad_arguments(slot, index, bad, code, message):
 
 
 def test_kernel_rejects_bad_argument_counts():
-    args = kernels.arrange_arrays("ms_optim_adam_inplace", **_two_tensor_call())
+    args = aot.arrange_arrays("ms_optim_adam_inplace", **_two_tensor_call())
     rejects("ms_optim_adam_inplace", "MSOPT_ERR_ARGS",
             r"^expected 4K \+ 5 tensors \(param:each m:each v:each grad:each lr wd powers consts "
             r"-> done\), got 12$", arrays=args[:-1])
@@ -206,18 +206,18 @@ def test_kernel_rejects_bad_argument_counts():
     rejects("ms_optim_adam_delta", "MSOPT_ERR_ARGS",
             r"^expected 4K \+ 3 tensors \(m:each v:each grad:each lr powers consts -> "
             r"delta:each\), got 6$",
-            arrays=kernels.arrange_arrays("ms_optim_adam_delta", **good)[:-1])
+            arrays=aot.arrange_arrays("ms_optim_adam_delta", **good)[:-1])
     rejects("ms_optim_adam_delta", "MSOPT_ERR_DTYPE",
             r"^delta0 and grad0 must all be float32 \(as grad0\), got float16 and float32$",
             slot="delta", **{**good, "delta": [np.zeros(4, np.float16)]})
 
 
 def test_constants_layouts_match_the_library():
-    """kernels.py's field names are the library's (contract.h), for every layout."""
-    for name in kernels.LAYOUTS:
-        kernels.check_layout(name)
+    """aot.py's field names are the library's (contract.h), for every layout."""
+    for name in aot.LAYOUTS:
+        aot.check_layout(name)
     with pytest.raises(ValueError, match="missing \\['nesterov'\\], unknown \\['nesterov_'\\]"):
-        kernels.consts("adam", beta1=0.9, beta2=0.999, eps=1e-8, inv_scale=1.0, nesterov_=0)
+        aot.consts("adam", beta1=0.9, beta2=0.999, eps=1e-8, inv_scale=1.0, nesterov_=0)
 
 
 def test_isa_selection():

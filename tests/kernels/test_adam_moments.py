@@ -8,7 +8,7 @@ import pytest
 
 import mindspore as ms
 
-from ms_optim import _native, kernels, reference, testing
+from ms_optim import _native, aot, reference, testing
 from tests.kernels.errors import rejects
 from tests.moments import Moments
 from tests.sizes import SIZE_PARAMS
@@ -34,10 +34,10 @@ def _state(n, dtype, kind, seed, spread=3.0):
 def _consts(t, nesterov, inv_scale, decoupled):
     b1p, b2p = np.float32(BETA1) ** t, np.float32(BETA2) ** t
     if decoupled:
-        c = kernels.consts_array("adam_ext", beta1=BETA1, beta2=BETA2, eps=EPS,
+        c = aot.consts_array("adam_ext", beta1=BETA1, beta2=BETA2, eps=EPS,
                                  inv_scale=inv_scale, nesterov=nesterov, decoupled=1)
     else:
-        c = kernels.consts_array("adam", beta1=BETA1, beta2=BETA2, eps=EPS, inv_scale=inv_scale,
+        c = aot.consts_array("adam", beta1=BETA1, beta2=BETA2, eps=EPS, inv_scale=inv_scale,
                                  nesterov=nesterov)
     return dict(powers=np.array([b1p, b2p], np.float32), consts=c), b1p, b2p
 
@@ -382,12 +382,12 @@ def test_int8_moments_need_the_q8_kernel_and_counts_are_checked():
     rejects("ms_optim_adam_q8_inplace", "MSOPT_ERR_ARGS",
             r"^expected 6K \+ 5 tensors \(param:each m:each v:each m_scale:each v_scale:each "
             r"grad:each lr wd powers consts -> done\), got 16$",
-            arrays=kernels.arrange_arrays("ms_optim_adam_q8_inplace", **call)[:-1])
-    delta = kernels.arrange_arrays("ms_optim_adam_q8_delta", **_call("int8", True, sizes=(5,)))
+            arrays=aot.arrange_arrays("ms_optim_adam_q8_inplace", **call)[:-1])
+    delta = aot.arrange_arrays("ms_optim_adam_q8_delta", **_call("int8", True, sizes=(5,)))
     rejects("ms_optim_adam_q8_delta", "MSOPT_ERR_ARGS",
             r"^expected 6K \+ 3 tensors \(m:each v:each m_scale:each v_scale:each grad:each lr "
             r"powers consts -> delta:each\), got 8$", arrays=delta[:-1])
 
 
 def test_block_size_matches_the_library():
-    assert kernels.q8_block() == reference.Q8_BLOCK
+    assert aot.q8_block() == reference.Q8_BLOCK

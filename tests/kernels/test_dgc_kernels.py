@@ -3,7 +3,7 @@ replica check) against the numpy reference, per ISA."""
 import numpy as np
 import pytest
 
-from ms_optim import kernels, reference, testing
+from ms_optim import aot, reference, testing
 from tests.kernels.errors import rejects
 from tests.sizes import EDGE_SIZES, SIZE_PARAMS
 
@@ -165,7 +165,7 @@ MULTI_SIZES = [1, 7, 16383, 16385, 40_001]
 
 
 def _consts(nesterov):
-    return kernels.consts_array("dgc", momentum=0.9, nesterov=nesterov)
+    return aot.consts_array("dgc", momentum=0.9, nesterov=nesterov)
 
 
 @pytest.mark.parametrize("nesterov", [False, pytest.param(True, marks=pytest.mark.slow)])

@@ -10,7 +10,7 @@ from mindspore import Tensor
 from mindspore import dtype as mstype
 
 import ms_optim
-from ms_optim import _native, capi, kernels, testing
+from ms_optim import _native, capi, aot, testing
 
 
 def _f32(*shape):
@@ -23,33 +23,33 @@ def test_every_exported_kernel_is_declared_and_every_declared_kernel_is_exported
     handle = ctypes.CDLL(_native.library_path())
     for name in names:
         assert hasattr(handle, name), name
-        assert kernels.signature(name), name
+        assert aot.signature(name), name
     with pytest.raises(ValueError, match="unknown native kernel 'ms_optim_nope'"):
-        kernels.signature("ms_optim_nope")
+        aot.signature("ms_optim_nope")
 
 
 def test_the_reported_signatures_hold_the_declared_slots_in_order():
-    sig = kernels.signature("ms_optim_adam_q8_delta")
+    sig = aot.signature("ms_optim_adam_q8_delta")
     assert [(s.name, s.arity, s.output) for s in sig] == [
         ("m", "each", False), ("v", "each", False), ("m_scale", "each", False),
         ("v_scale", "each", False), ("grad", "each", False), ("lr", "one", False),
         ("powers", "one", False), ("consts", "one", False), ("delta", "each", True)]
-    mom = {s.name: s.arity for s in kernels.signature("ms_optim_dgc_momentum")}
+    mom = {s.name: s.arity for s in aot.signature("ms_optim_dgc_momentum")}
     assert mom == {"param": "each", "u": "each", "src": "rest", "lr": "one", "consts": "one",
                    "gidx": "count", "done": "one"}
-    assert kernels.call_order("ms_optim_lamb") == (
+    assert aot.call_order("ms_optim_lamb") == (
         ("param", True), ("m", True), ("v", True), ("grad", True), ("lr", False),
         ("wd", False), ("gscale", False), ("powers", False), ("consts", False))
-    assert kernels.first_index("ms_optim_adam_q8_delta", "grad", 3) == 12
+    assert aot.first_index("ms_optim_adam_q8_delta", "grad", 3) == 12
 
 
 def test_arrange_puts_named_tensors_in_the_declared_order():
-    order = kernels.call_order("ms_optim_dgc_apply_multi")
-    args = kernels.arrange(order, layout="L", lr="r", val="V", idx="I", param=("p0", "p1"),
+    order = aot.call_order("ms_optim_dgc_apply_multi")
+    args = aot.arrange(order, layout="L", lr="r", val="V", idx="I", param=("p0", "p1"),
                            unused="x")
     assert args == ("p0", "p1", "I", "V", "r", "L")
     with pytest.raises(KeyError):
-        kernels.arrange(order, param=("p0",), idx="I", val="V", lr="r")
+        aot.arrange(order, param=("p0",), idx="I", val="V", lr="r")
 
 
 def test_named_calls_reject_missing_unknown_and_uneven_slots():
@@ -68,11 +68,11 @@ def test_named_calls_reject_missing_unknown_and_uneven_slots():
 
 def test_ops_are_built_with_every_slot_typed_by_name():
     with pytest.raises(ValueError, match=r"missing \['sumsq'\]"):
-        kernels.native_op("ms_optim_sumsq", 2, dict(grad=mstype.float32),
+        aot.native_op("ms_optim_sumsq", 2, dict(grad=mstype.float32),
                           out_shape=lambda *s: [1], out_dtype=lambda *d: mstype.float32,
                           inplace=False)
     with pytest.raises(ValueError, match="slot param takes 2 dtypes, got 1"):
-        kernels.native_op("ms_optim_dgc_momentum", 2,
+        aot.native_op("ms_optim_dgc_momentum", 2,
                           dict(param=(mstype.float32,), u=mstype.float32, src=(mstype.float32,),
                                lr=mstype.float32, consts=mstype.float32, gidx=mstype.int32,
                                done=mstype.float32),
@@ -149,7 +149,7 @@ def test_each_check_has_its_own_code_and_message(entry, call, code, message, cap
 def test_a_failing_op_inside_mindspore_leaves_its_message_for_last_native_error():
     # a kernel run by MindSpore, on MindSpore's own thread: its RuntimeError carries only
     # the code, the message is kept for ms_optim.last_native_error()
-    op = kernels.dgc_apply_multi_op(1, mstype.float32)
+    op = aot.dgc_apply_multi_op(1, mstype.float32)
     args = (Tensor(_f32(10)), Tensor(np.array([3, 12], np.int32)), Tensor(np.ones(2, np.float32)),
             Tensor(np.float32([1.0])), Tensor(np.array([1, 0, 2], np.int32)))
     with pytest.raises(RuntimeError):

@@ -3,7 +3,7 @@ reference (Paddle's rule), per ISA."""
 import numpy as np
 import pytest
 
-from ms_optim import kernels, reference, testing
+from ms_optim import aot, reference, testing
 from tests.kernels.errors import rejects
 from tests.sizes import SIZE_PARAMS, SIZES
 
@@ -15,7 +15,7 @@ def _kernel_consts(t, clip_norm=0.0, lo=-INF, hi=INF, always_adapt=False):
     the optimizer builds them."""
     powers = np.array([np.float32(0.9) ** t, np.float32(0.999) ** t], np.float32)
     return dict(powers=powers,
-                consts=kernels.consts_array("lamb", beta1=0.9, beta2=0.999, eps=1e-6,
+                consts=aot.consts_array("lamb", beta1=0.9, beta2=0.999, eps=1e-6,
                                             clip_norm=clip_norm, clip_lo=lo, clip_hi=hi,
                                             always_adapt=always_adapt))
 
@@ -169,7 +169,7 @@ def test_multi_tensor_kernel_rejects_bad_arguments(slot, index, bad, code, messa
 
 
 def test_multi_tensor_kernel_rejects_a_bad_argument_count():
-    args = kernels.arrange_arrays("ms_optim_lamb", **_two_tensor_call())
+    args = aot.arrange_arrays("ms_optim_lamb", **_two_tensor_call())
     rejects("ms_optim_lamb", "MSOPT_ERR_ARGS",
             r"^expected 4K \+ 6 tensors \(param:each m:each v:each grad:each lr wd gscale powers "
             r"consts -> ratios\), got 13$", arrays=args[:-1])

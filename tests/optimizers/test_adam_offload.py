@@ -141,7 +141,7 @@ def test_state_lives_in_parameters_on_the_host():
 def test_buckets_of_parameters_match_mindspore(bucket, impl, monkeypatch):
     """Parameters split over several multi-tensor ops (groups with their own lr and weight
     decay falling across the cuts) step as nn.AdamOffload does."""
-    monkeypatch.setattr(ms_optim.kernels, "MAX_TENSORS", bucket)
+    monkeypatch.setattr(ms_optim.aot, "MAX_TENSORS", bucket)
     build, sens = CONFIGS["groups_tensor_lr_nesterov_scale"]
 
     def ours(net):

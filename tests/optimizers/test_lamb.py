@@ -83,7 +83,7 @@ def test_groups_schedule_and_always_adapt(impl):
 def test_native_buckets_of_parameters(bucket, monkeypatch):
     """Parameters split over several multi-tensor kernel calls step as with one call:
     groups (per-parameter lr and weight decay), exclusions and the global clip."""
-    monkeypatch.setattr(ms_optim.kernels, "MAX_TENSORS", bucket)
+    monkeypatch.setattr(ms_optim.aot, "MAX_TENSORS", bucket)
     params = _make_params()
     rng = np.random.default_rng(4)
     seq = [_grads(params, rng, 2.0) for _ in range(4)]

@@ -156,5 +156,5 @@ MSOPT_AOT_ENTRY(ms_optim_adam_delta, msopt::adam_delta)
 MSOPT_AOT_ENTRY(ms_optim_adam_q8_inplace, msopt::adam_q8_inplace)
 MSOPT_AOT_ENTRY(ms_optim_adam_q8_delta, msopt::adam_q8_delta)
 
-// The elements per int8 moment block (kernels.py checks its own against it).
+// The elements per int8 moment block (aot.py checks its own against it).
 MSOPT_API int64_t ms_optim_q8_block() { return msopt::kQ8Block; }

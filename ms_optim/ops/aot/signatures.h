@@ -16,7 +16,7 @@
 //     c.index(S::grad, i), never by arithmetic of their own;
 //   - what the library reports through msopt_aot_signature(entry), e.g.
 //     "param:each m:each v:each grad:each lr wd powers consts -> done";
-//   - the Python side (ms_optim/kernels.py), which reads that report and
+//   - the Python side (ms_optim/aot.py), which reads that report and
 //     assembles every call by slot name: the optimizers, the tests and the
 //     benchmarks.
 // Adding an input is one edit here plus the kernel's use of it.  The tensors'

@@ -7,7 +7,7 @@
 // the same list also gives the field count the adapter checks, a static_assert
 // that the struct is exactly that many floats, and the names the library
 // reports through msopt_consts_layout(kernel).  The Python side
-// (ms_optim/kernels.py) declares the same names once, builds the tensor by
+// (ms_optim/aot.py) declares the same names once, builds the tensor by
 // name, and compares its list with the library's when it builds the first op,
 // so the two ends cannot drift apart silently.
 //

@@ -60,7 +60,7 @@ def check_layout(kernel):
     native = tuple(raw.decode().split()) if raw is not None else None
     if native != LAYOUTS[kernel]:
         raise _native.NativeLibraryError(
-            f"the constants of kernel '{kernel}' differ between ms_optim/kernels.py "
+            f"the constants of kernel '{kernel}' differ between ms_optim/aot.py "
             f"{LAYOUTS[kernel]} and the library {_native.library_path()} {native}; rebuild it "
             f"with 'pip install .'.")
     _checked.add(kernel)
