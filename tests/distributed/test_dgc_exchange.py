@@ -9,7 +9,7 @@ from mindspore import Parameter, Tensor
 
 import ms_optim
 from ms_optim import testing
-from ms_optim.dgc import exchange, wire
+from ms_optim.dgc import exchange
 from tests.kernels.errors import rejects
 from tests.sizes import SIZE_PARAMS
 
@@ -40,19 +40,6 @@ def test_allreduce_of_sparsified_gradient_gives_the_gathered_bits(impl):
     for a, b in zip(gathered, summed):
         np.testing.assert_array_equal(a, b)
     assert not np.array_equal(gathered[0], _params()[0].asnumpy())  # it trained
-
-
-def test_wire_byte_model():
-    # MindSpore 2.10's CPU collectives, measured: twice a ring's bytes
-    assert wire.allreduce_wire_bytes(1000, 1) == 0
-    assert wire.allreduce_wire_bytes(1000, 2) == 2000
-    assert wire.allreduce_wire_bytes(1000, 4) == 3000
-    assert wire.allgather_wire_bytes(1000, 2) == 2000
-    assert wire.allgather_wire_bytes(1000, 4) == 6000
-    # gather while selected * workers < elements
-    assert wire.choose_sparse_exchange(249, 1000, 4) == "allgather"
-    assert wire.choose_sparse_exchange(250, 1000, 4) == "allreduce"
-    assert wire.choose_sparse_exchange(999, 1000, 1) == "allgather"
 
 
 def test_exchange_chosen_per_stage_for_the_world_size():
