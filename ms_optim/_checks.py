@@ -1,9 +1,13 @@
 """Argument validation shared by the optimizers.
 
 One check per call; every message names the optimizer, the argument and the
-bad value.  Booleans are never accepted where numbers are expected.
+bad value.  Numpy integers and floats are accepted wherever Python ints and
+floats are, and returned as Python numbers (MindSpore's nn.Optimizer takes
+only those); booleans, Python's and numpy's, are never accepted where numbers
+are expected.
 """
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Set
+import math
 import numbers
 
 import numpy as np
@@ -14,7 +18,18 @@ from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
 
 def _is_number(value):
+    """A real number, Python's or numpy's, that is not a bool (np.bool_ is not numbers.Real)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _as_python(value):
+    """A number as a Python int (integers) or float (the others)."""
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
+
+
+def _quoted(name):
+    """An argument's name in quotes; a phrase that quotes its own key stays as it is."""
+    return name if "'" in name else f"'{name}'"
 
 
 def check_bool(cls, name, value):
@@ -25,8 +40,9 @@ def check_bool(cls, name, value):
 
 
 def check_float(cls, name, value, allow_int=False):
-    """A float (or an int when allow_int) returned as float."""
-    ok = isinstance(value, float) or (allow_int and isinstance(value, int) and not isinstance(value, bool))
+    """A float (or an int when allow_int), Python's or numpy's, returned as a Python float."""
+    ok = isinstance(value, (float, np.floating)) or (
+        allow_int and isinstance(value, (int, np.integer)) and not isinstance(value, bool))
     if not ok:
         want = "a float or an int" if allow_int else "a float"
         raise TypeError(f"For '{cls}', the '{name}' must be {want}, but got "
@@ -35,9 +51,21 @@ def check_float(cls, name, value, allow_int=False):
 
 
 def check_int(cls, name, value):
-    if not isinstance(value, int) or isinstance(value, bool):
+    """An int, Python's or numpy's, returned as a Python int."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
         raise TypeError(f"For '{cls}', the '{name}' must be an int, but got "
                         f"{type(value).__name__}: {value!r}.")
+    return int(value)
+
+
+def check_finite(cls, name, value):
+    """Not NaN or infinite, also as a float (an int of 2**1024 or more is not)."""
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:
+        finite = False
+    if not finite:
+        raise ValueError(f"For '{cls}', the {_quoted(name)} must be finite, but got {value}.")
     return value
 
 
@@ -57,7 +85,7 @@ def check_positive(cls, name, value):
 
 def check_non_negative(cls, name, value):
     if not value >= 0:
-        raise ValueError(f"For '{cls}', the '{name}' must be greater than or equal to 0, "
+        raise ValueError(f"For '{cls}', the {_quoted(name)} must be greater than or equal to 0, "
                          f"but got {value}.")
     return value
 
@@ -83,12 +111,40 @@ def check_choice(cls, name, value, choices):
     return value
 
 
+GROUP_KEYS = ("params", "lr", "weight_decay", "order_params")
+
+
+def _check_group(cls, index, group):
+    """One parameter group: its keys, and its 'lr' and 'weight_decay' checked as the
+    optimizer's own (returned normalized, in a copy of the dict)."""
+    if "order_params" in group:
+        return group  # MindSpore checks that the dict holds nothing else
+    for key in group:
+        if key == "grad_centralization":
+            raise ValueError(f"For '{cls}', parameter group {index} sets 'grad_centralization', "
+                             f"which {cls} does not support (MindSpore's gradient "
+                             f"centralization); remove the key.")
+        if key not in GROUP_KEYS:
+            raise KeyError(f"For '{cls}', the keys of parameter group {index} must be among "
+                           f"{list(GROUP_KEYS)}, but got {key!r}.")
+    group = dict(group)
+    if "lr" in group:
+        group["lr"] = check_learning_rate(cls, group["lr"], f"'lr' of parameter group {index}")
+    if "weight_decay" in group:
+        group["weight_decay"] = check_weight_decay(
+            cls, group["weight_decay"], f"'weight_decay' of parameter group {index}")
+    return group
+
+
 def check_params(cls, params):
     """A non-empty list of Parameters, or of group dicts, each parameter given once.
 
-    Group dicts are copied with their 'params' made lists (so a generator is read once).
-    A parameter given twice (the same object, or two Parameters of one name) raises
-    ValueError naming it: the optimizer's state is named after the parameters.
+    Group dicts are copied with their 'params' made lists (so a generator is read once),
+    their 'lr' and 'weight_decay' checked as `check_learning_rate` and `check_weight_decay`
+    check the optimizer's own and normalized alike.  The key 'grad_centralization'
+    (MindSpore's) raises ValueError: no optimizer here implements it.  A parameter given
+    twice (the same object, or two Parameters of one name) raises ValueError naming it: the
+    optimizer's state is named after the parameters.
     """
     if isinstance(params, (Parameter, dict)) or not isinstance(params, Iterable):
         raise TypeError(f"For '{cls}', the 'params' must be a list of Parameter or a list of dict, "
@@ -105,6 +161,7 @@ def check_params(cls, params):
     if kinds == {dict}:
         params = [dict(g, params=list(g["params"])) if isinstance(g.get("params"), Iterable)
                   and not isinstance(g["params"], Parameter) else g for g in params]
+        params = [_check_group(cls, i, g) for i, g in enumerate(params)]
         flat = [p for g in params if isinstance(g.get("params"), list) for p in g["params"]]
     else:
         flat = params
@@ -121,39 +178,100 @@ def check_params(cls, params):
     return params
 
 
+_LR_KINDS = "a float, int, Tensor, Iterable or LearningRateSchedule"
+
+
+def _check_lr_values(cls, name, values):
+    """The entries of a Tensor or numpy learning rate (0-D or 1-D): numbers, at least one,
+    each finite and >= 0."""
+    what = _quoted(name)
+    if not (np.issubdtype(values.dtype, np.integer) or np.issubdtype(values.dtype, np.floating)):
+        raise TypeError(f"For '{cls}', the entries of {what} must be integers or floats, but got "
+                        f"dtype {values.dtype}.")
+    if values.ndim == 0:
+        check_finite(cls, name, values.item())
+        check_non_negative(cls, name, values.item())
+        return
+    if values.size == 0:
+        raise ValueError(f"For '{cls}', the {what} must not be empty: it holds one rate per step.")
+    bad = np.flatnonzero(~(np.isfinite(values) & (values >= 0)))
+    if bad.size:
+        raise ValueError(f"For '{cls}', every entry of {what} must be finite and greater than or "
+                         f"equal to 0, but entry {bad[0]} is {values[bad[0]]}.")
+
+
 def check_learning_rate(cls, value, name="learning_rate"):
-    """float/int >= 0, Tensor (scalar or 1-D), Iterable or LearningRateSchedule."""
-    if isinstance(value, bool):
-        raise TypeError(f"For '{cls}', the '{name}' must be a float, int, Tensor, Iterable or "
-                        f"LearningRateSchedule, but got bool.")
+    """The learning rate, checked and returned in a form nn.Optimizer takes:
+
+    - a number, Python's or numpy's (not a bool), finite and >= 0: a Python int or float;
+    - a Tensor or numpy array, 0-D (a fixed rate) or 1-D (one rate per step, not empty), its
+      entries finite and >= 0: the Tensor as given, the array as a Python number (0-D) or a
+      list (1-D);
+    - a LearningRateSchedule, as given;
+    - another Iterable of per-step rates (list, tuple, generator, ...; not a str, bytes, dict
+      or set): read once (as nn.Optimizer reads it, a generator included) into a list, or a
+      tuple for a tuple; not empty, every entry a number finite and >= 0 (an entry that is
+      itself a sequence raises ValueError: the rates are 1-D).
+    """
+    what = _quoted(name)
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"For '{cls}', the {what} must be {_LR_KINDS}, but got bool.")
     if _is_number(value):
-        if value < 0:
-            raise ValueError(f"For '{cls}', the '{name}' must be greater than or equal to 0, "
-                             f"but got {value}.")
-        return value
-    if isinstance(value, Tensor):
+        check_finite(cls, name, value)
+        check_non_negative(cls, name, value)
+        return _as_python(value)
+    if isinstance(value, (Tensor, np.ndarray)):
+        kind = "Tensor" if isinstance(value, Tensor) else "numpy array"
         if value.ndim > 1:
-            raise ValueError(f"For '{cls}', a Tensor '{name}' must be a scalar or 1-D, "
-                             f"but got shape {value.shape}.")
+            raise ValueError(f"For '{cls}', a {kind} {what} must be a scalar or 1-D (one rate "
+                             f"per step), but got shape {tuple(value.shape)}.")
+        values = value.asnumpy() if isinstance(value, Tensor) else value
+        _check_lr_values(cls, name, values)
+        if isinstance(value, Tensor):
+            return value
+        return _as_python(values.item()) if values.ndim == 0 else values.tolist()
+    if isinstance(value, LearningRateSchedule):
         return value
-    if isinstance(value, (LearningRateSchedule, Iterable)) and not isinstance(value, (str, bytes)):
-        return value
-    raise TypeError(f"For '{cls}', the '{name}' must be a float, int, Tensor, Iterable or "
-                    f"LearningRateSchedule, but got {type(value).__name__}.")
+    if isinstance(value, (Mapping, Set)):
+        raise TypeError(f"For '{cls}', the {what} must be {_LR_KINDS}; per-step rates must come "
+                        f"in order (a list, tuple, 1-D array or generator), but got "
+                        f"{type(value).__name__}.")
+    if isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
+        entries = list(value)
+        for i, entry in enumerate(entries):
+            if isinstance(entry, (Tensor, np.ndarray)) and entry.ndim == 0:  # one number
+                entry = entries[i] = (entry.asnumpy() if isinstance(entry, Tensor)
+                                      else entry).item()
+            if _is_number(entry):
+                continue
+            if isinstance(entry, (Iterable, Tensor, np.ndarray)) and not isinstance(entry, str):
+                raise ValueError(f"For '{cls}', the {what} must be 1-D (one rate per step), but "
+                                 f"entry {i} is a {type(entry).__name__}.")
+            raise TypeError(f"For '{cls}', every entry of {what} must be a float or an int, but "
+                            f"entry {i} is {type(entry).__name__}: {entry!r}.")
+        entries = [_as_python(v) for v in entries]
+        _check_lr_values(cls, name, np.array(entries, dtype=np.float64).reshape(-1))
+        return tuple(entries) if isinstance(value, tuple) else entries
+    raise TypeError(f"For '{cls}', the {what} must be {_LR_KINDS}, but got "
+                    f"{type(value).__name__}.")
 
 
 def check_weight_decay(cls, value, name="weight_decay"):
-    """float/int >= 0, or a Cell of the global step."""
+    """A number, Python's or numpy's (not a bool), finite and >= 0, returned as a Python
+    float; or a Cell of the global step, as given."""
     if isinstance(value, Cell):
         return value
     if not _is_number(value):
-        raise TypeError(f"For '{cls}', the '{name}' must be a float, an int or a Cell, but got "
-                        f"{type(value).__name__}: {value!r}.")
-    return check_non_negative(cls, name, float(value))
+        raise TypeError(f"For '{cls}', the {_quoted(name)} must be a float, an int or a Cell, "
+                        f"but got {type(value).__name__}: {value!r}.")
+    value = check_finite(cls, name, float(value))
+    return check_non_negative(cls, name, value)
 
 
 def check_loss_scale(cls, value):
+    """A float or an int, Python's or numpy's, finite and > 0, returned as a Python float."""
     value = check_float(cls, "loss_scale", value, allow_int=True)
+    check_finite(cls, "loss_scale", value)
     return check_positive(cls, "loss_scale", value)
 
 

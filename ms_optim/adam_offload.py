@@ -60,8 +60,9 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
             ``"weight_decay"`` and ``"order_params"``, as in MindSpore's optimizers.  Each
             parameter may appear once.
         learning_rate (Union[float, int, Tensor, Iterable, LearningRateSchedule], optional):
-            A number >= 0, a scalar or 1-D Tensor, an Iterable of per-step values or a
-            ``LearningRateSchedule``.  Default: ``1e-3``.
+            A number >= 0, a scalar or 1-D Tensor (or numpy array), an Iterable of per-step
+            values (read once: a generator is taken) or a ``LearningRateSchedule``; every
+            value finite and >= 0.  Default: ``1e-3``.
         beta1 (float, optional): Decay rate of the first moment, in (0.0, 1.0).
             Default: ``0.9``.
         beta2 (float, optional): Decay rate of the second moment, in (0.0, 1.0).
@@ -75,7 +76,7 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         weight_decay (Union[float, int, Cell], optional): L2 penalty, a number >= 0, or a
             Cell that maps the global step to the weight decay.  Default: ``0.0``.
         loss_scale (Union[float, int], optional): The gradients are divided by it; must be
-            greater than 0.  Default: ``1.0``.
+            finite and greater than 0.  Default: ``1.0``.
         impl (str, optional): Where the parameter update runs.  ``"native"``: the kernel
             that updates the moments also updates the parameter (host memory, CPU device
             target).  ``"delta"``: the kernel returns the step and ``param += step`` runs
@@ -98,18 +99,20 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         TypeError: If `learning_rate` is not an int, float, Tensor, Iterable or
             LearningRateSchedule (a bool included).
         TypeError: If `beta1`, `beta2` or `eps` is not a float, or `loss_scale` is not a
-            float or an int.
+            float or an int (numpy's are taken, a bool is neither).
         TypeError: If `weight_decay` is neither a float, an int nor a Cell.
         TypeError: If `use_locking`, `use_nesterov` or `adamw` is not a bool.
         TypeError: If a parameter is neither float32 nor float16.
         ValueError: If `params` is empty, or a parameter is given twice (the same object,
             or two Parameters of one name).
-        ValueError: If `learning_rate` is a number less than 0, or a Tensor of more than
-            one dimension.
+        ValueError: If `learning_rate` (or a group's ``"lr"``) is less than 0 or not finite,
+            a Tensor or numpy array of more than one dimension, or a sequence that is empty,
+            nested, or holds a value less than 0 or not finite.
         ValueError: If `beta1` or `beta2` is not in range (0.0, 1.0).
         ValueError: If `eps` is not greater than 0 in float32, or `loss_scale` is not
-            greater than 0.
-        ValueError: If `weight_decay` is less than 0.
+            finite and greater than 0.
+        ValueError: If `weight_decay` is less than 0 or not finite.
+        ValueError: If a parameter group sets ``"grad_centralization"`` (not supported).
         ValueError: If `impl` is not one of ``"auto"``, ``"native"``, ``"delta"``, or
             `moment_dtype` not one of ``"float32"``, ``"bfloat16"``, ``"int8"``.
 
@@ -158,7 +161,7 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
                  impl="auto", moment_dtype="float32", adamw=False):
         cls = self._NAME
         params = _checks.check_params(cls, params)
-        _checks.check_learning_rate(cls, learning_rate)
+        learning_rate = _checks.check_learning_rate(cls, learning_rate)
         beta1 = _checks.check_open_unit(cls, "beta1", _checks.check_float(cls, "beta1", beta1))
         beta2 = _checks.check_open_unit(cls, "beta2", _checks.check_float(cls, "beta2", beta2))
         eps = _checks.check_float32_positive(cls, "eps", _checks.check_float(cls, "eps", eps))
@@ -166,7 +169,7 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         _checks.check_bool(cls, "use_nesterov", use_nesterov)
         _checks.check_bool(cls, "adamw", adamw)
         _checks.check_choice(cls, "moment_dtype", moment_dtype, aot.MOMENT_DTYPES)
-        _checks.check_weight_decay(cls, weight_decay)
+        weight_decay = _checks.check_weight_decay(cls, weight_decay)
         loss_scale = _checks.check_loss_scale(cls, loss_scale)
         impl = resolve_impl(cls, impl, ("native", "delta"), "delta")
         super().__init__(learning_rate, params, weight_decay, loss_scale)

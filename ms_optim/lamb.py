@@ -99,16 +99,17 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
             ``"lr"``, ``"weight_decay"`` and ``"order_params"``, as in MindSpore's
             optimizers.  Each parameter may appear once.
         learning_rate (Union[float, int, Tensor, Iterable, LearningRateSchedule], optional):
-            A number >= 0, a scalar or 1-D Tensor, an Iterable of per-step values or a
-            ``LearningRateSchedule``.  Default: ``0.001``.
+            A number >= 0, a scalar or 1-D Tensor (or numpy array), an Iterable of per-step
+            values (read once: a generator is taken) or a ``LearningRateSchedule``; every
+            value finite and >= 0.  Default: ``0.001``.
         lamb_weight_decay (Union[float, int, Cell], optional): Decoupled weight decay
             :math:`\lambda`, a number >= 0, or a Cell that maps the global step to it.
             Default: ``0.01``.
-        beta1 (Union[float, int], optional): Decay rate of the first moment, in (0.0, 1.0).
+        beta1 (float, optional): Decay rate of the first moment, in (0.0, 1.0).
             Default: ``0.9``.
-        beta2 (Union[float, int], optional): Decay rate of the second moment, in (0.0, 1.0).
+        beta2 (float, optional): Decay rate of the second moment, in (0.0, 1.0).
             Default: ``0.999``.
-        epsilon (Union[float, int], optional): Added to the square root; must be greater
+        epsilon (float, optional): Added to the square root; must be greater
             than 0 also when rounded to float32 (``1e-46`` is 0 there).  Default: ``1e-6``.
         grad_clip (Union[ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue], optional):
             A clip from ``ms_optim.clip``, applied to the gradients after the loss scale
@@ -120,7 +121,7 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         always_adapt (bool, optional): Apply the trust ratio also to parameters without
             weight decay.  Default: ``False``.
         loss_scale (Union[float, int], optional): The gradients are divided by it; must be
-            greater than 0.  Default: ``1.0``.
+            finite and greater than 0.  Default: ``1.0``.
         impl (str, optional): ``"native"``: one fused multi-tensor CPU kernel per bucket
             of up to 256 parameters, clipping included.  ``"ops"``: the same rule from
             plain MindSpore ops, run wherever the parameters are.  ``"auto"``:
@@ -141,19 +142,22 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         TypeError: If `learning_rate` is not an int, float, Tensor, Iterable or
             LearningRateSchedule (a bool included).
         TypeError: If `lamb_weight_decay` is neither a float, an int nor a Cell.
-        TypeError: If `beta1`, `beta2`, `epsilon` or `loss_scale` is not a float or an int.
+        TypeError: If `beta1`, `beta2` or `epsilon` is not a float, or `loss_scale` is not a
+            float or an int (numpy's are taken, a bool is neither).
         TypeError: If `grad_clip` is not None or one of the ``ms_optim.clip`` classes.
         TypeError: If `exclude_from_weight_decay_fn` is neither callable nor None.
         TypeError: If `always_adapt` is not a bool.
         TypeError: If a parameter is not float32.
         ValueError: If `params` is empty, or a parameter is given twice (the same object,
             or two Parameters of one name).
-        ValueError: If `learning_rate` is a number less than 0, or a Tensor of more than
-            one dimension.
-        ValueError: If `lamb_weight_decay` is less than 0.
+        ValueError: If `learning_rate` (or a group's ``"lr"``) is less than 0 or not finite,
+            a Tensor or numpy array of more than one dimension, or a sequence that is empty,
+            nested, or holds a value less than 0 or not finite.
+        ValueError: If `lamb_weight_decay` is less than 0 or not finite.
         ValueError: If `beta1` or `beta2` is not in range (0.0, 1.0).
         ValueError: If `epsilon` is not greater than 0 in float32, or `loss_scale` is not
-            greater than 0.
+            finite and greater than 0.
+        ValueError: If a parameter group sets ``"grad_centralization"`` (not supported).
         ValueError: If `impl` is not one of ``"auto"``, ``"native"``, ``"ops"``.
 
     Supported Platforms:
@@ -197,12 +201,12 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         cls = self._NAME
         _reject_mindspore_names(cls, kwargs)
         params = _checks.check_params(cls, params)
-        _checks.check_learning_rate(cls, learning_rate)
+        learning_rate = _checks.check_learning_rate(cls, learning_rate)
         lamb_weight_decay = _checks.check_weight_decay(cls, lamb_weight_decay, "lamb_weight_decay")
-        beta1 = _checks.check_open_unit(cls, "beta1", _checks.check_float(cls, "beta1", beta1, True))
-        beta2 = _checks.check_open_unit(cls, "beta2", _checks.check_float(cls, "beta2", beta2, True))
+        beta1 = _checks.check_open_unit(cls, "beta1", _checks.check_float(cls, "beta1", beta1))
+        beta2 = _checks.check_open_unit(cls, "beta2", _checks.check_float(cls, "beta2", beta2))
         epsilon = _checks.check_float32_positive(cls, "epsilon",
-                                                 _checks.check_float(cls, "epsilon", epsilon, True))
+                                                 _checks.check_float(cls, "epsilon", epsilon))
         check_grad_clip(cls, grad_clip)
         if exclude_from_weight_decay_fn is not None and not callable(exclude_from_weight_decay_fn):
             raise TypeError(f"For '{cls}', the 'exclude_from_weight_decay_fn' must be callable or "

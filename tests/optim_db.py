@@ -30,10 +30,120 @@ from tests.nets import WideNet
 
 @dataclasses.dataclass(frozen=True)
 class ErrorInput:
-    """Keyword arguments the constructor refuses, with `error` whose message matches `match`."""
+    """Keyword arguments the constructor refuses, with `error` whose message matches `match`.
+
+    With `groups` (Parameters -> a list of group dicts) the optimizer is built over those
+    groups instead of the Parameters.  `id` names the case (default: the kwargs).
+    """
     kwargs: Dict[str, Any]
     error: type
     match: str
+    groups: Optional[Callable] = None
+    id: str = ""
+
+    @property
+    def label(self):
+        return self.id or kwargs_label(self.kwargs)
+
+
+def _show(value):
+    """A test id's form of one argument: numpy numbers, arrays and Tensors by kind."""
+    def text(array):  # numpy's shortest form of each entry, on one line
+        return " ".join(np.array2string(array, separator=", ").split())
+
+    if isinstance(value, np.generic):
+        return f"np.{type(value).__name__}({text(np.asarray(value))})"
+    if isinstance(value, np.ndarray):
+        return f"np.array({text(value)})"
+    if isinstance(value, Tensor):
+        return f"Tensor({text(value.asnumpy())})"
+    return repr(value)
+
+
+def kwargs_label(kwargs):
+    """Keyword arguments as a one-line test id: beta1=np.float32(0.9), eps=1e-08."""
+    return ", ".join(f"{k}={_show(v)}" for k, v in kwargs.items())
+
+
+def _group(**keys):
+    """Two parameter groups: the first Parameter with `keys`, the others plain."""
+    return lambda params: [{"params": params[:1], **keys}, {"params": params[1:]}]
+
+
+def shared_error_inputs(name):
+    """What every optimizer refuses, the same way: learning rates (numbers, arrays, Tensors
+    and sequences, checked entry by entry), loss scales, and parameter groups' keys and
+    values.  Each message names the optimizer `name` and the argument."""
+    lr = f"For '{name}', the 'learning_rate'"
+    every_lr = f"For '{name}', every entry of 'learning_rate'"
+    nonneg = "must be greater than or equal to 0"
+    finite_nonneg = "must be finite and greater than or equal to 0"
+    return [
+        ErrorInput(dict(learning_rate=float("inf")), ValueError, f"{lr} must be finite"),
+        ErrorInput(dict(learning_rate=float("nan")), ValueError, f"{lr} must be finite"),
+        ErrorInput(dict(learning_rate=np.float32(-1e-3)), ValueError, f"{lr} {nonneg}"),
+        ErrorInput(dict(learning_rate=np.bool_(True)), TypeError, f"{lr} must be a float"),
+        ErrorInput(dict(learning_rate=[]), ValueError, f"{lr} must not be empty"),
+        ErrorInput(dict(learning_rate=[1e-3, -1e-3]), ValueError,
+                   f"{every_lr} {finite_nonneg}, but entry 1 is -0.001"),
+        ErrorInput(dict(learning_rate=(0.1, float("nan"))), ValueError,
+                   f"{every_lr} {finite_nonneg}, but entry 1 is nan"),
+        ErrorInput(dict(learning_rate=[0.1, float("inf")]), ValueError,
+                   f"{every_lr} {finite_nonneg}"),
+        ErrorInput(dict(learning_rate=[["0.1"]]), ValueError,
+                   f"{lr} must be 1-D .*entry 0 is a list"),
+        ErrorInput(dict(learning_rate=["0.1"]), TypeError,
+                   f"{every_lr} must be a float or an int, but entry 0 is str"),
+        ErrorInput(dict(learning_rate=[0.1, True]), TypeError, f"{every_lr} .*entry 1 is bool"),
+        ErrorInput(dict(learning_rate={0.1, 0.2}), TypeError, f"{lr} .*in order"),
+        ErrorInput(dict(learning_rate={0: 0.1}), TypeError, f"{lr} .*in order"),
+        ErrorInput(dict(learning_rate=np.ones((2, 2), np.float32)), ValueError,
+                   rf"For '{name}', a numpy array 'learning_rate' must be a scalar or 1-D "
+                   rf".*\(2, 2\)"),
+        ErrorInput(dict(learning_rate=np.array([0.1, -0.1])), ValueError,
+                   f"{every_lr} {finite_nonneg}, but entry 1 is -0.1"),
+        ErrorInput(dict(learning_rate=np.array([], np.float32)), ValueError,
+                   f"{lr} must not be empty"),
+        ErrorInput(dict(learning_rate=np.array(["0.1"])), TypeError,
+                   f"For '{name}', the entries of 'learning_rate' must be integers or floats"),
+        ErrorInput(dict(learning_rate=Tensor(np.array([0.1, np.inf], np.float32))), ValueError,
+                   f"{every_lr} {finite_nonneg}, but entry 1 is inf"),
+        ErrorInput(dict(learning_rate=Tensor(-0.1)), ValueError, f"{lr} {nonneg}"),
+        ErrorInput(dict(learning_rate=Tensor(np.ones((2, 2), np.float32))), ValueError,
+                   f"For '{name}', a Tensor 'learning_rate' must be a scalar or 1-D"),
+        ErrorInput(dict(loss_scale=float("inf")), ValueError,
+                   f"For '{name}', the 'loss_scale' must be finite, but got inf"),
+        ErrorInput(dict(loss_scale=float("nan")), ValueError,
+                   f"For '{name}', the 'loss_scale' must be finite, but got nan"),
+        ErrorInput(dict(loss_scale=np.float32(-1.0)), ValueError,
+                   f"For '{name}', the 'loss_scale' must be greater than 0"),
+        ErrorInput(dict(loss_scale=np.bool_(True)), TypeError,
+                   f"For '{name}', the 'loss_scale' must be a float or an int"),
+        # parameter groups: MindSpore's 'grad_centralization' is refused, not ignored
+        *[ErrorInput({}, ValueError,
+                     f"For '{name}', parameter group 0 sets 'grad_centralization', which {name} "
+                     f"does not support", groups=_group(grad_centralization=gc),
+                     id=f"group grad_centralization={gc}") for gc in (True, False)],
+        ErrorInput({}, KeyError, f"For '{name}', the keys of parameter group 0 .*'momentum'",
+                   groups=_group(momentum=0.9), id="group key momentum"),
+        ErrorInput({}, ValueError, f"For '{name}', the 'lr' of parameter group 0 {nonneg}",
+                   groups=_group(lr=np.float32(-0.1)), id="group lr=-0.1"),
+        ErrorInput({}, ValueError,
+                   f"For '{name}', every entry of 'lr' of parameter group 0 {finite_nonneg}",
+                   groups=_group(lr=[0.1, float("nan")]), id="group lr=[0.1, nan]"),
+        ErrorInput({}, TypeError, f"For '{name}', the 'lr' of parameter group 0 must be a float",
+                   groups=_group(lr=True), id="group lr=True"),
+        ErrorInput({}, ValueError,
+                   f"For '{name}', the 'weight_decay' of parameter group 0 must be finite",
+                   groups=_group(weight_decay=float("inf")), id="group weight_decay=inf"),
+    ]
+
+
+def shared_valid_inputs():
+    """Learning rates every optimizer takes as numpy arrays: 0-D (a fixed rate) and 1-D (one
+    rate per step).  Numpy numbers are in each row's own valid inputs."""
+    return [dict(learning_rate=np.array(0.01)),
+            dict(learning_rate=np.array([0.02, 0.01], np.float32))]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,8 +361,22 @@ ADAM_OFFLOAD = OptimizerInfo(
         ErrorInput(dict(adamw=1), TypeError, "adamw"),
         ErrorInput(dict(impl="gpu"), ValueError, "impl"),
         ErrorInput(dict(impl="inplace"), ValueError, "impl"),
+        # numpy numbers as Python's: an integer is no float, a bool no number, a range is a range
+        ErrorInput(dict(eps=np.int64(1)), TypeError,
+                   "For 'AdamOffload', the 'eps' must be a float"),
+        ErrorInput(dict(beta2=np.bool_(True)), TypeError, "For 'AdamOffload', the 'beta2'"),
+        ErrorInput(dict(beta1=np.float32(1.0)), ValueError,
+                   r"'beta1' must be in range \(0.0, 1.0\)"),
+        ErrorInput(dict(weight_decay=float("inf")), ValueError,
+                   "For 'AdamOffload', the 'weight_decay' must be finite"),
+        ErrorInput(dict(weight_decay=np.bool_(False)), TypeError, "'weight_decay'"),
+        *shared_error_inputs("AdamOffload"),
     ],
-    valid_inputs=[dict(eps=1e-40)],  # subnormal but > 0 in float32
+    valid_inputs=[dict(eps=1e-40),  # subnormal but > 0 in float32
+                  dict(learning_rate=np.float32(1e-3), beta1=np.float32(0.9),
+                       beta2=np.float64(0.99), eps=np.float32(1e-7),
+                       weight_decay=np.float32(0.01), loss_scale=np.int64(2)),
+                  *shared_valid_inputs()],
     repr_case=ReprCase(lambda: dict(learning_rate=HalvingLR()),
                        exact="AdamOffload(learning_rate=HalvingLR, beta1=0.9, beta2=0.999, "
                              "eps=1e-08, use_nesterov=False, weight_decay=0.0, loss_scale=1.0, "
@@ -324,8 +448,6 @@ LAMB = OptimizerInfo(
                    "exclude_from_weight_decay_fn"),
         ErrorInput(dict(learning_rate=-1.0), ValueError, "learning_rate"),
         ErrorInput(dict(learning_rate="fast"), TypeError, "learning_rate"),
-        ErrorInput(dict(learning_rate=Tensor(np.ones((2, 2), np.float32))), ValueError,
-                   "learning_rate"),
         ErrorInput(dict(grad_clip=1.0), TypeError, "grad_clip"),
         ErrorInput(dict(grad_clip=nn.ClipByNorm()), TypeError, "grad_clip"),
         ErrorInput(dict(always_adapt=1), TypeError, "always_adapt"),
@@ -335,8 +457,23 @@ LAMB = OptimizerInfo(
         ErrorInput(dict(weight_decay=0.1), TypeError, "'weight_decay'.*'lamb_weight_decay'"),
         ErrorInput(dict(eps=0.1), TypeError, "'eps'.*'epsilon'"),
         ErrorInput(dict(momentum=0.9), TypeError, "unexpected keyword argument 'momentum'"),
+        # as AdamOffload: betas and epsilon are floats (numpy's too), never ints
+        ErrorInput(dict(beta1=1), TypeError,
+                   "For 'Lamb', the 'beta1' must be a float, but got int"),
+        ErrorInput(dict(beta2=np.int64(0)), TypeError, "For 'Lamb', the 'beta2' must be a float"),
+        ErrorInput(dict(epsilon=1), TypeError, "For 'Lamb', the 'epsilon' must be a float"),
+        ErrorInput(dict(beta1=np.float32(0.0)), ValueError,
+                   r"'beta1' must be in range \(0.0, 1.0\)"),
+        ErrorInput(dict(lamb_weight_decay=float("inf")), ValueError,
+                   "For 'Lamb', the 'lamb_weight_decay' must be finite"),
+        ErrorInput(dict(loss_scale=True), TypeError, "loss_scale"),
+        *shared_error_inputs("Lamb"),
     ],
-    valid_inputs=[dict(epsilon=1e-40)],  # subnormal but > 0 in float32
+    valid_inputs=[dict(epsilon=1e-40),  # subnormal but > 0 in float32
+                  dict(learning_rate=np.float64(0.01), lamb_weight_decay=np.int32(0),
+                       beta1=np.float32(0.9), beta2=np.float32(0.999),
+                       epsilon=np.float32(1e-6), loss_scale=np.float32(1.0)),
+                  *shared_valid_inputs()],
     repr_case=ReprCase(lambda: dict(grad_clip=ClipGradByGlobalNorm(1.0)),
                        exact="Lamb(learning_rate=0.001, lamb_weight_decay=0.01, beta1=0.9, "
                              "beta2=0.999, epsilon=1e-06, "
@@ -428,8 +565,26 @@ DGC_MOMENTUM = OptimizerInfo(
         ErrorInput(dict(learning_rate=-1.0), ValueError, "learning_rate"),
         ErrorInput(dict(loss_scale=0), ValueError, "loss_scale"),
         ErrorInput(dict(impl="gpu"), ValueError, "impl"),
+        # numpy integers are ints, numpy bools are not
+        ErrorInput(dict(rampup_begin_step=np.int64(-1)), ValueError,
+                   "For 'DGCMomentum', the 'rampup_begin_step' must be greater than or equal to 0"),
+        ErrorInput(dict(rampup_begin_step=np.bool_(True)), TypeError,
+                   "For 'DGCMomentum', the 'rampup_begin_step' must be an int"),
+        ErrorInput(dict(rampup_step=True), TypeError, "'rampup_step' must be an int"),
+        ErrorInput(dict(num_trainers=np.int64(2)), ValueError, "'num_trainers' is 2"),
+        ErrorInput(dict(momentum=np.float32(1.0)), ValueError,
+                   r"For 'DGCMomentum', the 'momentum' must be in range \[0.0, 1.0\)"),
+        ErrorInput(dict(local_grad_clip_norm=np.float32(0.0)), ValueError, "local_grad_clip_norm"),
+        ErrorInput(dict(weight_decay=float("inf")), ValueError,
+                   "For 'DGCMomentum', the 'weight_decay' must be finite"),
+        *shared_error_inputs("DGCMomentum"),
     ],
-    valid_inputs=[dict(momentum=0.0)],
+    valid_inputs=[dict(momentum=0.0),
+                  dict(learning_rate=np.float32(0.1), momentum=np.float32(0.9),
+                       rampup_begin_step=np.int64(10), rampup_step=np.int32(2),
+                       num_trainers=np.int64(1), local_grad_clip_norm=np.float32(10.0),
+                       weight_decay=np.float64(0.01), loss_scale=np.int64(2)),
+                  *shared_valid_inputs()],
     repr_case=ReprCase(lambda: dict(learning_rate=0.1, momentum=0.9, rampup_begin_step=5,
                                     sparsity=[0.75, 0.999]),
                        start="DGCMomentum(learning_rate=0.1, momentum=0.9, rampup_begin_step=5, "

@@ -93,10 +93,15 @@ def check_sparsity(cls, sparsity):
 
 @dataclass(frozen=True)
 class Checked:
-    """DGCMomentum's arguments that ``validate`` normalizes."""
+    """DGCMomentum's arguments that ``validate`` normalizes (numpy numbers made Python's)."""
+    learning_rate: object  # as _checks.check_learning_rate returns it
     momentum: float
+    rampup_begin_step: int
+    rampup_step: int
     sparsity: tuple
     local_grad_clip_norm: Optional[float]
+    num_trainers: Optional[int]
+    weight_decay: object  # a float or a Cell
     loss_scale: float
     impl: str  # "native" or "ops": "auto" resolved by the device target
 
@@ -108,13 +113,14 @@ def validate(cls, *, learning_rate, momentum, rampup_begin_step, rampup_step, sp
 
     `num_trainers` is checked against the world size later, once the optimizer knows it.
     """
-    _checks.check_learning_rate(cls, learning_rate)
+    learning_rate = _checks.check_learning_rate(cls, learning_rate)
     momentum = _checks.check_open_unit(
         cls, "momentum", _checks.check_float(cls, "momentum", momentum, allow_int=True),
         include_zero=True)
-    _checks.check_non_negative(cls, "rampup_begin_step",
-                               _checks.check_int(cls, "rampup_begin_step", rampup_begin_step))
-    if _checks.check_int(cls, "rampup_step", rampup_step) < 1:
+    rampup_begin_step = _checks.check_non_negative(
+        cls, "rampup_begin_step", _checks.check_int(cls, "rampup_begin_step", rampup_begin_step))
+    rampup_step = _checks.check_int(cls, "rampup_step", rampup_step)
+    if rampup_step < 1:
         raise ValueError(f"For '{cls}', the 'rampup_step' must be >= 1, but got {rampup_step}.")
     sparsity = check_sparsity(cls, sparsity)
     _checks.check_bool(cls, "use_nesterov", use_nesterov)
@@ -126,17 +132,22 @@ def validate(cls, *, learning_rate, momentum, rampup_begin_step, rampup_step, sp
     if grad_clip is not None and local_grad_clip_norm is not None:
         raise ValueError(f"For '{cls}', give either 'grad_clip' or 'local_grad_clip_norm', "
                          f"not both.")
-    if num_trainers is not None and _checks.check_int(cls, "num_trainers", num_trainers) < 1:
+    if num_trainers is not None:
+        num_trainers = _checks.check_int(cls, "num_trainers", num_trainers)
+    if num_trainers is not None and num_trainers < 1:
         raise ValueError(f"For '{cls}', the 'num_trainers' must be >= 1, but got {num_trainers}.")
     if regularization is not None and not isinstance(regularization, (L1Decay, L2Decay)):
         raise TypeError(f"For '{cls}', the 'regularization' must be None, "
                         f"ms_optim.regularizer.L1Decay or L2Decay, but got "
                         f"{type(regularization).__name__}.")
-    _checks.check_weight_decay(cls, weight_decay)
+    weight_decay = _checks.check_weight_decay(cls, weight_decay)
     if regularization is not None and (isinstance(weight_decay, nn.Cell) or weight_decay != 0):
         raise ValueError(f"For '{cls}', set either 'weight_decay' or 'regularization', not both.")
     loss_scale = _checks.check_loss_scale(cls, loss_scale)
     impl = resolve_impl(cls, impl, ("native", "ops"), "ops")
     _checks.check_choice(cls, "exchange", exchange, EXCHANGES)
-    return Checked(momentum=momentum, sparsity=sparsity,
-                   local_grad_clip_norm=local_grad_clip_norm, loss_scale=loss_scale, impl=impl)
+    return Checked(learning_rate=learning_rate, momentum=momentum,
+                   rampup_begin_step=rampup_begin_step, rampup_step=rampup_step,
+                   sparsity=sparsity, local_grad_clip_norm=local_grad_clip_norm,
+                   num_trainers=num_trainers, weight_decay=weight_decay, loss_scale=loss_scale,
+                   impl=impl)

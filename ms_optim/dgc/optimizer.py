@@ -71,7 +71,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             float64; bfloat16 off CPU), or parameter groups with the keys ``"params"``,
             ``"lr"``, ``"weight_decay"``, ``"order_params"``.  Each parameter once.
         learning_rate (Union[float, int, Tensor, Iterable, LearningRateSchedule]): A number
-            >= 0, a scalar or 1-D Tensor, an Iterable or a ``LearningRateSchedule``.
+            >= 0, a scalar or 1-D Tensor (or numpy array), an Iterable of per-step values
+            (read once) or a ``LearningRateSchedule``; every value finite and >= 0.
         momentum (Union[float, int]): :math:`\mu`, in [0.0, 1.0).
         rampup_begin_step (int): The first step that compresses, >= 0.
         rampup_step (int, optional): Steps over which `sparsity` is spread, >= 1.  Default: ``1``.
@@ -107,17 +108,21 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             not float32, float16 or float64 (bfloat16 is accepted off CPU).
         TypeError: If `learning_rate` is not an int, float, Tensor, Iterable or
             LearningRateSchedule; `momentum`, `local_grad_clip_norm`, `loss_scale` or a
-            `sparsity` entry not a float or an int (a bool is neither); `sparsity` not a
+            `sparsity` entry not a float or an int (numpy's are taken, a bool is neither,
+            here and for the ints below); `sparsity` not a
             list or tuple; `rampup_begin_step`, `rampup_step` or `num_trainers` not an
             int; `use_nesterov` not a bool; `weight_decay` not a float, an int or a Cell;
             `grad_clip` not None or a ClipGradByNorm; `regularization` not None, L1Decay
             or L2Decay.
-        ValueError: If `params` is empty or names a parameter twice; `learning_rate` is
-            negative or a Tensor of more than one dimension; `momentum` or a `sparsity`
-            entry is not in [0.0, 1.0); `sparsity` is empty or decreases;
-            `rampup_begin_step` < 0; `rampup_step` < 1; `local_grad_clip_norm` or
-            `loss_scale` <= 0; `weight_decay` < 0; `num_trainers` < 1 or not the number of
-            workers; `impl` or `exchange` is not one of its choices.
+        ValueError: If `params` is empty, names a parameter twice or has a group that sets
+            ``"grad_centralization"``; `learning_rate` (or a group's ``"lr"``) is negative
+            or not finite, a Tensor or numpy array of more than one dimension, or a
+            sequence that is empty, nested or holds a negative or non-finite value;
+            `momentum` or a `sparsity` entry is not in [0.0, 1.0); `sparsity` is empty or
+            decreases; `rampup_begin_step` < 0; `rampup_step` < 1; `local_grad_clip_norm`
+            <= 0; `loss_scale` <= 0 or not finite; `weight_decay` < 0 or not finite;
+            `num_trainers` < 1 or not the number of workers; `impl` or `exchange` is not
+            one of its choices.
         ValueError: If both `grad_clip` and `local_grad_clip_norm`, or `regularization`
             and a non-zero `weight_decay`, are given.
         RuntimeError: If the parallel mode is not stand-alone (``DATA_PARALLEL``, ...).
@@ -170,9 +175,11 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             use_nesterov=use_nesterov, local_grad_clip_norm=local_grad_clip_norm,
             num_trainers=num_trainers, regularization=regularization, grad_clip=grad_clip,
             weight_decay=weight_decay, loss_scale=loss_scale, impl=impl, exchange=exchange)
-        momentum, sparsity, local_grad_clip_norm, loss_scale, impl = (
-            checked.momentum, checked.sparsity, checked.local_grad_clip_norm,
-            checked.loss_scale, checked.impl)
+        (learning_rate, momentum, rampup_begin_step, rampup_step, sparsity, local_grad_clip_norm,
+         num_trainers, weight_decay, loss_scale, impl) = (
+            checked.learning_rate, checked.momentum, checked.rampup_begin_step,
+            checked.rampup_step, checked.sparsity, checked.local_grad_clip_norm,
+            checked.num_trainers, checked.weight_decay, checked.loss_scale, checked.impl)
         # the loss scale is divided out here, before clipping (the base class would fold it
         # into the weight decay)
         super().__init__(learning_rate, params, weight_decay, 1.0)

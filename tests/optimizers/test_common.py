@@ -12,7 +12,7 @@ from ms_optim import _native
 from tests.helpers import (HalvingLR, assert_checkpoint_resumes, assert_close_to_mindspore,
                            assert_trained, fit_and_score, named_params, random_grads, train_cell,
                            values)
-from tests.optim_db import OPTIMIZERS, Run
+from tests.optim_db import OPTIMIZERS, Run, kwargs_label
 
 def _cases(field):
     """(info, case) for every case of `field` of every row, with the case's marks."""
@@ -25,17 +25,28 @@ optimizers = pytest.mark.parametrize("info", OPTIMIZERS, ids=[i.name for i in OP
 
 # ------------------------------------------------------------- construction --
 
-ERROR_CASES = [pytest.param(info, case, id=f"{info.name}-{case.kwargs}")
+ERROR_CASES = [pytest.param(info, case, id=f"{info.name}-{case.label}")
                for info in OPTIMIZERS for case in info.error_inputs]
 
 
 @pytest.mark.parametrize("info, case", ERROR_CASES)
 def test_bad_arguments_raise_naming_the_argument(info, case):
+    params = named_params()
     with pytest.raises(case.error, match=case.match):
-        info.make(named_params(), **case.kwargs)
+        info.make(case.groups(params) if case.groups else params, **case.kwargs)
 
 
-VALID_CASES = [pytest.param(info, kwargs, id=f"{info.name}-{kwargs}")
+@optimizers
+def test_learning_rate_generator_is_read_once_as_a_schedule(info):
+    """A generator of per-step rates is taken as nn.Optimizer takes it: read once, in order."""
+    opt = info.make(named_params(), learning_rate=(0.02 / 2 ** i for i in range(3)))
+    assert opt.dynamic_lr
+    for step, want in enumerate([0.02, 0.01, 0.005]):
+        opt.global_step.set_data(Tensor([step], ms.int32))
+        assert opt.current_lr() == pytest.approx(want)
+
+
+VALID_CASES = [pytest.param(info, kwargs, id=f"{info.name}-{kwargs_label(kwargs)}")
                for info in OPTIMIZERS for kwargs in info.valid_inputs]
 
 
