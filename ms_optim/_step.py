@@ -56,6 +56,36 @@ class StepSkeleton:
 
     def _init_skeleton(self):
         self.stack = ops.Stack()
+        # what check_gradients compares each gradient with (constants of the graph)
+        params = getattr(self, "_parameters", ())
+        self.expected_grad_names = tuple(p.name for p in params)
+        self.expected_grad_shapes = tuple(tuple(p.shape) for p in params)
+        self.expected_grad_dtypes = tuple(p.dtype for p in params)
+
+    def check_gradients(self, gradients):
+        """The gradients against the parameters, before anything steps: a tuple
+        (TypeError), one per parameter (ValueError), each of its parameter's shape
+        (ValueError) and dtype (TypeError), the parameter named.  The conditions are
+        constants of the graph, so GRAPH_MODE raises while compiling and a step that passes
+        costs nothing."""
+        if not isinstance(gradients, tuple):
+            raise TypeError(f"For '{self._NAME}', the gradients must be a tuple (one per "
+                            f"parameter, as mindspore.value_and_grad returns them), but got "
+                            f"{type(gradients).__name__}.")
+        if len(gradients) != len(self.expected_grad_shapes):
+            raise ValueError(f"For '{self._NAME}', the number of gradients must equal the "
+                             f"number of parameters, {len(self.expected_grad_shapes)}, but got "
+                             f"{len(gradients)}.")
+        for i in range(len(self.expected_grad_shapes)):
+            if gradients[i].shape != self.expected_grad_shapes[i]:
+                raise ValueError(f"For '{self._NAME}', the gradient of parameter "
+                                 f"'{self.expected_grad_names[i]}' must have its shape "
+                                 f"{self.expected_grad_shapes[i]}, but got {gradients[i].shape}.")
+            if gradients[i].dtype != self.expected_grad_dtypes[i]:
+                raise TypeError(f"For '{self._NAME}', the gradient of parameter "
+                                f"'{self.expected_grad_names[i]}' must have its dtype "
+                                f"{self.expected_grad_dtypes[i]}, but got {gradients[i].dtype}.")
+        return gradients
 
     def unscale_and_clip(self, gradients, scaled, inv_scale, clip):
         """The first two steps of the one preprocessing order, for the paths that run them

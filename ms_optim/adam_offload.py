@@ -241,7 +241,7 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
     @jit(backend="ms_backend")  # compiled in PyNative too, as MindSpore's optimizers
     def construct(self, gradients):
         params = self._parameters
-        gradients = self.flatten_gradients(gradients)
+        gradients = self.flatten_gradients(self.check_gradients(gradients))
         if self.impl == "delta":
             if not self.adamw:
                 gradients = self.decay_weight(gradients)

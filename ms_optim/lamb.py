@@ -279,7 +279,7 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
     @jit(backend="ms_backend")  # compiled in PyNative too, as MindSpore's optimizers
     def construct(self, gradients):
         params = self._parameters
-        gradients = self.flatten_gradients(gradients)
+        gradients = self.flatten_gradients(self.check_gradients(gradients))
         lr = self.get_lr()
         weight_decay = self.get_weight_decay()
         self.assignadd(self.global_step, self.global_step_increase_tensor)

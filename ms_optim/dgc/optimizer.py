@@ -338,7 +338,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
     @jit(backend="ms_backend")  # compiled in PyNative too, as MindSpore's optimizers
     def construct(self, gradients):
         check_stand_alone_in_graph()
-        gradients = self.flatten_gradients(gradients)
+        gradients = self.flatten_gradients(self.check_gradients(gradients))
         lr = self.get_lr()
         weight_decay = self.get_weight_decay()
         step = self.global_step.reshape(()) * 1
