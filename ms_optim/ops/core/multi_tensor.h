@@ -24,9 +24,8 @@
 //                  runs whole on one thread, handed out dynamically
 //                  plan.grab at a time in the order given.
 // No thread waits for another inside the region: the pieces are independent.
-// With plan.chunk > 0, fn sees a piece in chunks of at most plan.chunk
-// elements (from the piece's start), for kernels that stage a chunk in
-// buffers.
+// A kernel that stages its elements in buffers cuts its pieces into chunks
+// itself.
 //
 // Scheduling only, no floating point, and internal linkage: every unit that
 // includes it (each ISA's kernels, the C library) gets its own copy.
@@ -66,17 +65,7 @@ struct WalkPlan {
   int64_t parallel_min = kParallelMin;  // elements in all from which the walk uses threads
   int64_t split_min = INT64_MAX;        // kWholeTensors: tensors split over the team
   int grab = 1;                         // kWholeTensors: whole tensors handed out at a time
-  int64_t chunk = 0;                    // > 0: fn's pieces at most this long
 };
-
-template <class Fn>
-inline void walk_piece(int64_t i, int64_t lo, int64_t hi, int64_t chunk, const Fn &fn) {
-  if (chunk <= 0) {
-    fn(i, lo, hi);
-    return;
-  }
-  for (int64_t c = lo; c < hi; c += chunk) fn(i, c, std::min(hi, c + chunk));
-}
 
 template <class Size, class Fn>
 void walk_tensors(int64_t count, const Size &size, const WalkPlan &plan, const Fn &fn) {
@@ -88,7 +77,7 @@ void walk_tensors(int64_t count, const Size &size, const WalkPlan &plan, const F
   }
   const int nthreads = kernel_threads();
   if (total < plan.parallel_min || nthreads < 2) {
-    for (int64_t i = 0; i < count; ++i) walk_piece(i, 0, size(i), plan.chunk, fn);
+    for (int64_t i = 0; i < count; ++i) fn(i, int64_t{0}, size(i));
     return;
   }
   if (plan.schedule == WalkPlan::kOneRange) {
@@ -99,7 +88,7 @@ void walk_tensors(int64_t count, const Size &size, const WalkPlan &plan, const F
       for (int64_t i = 0; i < count && off < r.hi; ++i) {
         const int64_t n = size(i), nu = (n + B - 1) / B;
         const int64_t a = std::max(r.lo, off), b = std::min(r.hi, off + nu);
-        if (a < b) walk_piece(i, (a - off) * B, std::min(n, (b - off) * B), plan.chunk, fn);
+        if (a < b) fn(i, (a - off) * B, std::min(n, (b - off) * B));
         off += nu;
       }
     }
@@ -112,12 +101,12 @@ void walk_tensors(int64_t count, const Size &size, const WalkPlan &plan, const F
       const int64_t n = size(i);
       if (n < plan.split_min) continue;
       const Range r = thread_share((n + B - 1) / B, nt, t, plan.align);
-      if (r.lo < r.hi) walk_piece(i, r.lo * B, std::min(n, r.hi * B), plan.chunk, fn);
+      if (r.lo < r.hi) fn(i, r.lo * B, std::min(n, r.hi * B));
     }
 #pragma omp for schedule(dynamic, plan.grab) nowait
     for (int64_t i = 0; i < count; ++i) {
       const int64_t n = size(i);
-      if (n < plan.split_min) walk_piece(i, 0, n, plan.chunk, fn);
+      if (n < plan.split_min) fn(i, int64_t{0}, n);
     }
   }
 }

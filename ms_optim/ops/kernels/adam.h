@@ -167,43 +167,48 @@ struct Q8Codec {
 
 // ------------------------------------------------------------- the walk --
 
-// The walker's functor (core/multi_tensor.h): the chunk [lo, hi) of tensor i,
-// stepped by the codec in one pass over memory; float16 gradients and
-// parameters go through float32 buffers.
+// The walker's functor (core/multi_tensor.h): the piece [lo, hi) of tensor i,
+// in chunks of Codec::kChunk that the codec steps in one pass over memory;
+// float16 gradients and parameters go through float32 buffers.  float32 data
+// with float32 moments is stepped as one range.
 template <bool kDelta, bool kHalf, class Codec>
-struct AdamChunk {
+struct AdamPiece {
   const AdamTensor *ts;
   void operator()(int64_t i, int64_t lo, int64_t hi) const {
     const AdamTensor &x = ts[i];
-    const int64_t len = hi - lo;
-    if (!kHalf) {
-      Codec::template step<kDelta>(x, lo, len, static_cast<float *>(x.out) + lo,
+    if (!kHalf && std::is_same<Codec, F32Codec>::value) {
+      Codec::template step<kDelta>(x, lo, hi - lo, static_cast<float *>(x.out) + lo,
                                    static_cast<const float *>(x.g) + lo);
       return;
     }
     alignas(64) float gb[kHalf ? Codec::kChunk : 1];
     alignas(64) float ob[kHalf ? Codec::kChunk : 1];
-    half_bits *out = static_cast<half_bits *>(x.out) + lo;
-    f16_to_f32(static_cast<const half_bits *>(x.g) + lo, gb, len);
-    if (!kDelta) f16_to_f32(out, ob, len);
-    Codec::template step<kDelta>(x, lo, len, ob, gb);
-    f32_to_f16(ob, out, len);
+    for (int64_t c = lo; c < hi; c += Codec::kChunk) {
+      const int64_t len = std::min(Codec::kChunk, hi - c);
+      if (kHalf) {
+        half_bits *out = static_cast<half_bits *>(x.out) + c;
+        f16_to_f32(static_cast<const half_bits *>(x.g) + c, gb, len);
+        if (!kDelta) f16_to_f32(out, ob, len);
+        Codec::template step<kDelta>(x, c, len, ob, gb);
+        f32_to_f16(ob, out, len);
+      } else {
+        Codec::template step<kDelta>(x, c, len, static_cast<float *>(x.out) + c,
+                                     static_cast<const float *>(x.g) + c);
+      }
+    }
   }
 };
 
 // Every tensor's elements as one range, split once over the threads (the
 // walker's kOneRange), in units of Codec::kBlock elements, so a quantization
-// block never straddles two threads; compact moments and float16 data in
-// chunks of Codec::kChunk (float32 data with float32 moments: one piece per
-// thread and tensor).  Adam has no reduction, so no thread waits for another
-// and the bits do not depend on the split.
+// block never straddles two threads.  Adam has no reduction, so no thread
+// waits for another and the bits do not depend on the split.
 template <bool kDelta, bool kHalf, class Codec>
 void adam_walk(const AdamTensor *ts, int64_t count) {
   WalkPlan plan;
   plan.block = Codec::kBlock;
-  plan.chunk = kHalf || !std::is_same<Codec, F32Codec>::value ? Codec::kChunk : 0;
   walk_tensors(count, [ts](int64_t i) { return ts[i].n; }, plan,
-               AdamChunk<kDelta, kHalf, Codec>{ts});
+               AdamPiece<kDelta, kHalf, Codec>{ts});
 }
 
 using AdamWalk = void (*)(const AdamTensor *, int64_t);
