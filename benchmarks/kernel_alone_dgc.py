@@ -19,7 +19,7 @@ import numpy as np
 
 from benchmarks.layouts import resnet50_sizes
 from examples.common.cli import positive_int
-from ms_optim import dgc_plan, aot
+from ms_optim import aot, dgc_plan
 from ms_optim.testing import call_kernel, prepare_kernel
 
 SPARSITY = 0.999

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from ms_optim import _native, aot, reference, testing
-from tests.kernels.errors import rejects
+from tests.kernels.errors import rejects, rejects_one_bad
 from tests.sizes import SIZE_PARAMS
 
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
@@ -185,13 +185,7 @@ BAD_INPLACE_ARGS = [  # (slot, tensor of the slot or None, replacement, code, me
 
 @pytest.mark.parametrize("slot,index,bad,code,message", BAD_INPLACE_ARGS)
 def test_kernel_rejects_bad_arguments(slot, index, bad, code, message):
-    testing.call_kernel("ms_optim_adam_inplace", **_two_tensor_call())
-    call = _two_tensor_call()
-    if index is None:
-        call[slot] = bad
-    else:
-        call[slot][index] = bad
-    rejects("ms_optim_adam_inplace", code, message, slot=slot, **call)
+    rejects_one_bad("ms_optim_adam_inplace", _two_tensor_call, slot, index, bad, code, message)
 
 
 def test_kernel_rejects_bad_argument_counts():

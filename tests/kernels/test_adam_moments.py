@@ -9,7 +9,7 @@ import pytest
 import mindspore as ms
 
 from ms_optim import _native, aot, reference, testing
-from tests.kernels.errors import rejects
+from tests.kernels.errors import rejects, rejects_one_bad
 from tests.moments import Moments
 from tests.sizes import SIZE_PARAMS
 
@@ -364,13 +364,8 @@ BAD = [  # (kind, delta, slot, tensor of the slot or None, replacement, code, me
 
 @pytest.mark.parametrize("kind,delta,slot,index,bad,code,message", BAD)
 def test_kernel_rejects_bad_moments(kind, delta, slot, index, bad, code, message):
-    testing.call_kernel(_entry(kind, delta), **_call(kind, delta))
-    call = _call(kind, delta)
-    if index is None:
-        call[slot] = bad
-    else:
-        call[slot][index] = bad
-    rejects(_entry(kind, delta), code, message, slot=slot, **call)
+    rejects_one_bad(_entry(kind, delta), lambda: _call(kind, delta), slot, index, bad, code,
+                    message)
 
 
 def test_int8_moments_need_the_q8_kernel_and_counts_are_checked():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from ms_optim import aot, reference, testing
-from tests.kernels.errors import rejects
+from tests.kernels.errors import rejects, rejects_one_bad
 from tests.sizes import SIZE_PARAMS, SIZES
 
 INF = np.float32(np.inf)
@@ -159,13 +159,7 @@ BAD_MULTI_ARGS = [  # (slot, tensor of the slot or None, replacement, code, mess
 
 @pytest.mark.parametrize("slot,index,bad,code,message", BAD_MULTI_ARGS)
 def test_multi_tensor_kernel_rejects_bad_arguments(slot, index, bad, code, message):
-    testing.call_kernel("ms_optim_lamb", **_two_tensor_call())
-    call = _two_tensor_call()
-    if index is None:
-        call[slot] = bad
-    else:
-        call[slot][index] = bad
-    rejects("ms_optim_lamb", code, message, slot=slot, **call)
+    rejects_one_bad("ms_optim_lamb", _two_tensor_call, slot, index, bad, code, message)
 
 
 def test_multi_tensor_kernel_rejects_a_bad_argument_count():
