@@ -40,7 +40,7 @@ inline float key_to_float(uint32_t k) {
   return f;
 }
 
-constexpr int64_t kSampleMax = 1 << 16;
+constexpr int64_t kSampleMax = 1 << 14;
 constexpr int64_t kSampleMin = 1 << 12;
 
 // The value at sample index i as the gathering pass will see it.
@@ -54,16 +54,25 @@ float sampled_value(const TopkSource &s, int64_t i) {
   return v;
 }
 
+// A fixed scatter of the sample inside its window (a multiplicative hash of the
+// window's number): strided samples would fall on the same columns of every row
+// of a weight matrix, whose magnitudes may differ from the other columns'.
+inline int64_t sample_offset(int64_t j, int64_t stride) {
+  return static_cast<int64_t>((static_cast<uint64_t>(j) * 0x9E3779B97F4A7C15ull) >> 40) % stride;
+}
+
 // A threshold that about 1.3k + 3 sigma + 8 elements reach, from a sample;
 // 0 (gather everything) when the sample cannot resolve it.  *expect is the
 // expected number of candidates.
 float estimate_threshold(const TopkSource &s, int64_t n, int64_t k, int64_t *expect) {
-  // one sample in 64 (at least 4096, at most 65536): the threshold only has to be
-  // about right, and sampling every element of a small tensor would cost a pass
-  const int64_t m = std::min(n, std::min(kSampleMax, std::max(kSampleMin, n / 64)));
+  // one sample in 256 (at least 4096, at most 16384), one per window of the
+  // tensor: the threshold only has to be about right (the selection among the
+  // candidates is exact), and each sample costs a cache line of u, v and grad
+  const int64_t m = std::min(n, std::min(kSampleMax, std::max(kSampleMin, n / 256)));
   const int64_t stride = n / m;
   std::vector<uint32_t> keys(static_cast<size_t>(m));
-  for (int64_t j = 0; j < m; ++j) keys[j] = mag_key(sampled_value(s, j * stride + stride / 2));
+  for (int64_t j = 0; j < m; ++j)
+    keys[j] = mag_key(sampled_value(s, j * stride + sample_offset(j, stride)));
   const double frac = static_cast<double>(k) / static_cast<double>(n);
   const double mean = frac * static_cast<double>(m);
   const int64_t rank = static_cast<int64_t>(std::ceil(1.3 * mean + 3.0 * std::sqrt(mean) + 8.0));
