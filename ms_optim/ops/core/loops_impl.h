@@ -152,12 +152,18 @@ inline void lamb_moments_blocks(const T *p, T *m, T *v, const T *g, int64_t n,
 
 // Pass two: p -= lr_ratio * r, r = dir(i, p[i]) (kept from pass one, or
 // recomputed from the updated m and v).
+// Backwards, a block at a time: pass one has just walked the tensor forwards,
+// so its last blocks are the ones still in the caches.
 template <class T, class Dir>
 inline void lamb_apply_loop(T *__restrict p, int64_t n, T lr_ratio, Dir dir) {
+  constexpr int64_t kBlock = 4096;
+  for (int64_t hi = n; hi > 0; hi -= kBlock) {
+    const int64_t lo = hi > kBlock ? hi - kBlock : 0;
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const T pi = p[i];
-    p[i] = rules::lamb_apply(pi, dir(i, pi), lr_ratio);
+    for (int64_t i = lo; i < hi; ++i) {
+      const T pi = p[i];
+      p[i] = rules::lamb_apply(pi, dir(i, pi), lr_ratio);
+    }
   }
 }
 
