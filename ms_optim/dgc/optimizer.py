@@ -1,5 +1,5 @@
 """The DGCMomentum optimizer: its arguments, state and step."""
-from mindspore import Parameter, ParameterTuple, Tensor, context, nn
+from mindspore import Parameter, ParameterTuple, Tensor, context, mutable, nn
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
 from mindspore.graph.api import jit
@@ -282,6 +282,10 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         # ten times slower when two in-place ops take the same gradient Parameters)
         self.all_momentum = (momentum_step(range(len(self._parameters)), None)
                              if self.has_warmup and self.nranks == 1 else None)
+        # whether a step has a branch to choose (warm-up or stage; the first step's check
+        # of the workers' parameters): __call__ chooses it on the host
+        self.host_branches = (self.has_warmup or self.nranks > 1
+                              or (bool(self.comp_ids) and len(self.stage_bounds) > 1))
 
     # ----------------------------------------------------------- reporting --
 
@@ -335,8 +339,30 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
 
     # ---------------------------------------------------------------- step --
 
+    def __call__(self, *args, **kwargs):
+        # Called from Python (a PyNative loop, ms.Model in PyNative, or the optimizer on its
+        # own in GRAPH_MODE): the step's branch is read from global_step here and compiled
+        # in as a constant, one small graph per branch, with no control flow on the device
+        # (which costs MindSpore's runtime 0.3 to 3 ms a step on a CPU).  Inside a compiled
+        # train step (TrainOneStepCell in GRAPH_MODE, ms.jit) MindSpore compiles construct
+        # itself and the graph branches on the device.
+        if self.host_branches and len(args) == 1 and not kwargs:
+            step = int(self.global_step.asnumpy().reshape(-1)[0])
+            grads = args[0]
+            # (marked mutable: the same graph serves any gradient values, without
+            # MindSpore's warning when a second branch compiles)
+            return super().__call__(mutable(grads) if isinstance(grads, tuple) else grads,
+                                    *self._branch_at(step))
+        return super().__call__(*args, **kwargs)
+
+    def _branch_at(self, step):
+        """construct's constants for `step`: the stage (-1 before compression) and whether
+        the workers' parameters are compared first (step 0, several workers)."""
+        stage = self.plan.stage(step)
+        return -1 if stage is None else stage, self.nranks > 1 and step == 0
+
     @jit(backend="ms_backend")  # compiled in PyNative too, as MindSpore's optimizers
-    def construct(self, gradients):
+    def construct(self, gradients, _stage=None, _first_step=None):
         check_stand_alone_in_graph()
         gradients = self.flatten_gradients(self.check_gradients(gradients))
         lr = self.get_lr()
@@ -347,9 +373,16 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         if self.nranks > 1:
             # nothing is exchanged before every worker is known to hold the same model
             synced = self.replicas.check(step)
-            if step == 0:
+            if _first_step is None:
+                if step == 0:
+                    synced = self.replicas.sync_params(self._parameters, synced)
+            elif _first_step:
                 synced = self.replicas.sync_params(self._parameters, synced)
             grads = F.depend(grads, synced)
+        if _stage is not None:  # the branch given by __call__
+            if _stage < 0:
+                return self._warmup_step(lr, grads)
+            return self._stage_step(_stage, lr, grads)
         if self.has_warmup:
             if step < self.rampup_begin_step:
                 done = self._warmup_step(lr, grads)
@@ -393,11 +426,22 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
 
     def _compressing_step(self, step, lr, grads):
         """From rampup_begin_step on: dense momentum for the small parameters, and the
-        compressed ones in the stage of `step`."""
+        compressed ones in the stage of `step` (a branch on the device when there are
+        several)."""
+        if len(self.stage_bounds) == 1:  # one stage from the first compressing step on
+            return self._stage_step(self.stage_bounds[0][0], lr, grads)
         done = self.dense_momentum(lr, grads)
         if self.comp_ids:
             # the plan's stages as step ranges (dgc_plan.DGCPlan.stage_starts)
             for s, first, end in self.stage_bounds:
                 if step >= first and step < end:
                     done = F.depend(done, self.sparse_step(s, lr, grads))
+        return done
+
+    def _stage_step(self, stage, lr, grads):
+        """Stage `stage` (a constant): dense momentum for the small parameters, and the
+        compressed ones at that stage's sparsity."""
+        done = self.dense_momentum(lr, grads)
+        if self.comp_ids:
+            done = F.depend(done, self.sparse_step(stage, lr, grads))
         return done

@@ -1,0 +1,129 @@
+"""An optimizer called from Python (``opt(grads)``: a PyNative loop, or the optimizer alone in
+GRAPH_MODE) steps to the same bits as the same optimizer compiled into a caller's graph (a Cell
+whose construct calls it, as TrainOneStepCell does, in GRAPH_MODE).
+
+DGCMomentum takes two routes: called from Python, it reads its step on the host and runs the
+graph of that step's branch (warm-up, or one sparsity stage); compiled into a caller's graph, it
+branches on the device.  Its schedule here crosses every branch, and the steps are checked
+against the numpy reference too.
+"""
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import Tensor, nn
+
+import ms_optim
+from ms_optim.reference import DGCReference
+from tests.helpers import named_params, values
+from tests.optim_db import OPTIMIZERS
+
+STEPS = 7
+
+
+class Caller(nn.Cell):
+    """A graph that calls the optimizer, as TrainOneStepCell does."""
+
+    def __init__(self, opt):
+        super().__init__()
+        self.opt = opt
+
+    def construct(self, grads):
+        return self.opt(grads)
+
+
+@pytest.fixture
+def restore_mode():
+    before = ms.get_context("mode")
+    yield
+    ms.set_context(mode=before)
+
+
+def _dgc(params):
+    # dense steps 0-1, then sparsities 0.75, 0.9, 0.99 over steps 2-4, 0.99 after
+    return ms_optim.DGCMomentum(params, learning_rate=0.1, momentum=0.9, rampup_begin_step=2,
+                                rampup_step=3, sparsity=[0.75, 0.9, 0.99])
+
+
+def _dgc_params():
+    rng = np.random.default_rng(0)
+    return [ms.Parameter(Tensor(rng.standard_normal(s).astype(np.float32)), name=n)
+            for n, s in (("w", (128, 160)), ("b", (7,)), ("w2", (160, 130)))]
+
+
+def _grads(params, step):
+    rng = np.random.default_rng(100 + step)
+    return tuple(Tensor(rng.standard_normal(p.shape).astype(np.float32)) for p in params)
+
+
+def _run(make_opt, make_params, route):
+    """The parameters and the optimizer's Parameters after STEPS steps by `route`."""
+    params = make_params()
+    opt = make_opt(params)
+    if route == "pynative":
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        call = opt
+    elif route == "graph, alone":
+        ms.set_context(mode=ms.GRAPH_MODE)
+        call = opt
+    else:
+        ms.set_context(mode=ms.GRAPH_MODE)
+        call = Caller(opt)
+    for step in range(STEPS):
+        call(_grads(params, step))
+    return values(params) + [p.asnumpy().copy() for p in opt.get_parameters()]
+
+
+ROUTES = ("pynative", "graph, alone")
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("info", OPTIMIZERS, ids=[i.name for i in OPTIMIZERS])
+def test_called_from_python_matches_compiled_in_a_graph(info, route, restore_mode):
+    make_params = named_params if info.cls is not ms_optim.DGCMomentum else _dgc_params
+    make_opt = info.make if info.cls is not ms_optim.DGCMomentum else _dgc
+    expected = _run(make_opt, make_params, "graph, in a caller")
+    got = _run(make_opt, make_params, route)
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_dgc_branches_from_python_follow_the_reference(restore_mode):
+    """The host-chosen branches are the schedule's: the DGC reference, step by step, to float32
+    rounding, through the warm-up and each stage."""
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    params = _dgc_params()
+    opt = _dgc(params)
+    assert opt.compressed_params == ["w", "w2"]
+    assert [opt.stage(t) for t in range(STEPS)] == [None, None, 0, 1, 2, 2, 2]
+    ref = DGCReference(values(params), 0.9, 2, 3, [0.75, 0.9, 0.99])
+    for step in range(STEPS):
+        grads = _grads(params, step)
+        opt(grads)
+        ref.step([[g.asnumpy() for g in grads]], 0.1)
+        for p, r in zip(params, ref.params):
+            np.testing.assert_allclose(p.asnumpy(), r, rtol=1e-6, atol=1e-6)
+
+
+def test_dgc_reads_its_step_after_a_checkpoint_is_loaded(restore_mode):
+    """A step count loaded into global_step picks the branch of that step."""
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    params = _dgc_params()
+    opt = _dgc(params)
+    for step in range(3):
+        opt(_grads(params, step))
+    state = {p.name: Tensor(p.asnumpy()) for p in params + list(opt.get_parameters())}
+
+    params2 = _dgc_params()
+    opt2 = _dgc(params2)
+    ms.load_param_into_net(opt2, {k: ms.Parameter(v, name=k) for k, v in state.items()})
+    for p2, p in zip(params2, params):
+        p2.set_data(Tensor(p.asnumpy()))
+    assert int(opt2.global_step.asnumpy().reshape(-1)[0]) == 3
+    for step in range(3, STEPS):
+        opt(_grads(params, step))
+        opt2(_grads(params2, step))
+    for a, b in zip(values(params) + values(opt.get_parameters()),
+                    values(params2) + values(opt2.get_parameters())):
+        np.testing.assert_array_equal(a, b)
