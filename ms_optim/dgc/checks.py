@@ -60,8 +60,8 @@ def check_bfloat16(cls, parameters, target):
 
 
 def warn_uncompressed(cls, parameters, is_compressed):
-    """One warning per parameter large enough to compress that is sent dense anyway
-    (attributed to the caller of DGCMomentum's constructor)."""
+    """One warning per parameter large enough to compress that is sent dense anyway, and one
+    when no parameter is compressed (attributed to the caller of DGCMomentum's constructor)."""
     for p, compressed in zip(parameters, is_compressed):
         if compressed or p.size < MIN_COMPRESSED_NUMEL:
             continue
@@ -70,6 +70,12 @@ def warn_uncompressed(cls, parameters, is_compressed):
                "only float32 and float16 parameters are compressed")
         warnings.warn(f"{cls}: parameter '{p.name}' ({str(p.dtype).lower()}, {p.size} elements) "
                       f"is exchanged dense on every step: {why}.", UserWarning, stacklevel=3)
+    if parameters and not any(is_compressed):
+        warnings.warn(f"{cls} compresses none of its {len(parameters)} parameter(s): only float32 "
+                      f"and float16 parameters of {MIN_COMPRESSED_NUMEL} elements or more are "
+                      f"compressed, and the largest here has {max(p.size for p in parameters)}. "
+                      f"Every step is plain momentum with every gradient sent in full; use "
+                      f"mindspore.nn.Momentum for this network.", UserWarning, stacklevel=3)
 
 
 def check_sparsity(cls, sparsity):

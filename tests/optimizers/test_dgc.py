@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import mindspore as ms
-from mindspore import Parameter, Tensor, context
+from mindspore import Parameter, Tensor, context, nn
 
 import ms_optim
 from ms_optim import dgc, reference
@@ -233,6 +233,23 @@ def test_large_uncompressed_parameter_warns_once():
     assert len(warned) == 2
     assert "'big64' (float64, 20000 elements)" in warned[0] and "float32 and float16" in warned[0]
     assert "'square64' (float64, 16384 elements)" in warned[1]
+
+
+def test_a_network_too_small_to_compress_warns_once():
+    net = nn.Dense(10, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        opt = ms_optim.DGCMomentum(net.trainable_params(), **DGC_BASE)
+    assert opt.compressed_params == []
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1, messages
+    assert messages[0].startswith("DGCMomentum compresses none of its 2 parameter(s)")
+    assert "16384 elements or more" in messages[0] and "the largest here has 20" in messages[0]
+    assert caught[0].filename == __file__  # attributed to the caller
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ms_optim.DGCMomentum(nn.Dense(128, 128).trainable_params(), **DGC_BASE)
+    assert not caught
 
 
 def test_bfloat16_parameters(monkeypatch):
