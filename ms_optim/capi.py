@@ -159,6 +159,16 @@ def _array(a, dtype, what):
     return np.ascontiguousarray(a)
 
 
+def _like_param(a, dtype, shape, what):
+    """`a` as _array, of the parameter's shape or flat with as many elements (ValueError)."""
+    a = _array(a, dtype, what)
+    numel = int(np.prod(shape))
+    if a.shape != tuple(shape) and a.shape != (numel,):
+        raise ValueError(f"{what} has shape {a.shape}, the parameter {tuple(shape)} (or flat, "
+                         f"({numel},))")
+    return a
+
+
 class Optimizer:
     """One handle of the C library for parameter servers: a copy of a parameter and its
     optimizer state.
@@ -188,9 +198,9 @@ class Optimizer:
             ``None``, meaning ``param.shape[1]`` for a 2-D `param`, else 0.
 
     Raises:
-        TypeError: If `param`'s dtype is not one of the six above, `optimizer` is not a
-            str, or `config` is neither a str, a dict nor None (or a dict key is not a
-            str, or a value not a bool, int, float or str).
+        TypeError: If `param` is not a numpy array or its dtype is not one of the six
+            above, `optimizer` is not a str, or `config` is neither a str, a dict nor None
+            (or a dict key is not a str, or a value not a bool, int, float or str).
         CapiError: If the library rejects the arguments: ``MSOPT_ERR_CONFIG`` for an
             unknown optimizer, an unknown, repeated or unused key, a missing ``lr``, or a
             value out of range; ``MSOPT_ERR_SIZE`` for an empty `param` or a `row_width`
@@ -241,8 +251,8 @@ class Optimizer:
             _handle: Internal: an existing C handle to wrap (used by :meth:`restore`).
 
         Raises:
-            TypeError: If `param`'s dtype is not one of the six above, `optimizer` is not
-                a str, or `config` is not a str, a dict of str keys to bool/int/float/str
+            TypeError: If `param` is not a numpy array or its dtype is not one of the six
+                above, `optimizer` is not a str, or `config` is not a str, a dict of str keys to bool/int/float/str
                 values, or None.
             CapiError: ``MSOPT_ERR_CONFIG`` for an unknown optimizer or a bad config,
                 ``MSOPT_ERR_SIZE`` for an empty `param` or a `row_width` that does not
@@ -260,7 +270,11 @@ class Optimizer:
         self._handle = None
         if _handle is not None:
             self._handle = _handle
+            self.optimizer = optimizer
         else:
+            if not isinstance(param, np.ndarray):
+                raise TypeError(f"param must be a numpy array, got {type(param).__name__} "
+                                f"(convert it with numpy.asarray(..., dtype) first)")
             param = np.ascontiguousarray(param)
             if param.dtype not in DTYPES:
                 raise TypeError(f"param dtype {param.dtype} is not supported "
@@ -276,7 +290,19 @@ class Optimizer:
                                      param.ctypes.data, param.size, row_width,
                                      ctypes.byref(out)))
             self._handle = out
+            self.optimizer = optimizer
         self._read_info()
+        if _handle is not None:
+            self.shape = (self.numel // self.row_width, self.row_width) if self.row_width else (
+                self.numel,)
+        else:
+            self.shape = param.shape
+
+    def __repr__(self):
+        if self._handle is None:
+            return f"capi.Optimizer({self.optimizer!r}, released)"
+        return (f"capi.Optimizer({self.optimizer!r}, {self.dtype}, shape={self.shape}, "
+                f"row_width={self.row_width}, step={self.step})")
 
     @classmethod
     def restore(cls, state):
@@ -287,7 +313,9 @@ class Optimizer:
         buf = ctypes.create_string_buffer(state, max(len(state), 1))
         out = _P()
         check(lib().msopt_restore(ctypes.cast(buf, _P), len(state), ctypes.byref(out)))
-        return cls(None, None, None, _handle=out)
+        # the optimizer's number is the header's u32 at offset 16 (docs/capi.md)
+        algo = int.from_bytes(state[16:20], "little")
+        return cls(OPTIMIZERS[algo], None, None, _handle=out)
 
     def _read_info(self):
         d, n, w, s = _INT(), _I64(), _I64(), _I64()
@@ -312,9 +340,9 @@ class Optimizer:
 
     def update(self, grad):
         """On Parameter Server, dense: one optimizer step with `grad`, a numpy array of the
-        parameter's dtype (TypeError otherwise) and size (CapiError ``MSOPT_ERR_SIZE``
+        parameter's dtype (TypeError otherwise) and shape, or flat (ValueError
         otherwise).  Float parameters only (``MSOPT_ERR_DTYPE`` for integer ones)."""
-        g = _array(grad, self.dtype, "grad")
+        g = _like_param(grad, self.dtype, self.shape, "grad")
         check(lib().msopt_update(self.handle, DTYPES[self.dtype], g.ctypes.data, g.size))
 
     def update_rows(self, rows, values):
@@ -329,16 +357,17 @@ class Optimizer:
             raise TypeError(f"rows must be integer ids, got dtype {r.dtype}")
         r = np.ascontiguousarray(r, dtype=np.int64).ravel()
         v = _array(values, self.dtype, "values")
-        if self.row_width > 0 and v.size != r.size * self.row_width:
-            raise ValueError(f"values has {v.size} elements, expected {r.size} rows x "
-                             f"{self.row_width}")
+        if self.row_width > 0 and (v.size != r.size * self.row_width
+                                   or v.ndim > 1 and v.shape != (r.size, self.row_width)):
+            raise ValueError(f"values has shape {v.shape}, expected {r.size} rows x "
+                             f"{self.row_width}, ({r.size}, {self.row_width}) or flat")
         check(lib().msopt_update_rows(self.handle, DTYPES[self.dtype], r.ctypes.data, r.size,
                                       v.ctypes.data))
 
     def apply_diff(self, diff):
         """On Client: ``param += diff``, `diff` a numpy array of the parameter's dtype and
-        size (integers wrap around).  Not an optimizer step."""
-        d = _array(diff, self.dtype, "diff")
+        shape, or flat (integers wrap around).  Not an optimizer step."""
+        d = _like_param(diff, self.dtype, self.shape, "diff")
         check(lib().msopt_apply_diff(self.handle, DTYPES[self.dtype], d.ctypes.data, d.size))
 
     def weights(self):

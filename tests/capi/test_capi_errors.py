@@ -156,6 +156,37 @@ def test_binding_rejects_non_integer_row_ids():
     assert opt.step == 1
 
 
+def test_binding_checks_shapes_and_takes_numpy_arrays_only():
+    opt = capi.Optimizer("sgd", "lr=1", np.zeros((4, 3), np.float32))
+    with pytest.raises(ValueError, match=r"grad has shape \(3, 4\), the parameter \(4, 3\)"):
+        opt.update(np.ones((3, 4), np.float32))
+    with pytest.raises(ValueError, match=r"diff has shape \(2, 6\)"):
+        opt.apply_diff(np.ones((2, 6), np.float32))
+    with pytest.raises(ValueError, match=r"values has shape \(1, 4\), expected 2 rows x 3"):
+        opt.update_rows([0, 1], np.ones((1, 4), np.float32))
+    assert opt.step == 0 and not opt.weights().any()
+    opt.update(np.ones(12, np.float32))  # flat is the same memory
+    opt.update_rows([0, 1], np.ones(6, np.float32))
+    assert opt.step == 2
+    with pytest.raises(TypeError, match="param must be a numpy array, got list"):
+        capi.Optimizer("sgd", "lr=1", [[0.0] * 3] * 4)
+    with pytest.raises(TypeError, match="grad must be a numpy array, got list"):
+        opt.update([[1.0] * 3] * 4)
+
+
+def test_binding_repr_says_what_the_handle_holds():
+    opt = capi.Optimizer("adam", {"lr": 0.001}, np.zeros((4, 3), np.float32))
+    opt.update(np.ones((4, 3), np.float32))
+    assert repr(opt) == "capi.Optimizer('adam', float32, shape=(4, 3), row_width=3, step=1)"
+    copy = capi.Optimizer.restore(opt.state())
+    assert repr(copy) == repr(opt)
+    flat = capi.Optimizer("lamb", {"lr": 0.1}, np.zeros((2, 2, 3)))
+    assert repr(flat) == "capi.Optimizer('lamb', float64, shape=(2, 2, 3), row_width=0, step=0)"
+    assert repr(capi.Optimizer.restore(flat.state())).endswith("shape=(12,), row_width=0, step=0)")
+    opt.close()
+    assert repr(opt) == "capi.Optimizer('adam', released)"
+
+
 def test_released_handles_are_detected():
     opt = capi.Optimizer("sgd", "lr=1", np.zeros(3, np.float32))
     h = opt.handle
