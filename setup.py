@@ -12,6 +12,7 @@ import glob
 import os
 import shlex
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -58,19 +59,35 @@ class BuildNative(build_ext):
         os.makedirs(tmp, exist_ok=True)
         os.makedirs(os.path.dirname(out), exist_ok=True)
         includes = [f"-I{os.path.abspath(d)}" for d in ext.include_dirs]
-        objects = []
+        jobs = []
         for src in ext.sources:
             obj = os.path.join(tmp, os.path.basename(src) + ".o")  # the file names are unique
             flags = COMMON_FLAGS + includes + ISA_FLAGS.get(os.path.basename(src), [])
             if os.path.basename(src) == "dispatch.cpp":
                 flags = flags + [f'-DMSOPT_BUILD_FLAGS="{_describe_flags(cxx)}"']
-            self._run(cxx + flags + ["-c", os.path.abspath(src), "-o", obj])
-            objects.append(obj)
-        self._run(cxx + ["-shared", "-fopenmp", "-o", out] + objects)
+            jobs.append((src, obj, cxx + flags + ["-c", os.path.abspath(src), "-o", obj]))
+        # the ISA units first: they take the longest
+        jobs.sort(key=lambda job: not os.path.basename(job[0]).startswith("isa_"))
+        done = []
+
+        def compile_one(job):
+            src, _, cmd = job
+            self._run(cmd)
+            done.append(src)
+            print(f"ms_optim: compiled {len(done)}/{len(jobs)} {os.path.relpath(src, OPS)}",
+                  flush=True)
+
+        # one compiler per core (MSOPT_BUILD_JOBS to change it)
+        workers = int(os.environ.get("MSOPT_BUILD_JOBS", os.cpu_count() or 1))
+        with ThreadPoolExecutor(max(1, workers)) as pool:
+            list(pool.map(compile_one, jobs))
+        self._run(cxx + ["-shared", "-fopenmp", "-o", out] + [obj for _, obj, _ in jobs])
+        print(f"ms_optim: linked {out}", flush=True)
 
     @staticmethod
     def _run(cmd):
-        print(" ".join(cmd), flush=True)
+        if os.environ.get("MSOPT_BUILD_VERBOSE"):
+            print(" ".join(cmd), flush=True)
         subprocess.check_call(cmd)
 
 

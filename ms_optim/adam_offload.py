@@ -85,7 +85,9 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         moment_dtype (str, optional): ``"float32"``, ``"bfloat16"`` or ``"int8"``, as in
             the note above.  Default: ``"float32"``.
         adamw (bool, optional): Decoupled weight decay without bias correction
-            (``nn.AdamWeightDecay``'s rule).  Default: ``False``.
+            (``nn.AdamWeightDecay``'s rule).  The other defaults stay ``nn.Adam``'s:
+            ``nn.AdamWeightDecay`` defaults to ``eps=1e-6``, so pass ``eps=1e-6`` to step as
+            it does.  Default: ``False``.
 
     Inputs:
         - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
