@@ -1,9 +1,11 @@
 """PyNative step time: ``optimizer(grads)`` of each ms_optim optimizer against MindSpore's own
 optimizer of the same rule, in MindSpore's default mode, interleaved in one process.
 
-The pairs: AdamOffload and Lamb against ``nn.Adam``, DGCMomentum against ``nn.Momentum``
-(sparsity 0.999, compressing from the first step; and during its warm-up, when every
-parameter is exchanged dense).  Two layouts: the digits MLP of the main job
+The pairs: AdamOffload and Lamb against ``nn.Adam``, DGCMomentum against ``nn.Momentum``:
+at sparsity 0.999 from the first step; during its warm-up (every parameter exchanged
+dense); and at 0.999 after a warm-up of sparsities ("staged", a step with a branch to
+choose), called from Python as the others, and compiled into a caller's ``ms.jit`` graph,
+where the branch is chosen on the device (against ``nn.Momentum`` in ``ms.jit`` too).  Two layouts: the digits MLP of the main job
 (``examples/common/digits.py``, 0.05M parameters) and an 8M-parameter MLP.  Each
 optimizer steps `--warmup` times (the first step compiles), then the pairs take turns
 for `--rounds` rounds of `--steps` steps; the figure is the median step.
@@ -31,9 +33,32 @@ def big_mlp():
 LAYOUTS = {"digits": make_net, "mlp8m": big_mlp}
 
 
-def dgc(params, begin):
+def dgc(params, begin, sparsity=(0.999,), rampup_step=1):
     return ms_optim.DGCMomentum(params, learning_rate=0.01, momentum=0.9,
-                                rampup_begin_step=begin, sparsity=[0.999])
+                                rampup_begin_step=begin, rampup_step=rampup_step,
+                                sparsity=list(sparsity))
+
+
+def staged(params):
+    """A warm-up of two sparsities over the first two steps; the untimed steps pass it, so
+    the timed ones are at 0.999, where the step has a branch to choose."""
+    return dgc(params, 0, (0.99, 0.999), rampup_step=2)
+
+
+class InJit(nn.Cell):
+    """`optimizer(grads)` compiled into a caller's graph (as ms.jit or TrainOneStepCell in
+    GRAPH_MODE compile it)."""
+
+    def __init__(self, opt):
+        super().__init__()
+        self.opt = opt
+
+    def __call__(self, grads):
+        return super().__call__(ms.mutable(grads))  # the gradients as inputs, not constants
+
+    @ms.jit
+    def construct(self, grads):
+        return self.opt(grads)
 
 
 # (name, ours, MindSpore's): factories of params -> optimizer
@@ -46,6 +71,10 @@ PAIRS = [
      lambda p: nn.Momentum(p, learning_rate=0.01, momentum=0.9)),
     ("DGCMomentum warm-up / nn.Momentum", lambda p: dgc(p, 10 ** 9),
      lambda p: nn.Momentum(p, learning_rate=0.01, momentum=0.9)),
+    ("DGCMomentum staged / nn.Momentum", staged,
+     lambda p: nn.Momentum(p, learning_rate=0.01, momentum=0.9)),
+    ("DGCMomentum staged, in ms.jit / same", lambda p: InJit(staged(p)),
+     lambda p: InJit(nn.Momentum(p, learning_rate=0.01, momentum=0.9))),
 ]
 
 
@@ -101,10 +130,10 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    print(f"{'layout':8s} {'pair':36s} {'ours ms':>9s} {'theirs ms':>9s} {'ratio':>6s}")
+    print(f"{'layout':8s} {'pair':40s} {'ours ms':>9s} {'theirs ms':>9s} {'ratio':>6s}")
     for (layout, name), (ours, theirs) in run(args.layouts, args.steps, args.rounds,
                                               max(args.warmup, 1), args.only).items():
-        print(f"{layout:8s} {name:36s} {ours:9.3f} {theirs:9.3f} {ours / theirs:6.2f}",
+        print(f"{layout:8s} {name:40s} {ours:9.3f} {theirs:9.3f} {ours / theirs:6.2f}",
               flush=True)
     return 0
 
