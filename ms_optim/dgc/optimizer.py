@@ -356,10 +356,14 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         return super().__call__(*args, **kwargs)
 
     def _branch_at(self, step):
-        """construct's constants for `step`: the stage (-1 before compression) and whether
-        the workers' parameters are compared first (step 0, several workers)."""
+        """construct's constants for `step`: the stage (-1 for the dense warm-up) and whether
+        the workers' parameters are compared first (step 0, several workers).  Without a
+        warm-up (nothing compressed) every step takes the first stage's branch, as on the
+        device."""
         stage = self.plan.stage(step)
-        return -1 if stage is None else stage, self.nranks > 1 and step == 0
+        if stage is None:
+            stage = -1 if self.has_warmup else self.stage_bounds[0][0]
+        return stage, self.nranks > 1 and step == 0
 
     @jit(backend="ms_backend")  # compiled in PyNative too, as MindSpore's optimizers
     def construct(self, gradients, _stage=None, _first_step=None):

@@ -127,3 +127,16 @@ def test_dgc_reads_its_step_after_a_checkpoint_is_loaded(restore_mode):
     for a, b in zip(values(params) + values(opt.get_parameters()),
                     values(params2) + values(opt2.get_parameters())):
         np.testing.assert_array_equal(a, b)
+
+
+def test_dgc_branch_of_each_step():
+    """The constants __call__ compiles in: -1 for the dense warm-up, else the stage; with
+    nothing compressed there is no warm-up, and every step takes the first stage's branch (the
+    dense momentum), as the graph's own branches do."""
+    opt = _dgc(_dgc_params())
+    assert [opt._branch_at(t) for t in range(6)] == [
+        (-1, False), (-1, False), (0, False), (1, False), (2, False), (2, False)]
+    small = ms_optim.DGCMomentum(named_params(), learning_rate=0.1, momentum=0.9,
+                                 rampup_begin_step=5, rampup_step=2, sparsity=[0.9, 0.99])
+    assert small.compressed_params == [] and not small.host_branches
+    assert [small._branch_at(t)[0] for t in (0, 4, 5, 9)] == [0, 0, 0, 1]
