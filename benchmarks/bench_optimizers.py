@@ -153,7 +153,8 @@ def _state_buffers(sizes, seed):
 
 def _adam_alone(sizes, grads, moment_dtype="float32"):
     """ms_optim.AdamOffload's kernel on its own buffers: one multi-tensor call per bucket, with
-    its moments stored as `moment_dtype` (zero moments; int8: zero scales too)."""
+    its moments stored as `moment_dtype` (zero moments; int8: zero scales too, and the
+    rounding key of step 1)."""
     p, _, _ = _state_buffers(sizes, seed=7)
     mt, vt, scaled = aot.moment_storage(moment_dtype)
     mnp, vnp = (ops.zeros(1, t).asnumpy().dtype for t in (mt, vt))  # numpy's view of each
@@ -166,7 +167,8 @@ def _adam_alone(sizes, grads, moment_dtype="float32"):
                                              inv_scale=1.0, nesterov=False))
     calls = []
     for lo, hi in aot.buckets([0] * len(sizes)):
-        scale_slots = dict(m_scale=m_scale[lo:hi], v_scale=v_scale[lo:hi]) if scaled else {}
+        scale_slots = dict(m_scale=m_scale[lo:hi], v_scale=v_scale[lo:hi],
+                           key=np.array([1, lo], np.int32)) if scaled else {}
         calls.append(prepare_kernel(aot.adam_entry(False, scaled), param=p[lo:hi],
                                     m=m[lo:hi], v=v[lo:hi], grad=grads[lo:hi],
                                     done=np.zeros(1, np.float32), **scale_slots, **hyper))

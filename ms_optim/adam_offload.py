@@ -210,6 +210,9 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
             self.moment1_scale = self.moment2_scale = ParameterTuple(())
         self.concat = ops.Concat()
         self.buckets = aot.buckets([p.dtype for p in self._parameters])
+        # int8: each bucket's first parameter's position, with global_step the key of its
+        # codes' stochastic rounding (docs/algorithms.md §1.1; unused otherwise)
+        self.q8_first = tuple(Tensor(np.array([lo], np.int32)) for lo, _ in self.buckets)
         self.adam_ops = tuple(aot.adam_op(hi - lo, self._parameters[lo].dtype, impl == "delta",
                                               moment_dtype)
                               for lo, hi in self.buckets)
@@ -259,10 +262,11 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
             # the scales are read only by the int8 kernels' order (empty otherwise)
             m, v = self.moment1[lo:hi], self.moment2[lo:hi]
             m_scale, v_scale = self.moment1_scale[lo:hi], self.moment2_scale[lo:hi]
+            key = self.concat((self.global_step, self.q8_first[b])) if self.scaled else None
             if self.impl == "delta":
                 deltas = self.adam_ops[b](*aot.arrange(
                     self.adam_order, m=m, v=v, m_scale=m_scale, v_scale=v_scale,
-                    grad=gradients[lo:hi], lr=lr_b, powers=powers, consts=self.consts))
+                    grad=gradients[lo:hi], lr=lr_b, powers=powers, consts=self.consts, key=key))
                 if hi - lo == 1:
                     deltas = (deltas,)
                 for j in range(hi - lo):
@@ -282,7 +286,7 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
                 done = F.depend(done, self.adam_ops[b](*aot.arrange(
                     self.adam_order, param=params[lo:hi], m=m, v=v, m_scale=m_scale,
                     v_scale=v_scale, grad=gradients[lo:hi], lr=lr_b, wd=wd_b, powers=powers,
-                    consts=self.consts)))
+                    consts=self.consts, key=key)))
         return done
 
     def _adamw_decay(self, lr, weight_decay, i, param):

@@ -237,7 +237,7 @@ def moment_storage(moment_dtype):
 def adam_op(k, dtype, delta, moment_dtype="float32"):
     """Multi-tensor Adam step over `k` parameters of `dtype` (float32 or float16), moments
     stored as `moment_dtype` (MOMENT_DTYPES; ops/aot/aot_adam.cpp).  Its entry (in place,
-    or delta; int8 moments add the m_scale and v_scale slots) is ``adam_entry``'s."""
+    or delta; int8 moments add the m_scale, v_scale and key slots) is ``adam_entry``'s."""
     check_layout("adam")
     check_layout("adam_ext")
     check_layout("powers")
@@ -245,7 +245,7 @@ def adam_op(k, dtype, delta, moment_dtype="float32"):
     f32 = mstype.float32
     dtypes = dict(m=mt, v=vt, grad=dtype, lr=f32, powers=f32, consts=f32)
     if scaled:
-        dtypes.update(m_scale=f32, v_scale=f32)
+        dtypes.update(m_scale=f32, v_scale=f32, key=mstype.int32)
     if delta:  # each step shaped and typed as its gradient
         g = first_index(adam_entry(True, scaled), "grad", k)
         dtypes["delta"] = dtype

@@ -74,20 +74,58 @@ def bf16_value(bits):
     return (np.asarray(bits).astype(np.uint32) << np.uint32(16)).view(f32)
 
 
-def q8_encode(y, fmt):
+def q8_encode(y, fmt, rbits=None):
     """Codes of magnitudes y in [0, 1] (float32) in the small float fmt = (E, M) without
     subnormals: code 0 is 0, code c > 0 is 2^(c div 2^M - 2^E + 1) * (1 + (c mod 2^M) / 2^M).
     Integer arithmetic on the float32 bits: the exponent rebiased, the dropped mantissa bits
-    rounded to nearest even, the result clamped to [0, Q8 top code]; the top code is exactly
-    1, so a block's absmax element is stored exactly (values below about 2^(1 - 2^E) become 0;
-    anything above 1 saturates at 1, and so does a NaN, whatever its sign bit: the bits are
-    read as a non-negative integer)."""
+    rounded, the result clamped to [0, Q8 top code]; the top code is exactly 1, so a block's
+    absmax element is stored exactly (values below about 2^(1 - 2^E) become 0; anything above
+    1 saturates at 1, and so does a NaN, whatever its sign bit: the bits are read as a
+    non-negative integer).
+
+    Rounding: stochastic with `rbits` (random integers, their low 16 bits added just below
+    the kept mantissa bits, so y rounds up with probability its dropped fraction: the kernels'
+    rule); to nearest, ties to even, without (the code map alone, for comparisons)."""
     e_bits, m_bits = fmt
     shift = 23 - m_bits
     ax = np.ascontiguousarray(y, f32).view(np.uint32).astype(np.int64)
-    odd = (ax >> shift) & 1
-    code = (ax - ((128 - (1 << e_bits)) << 23) + ((1 << (shift - 1)) - 1) + odd) >> shift
+    if rbits is None:
+        add = ((1 << (shift - 1)) - 1) + ((ax >> shift) & 1)
+    else:
+        add = (np.asarray(rbits).astype(np.int64) & 0xffff) << (shift - 16)
+    code = (ax - ((128 - (1 << e_bits)) << 23) + add) >> shift
     return np.clip(code, 0, q8_top_code(fmt)).astype(np.uint32)
+
+
+GOLDEN = np.uint32(0x9e3779b9)  # rules::kQ8Golden
+
+
+def q8_mix(x):
+    """rules::q8_mix, the 32-bit integer hash of the rounding bits, on uint32 arrays."""
+    x = np.asarray(x, np.uint32)
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint32(16))
+        x = x * np.uint32(0x7feb352d)
+        x = x ^ (x >> np.uint32(15))
+        x = x * np.uint32(0x846ca68b)
+        return x ^ (x >> np.uint32(16))
+
+
+def q8_tensor_key(step, index):
+    """The rounding key of the parameter at position `index` among an optimizer's parameters
+    at `step` (global_step after the step's increment)."""
+    with np.errstate(over="ignore"):
+        return q8_mix(q8_mix(np.uint32(step & 0xffffffff))
+                      + np.uint32(index & 0xffffffff) * GOLDEN)
+
+
+def q8_round_bits(key, n):
+    """The 32 random bits of elements 0..n-1 of a tensor with rounding `key`: the low 16
+    round m's code, the high 16 v's (the first multiply of q8_mix on key + j * GOLDEN)."""
+    with np.errstate(over="ignore"):
+        x = np.uint32(key) + np.arange(n, dtype=np.uint64).astype(np.uint32) * GOLDEN
+        x = (x ^ (x >> np.uint32(16))) * np.uint32(0x7feb352d)
+        return x ^ (x >> np.uint32(15))
 
 
 def q8_top_code(fmt):
@@ -111,7 +149,7 @@ def _blocks(x):
     return out.reshape(nb, Q8_BLOCK)
 
 
-def q8_quantize(x, signed):
+def q8_quantize(x, signed, rbits=None):
     """Block-wise quantization of float32 x: (codes int8 for signed / uint8, scales float32[blocks]).
 
     scale = max |x| of the block (NaN ignored); a block whose absmax is below the smallest
@@ -119,16 +157,23 @@ def q8_quantize(x, signed):
     with the sign applied as a negative int8 for signed moments.  Unsigned (v): a y = |x| / scale
     > 0 too small for the smallest code gets that code, not 0, so that m / sqrt(v) cannot blow up
     where m survived and v flushed (a larger v only shortens that element's step).
+    `rbits`: q8_round_bits of the tensor (m rounds with their low 16 bits, v with their high
+    16), or None to round to nearest.
     """
     fmt = Q8_M if signed else Q8_V
     b = _blocks(np.ravel(x).astype(f32))
     mag = np.abs(b)
     scale = np.max(np.where(np.isnan(mag), f32(0), mag), axis=1).astype(f32)
     scale = np.where(scale < np.finfo(f32).tiny, f32(0), scale)
+    r = None
+    if rbits is not None:
+        r = np.zeros(b.size, np.uint32)
+        r[:np.size(x)] = np.asarray(rbits, np.uint32) if signed else np.asarray(rbits, np.uint32) >> 16
+        r = r.reshape(b.shape)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         inv = np.where(scale > 0, f32(1) / scale, f32(0)).astype(f32)
         y = mag * inv[:, None]
-        code = q8_encode(y, fmt)
+        code = q8_encode(y, fmt, r)
     if not signed:  # a positive v is never stored as 0: at least the smallest code
         code = np.where(y > 0, np.maximum(code, 1), code)
     code = code.reshape(-1)[:np.size(x)]
@@ -148,11 +193,14 @@ def q8_dequantize(codes, scale, signed):
 
 def adam_compact_step(p, m, v, g, lr, beta1, beta2, eps, beta1_power, beta2_power, moment_dtype,
                       m_scale=None, v_scale=None, weight_decay=0.0, inv_scale=1.0, nesterov=False,
-                      delta=False, decoupled=False):
+                      delta=False, decoupled=False, q8_key=None):
     """adam_offload_step (delta=False, p updated) or adam_delta (delta=True, returns the step)
     with moments stored as `moment_dtype`: "bfloat16" (m, v uint16 bits) or "int8" (m int8, v
     uint8, m_scale/v_scale float32 per block), all updated in place.  The moments are decoded
-    to float32, stepped by the float32 rule, and encoded again."""
+    to float32, stepped by the float32 rule, and encoded again; int8 codes round
+    stochastically with the bits of `q8_key` (q8_tensor_key of the step and the parameter)."""
+    if moment_dtype == "int8" and q8_key is None:
+        raise ValueError("adam_compact_step: int8 moments need q8_key (q8_tensor_key)")
     if moment_dtype == "bfloat16":
         m32, v32 = bf16_value(m), bf16_value(v)
     else:
@@ -168,7 +216,9 @@ def adam_compact_step(p, m, v, g, lr, beta1, beta2, eps, beta1_power, beta2_powe
     if moment_dtype == "bfloat16":
         m[...], v[...] = bf16_bits(m32), bf16_bits(v32)
     else:
-        (m[...], m_scale[...]), (v[...], v_scale[...]) = q8_quantize(m32, True), q8_quantize(v32, False)
+        bits = q8_round_bits(q8_key, np.size(m32))
+        (m[...], m_scale[...]) = q8_quantize(m32, True, bits)
+        (v[...], v_scale[...]) = q8_quantize(v32, False, bits)
     return out
 
 

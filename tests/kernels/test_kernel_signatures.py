@@ -33,7 +33,8 @@ def test_the_reported_signatures_hold_the_declared_slots_in_order():
     assert [(s.name, s.arity, s.output) for s in sig] == [
         ("m", "each", False), ("v", "each", False), ("m_scale", "each", False),
         ("v_scale", "each", False), ("grad", "each", False), ("lr", "one", False),
-        ("powers", "one", False), ("consts", "one", False), ("delta", "each", True)]
+        ("powers", "one", False), ("consts", "one", False), ("key", "one", False),
+        ("delta", "each", True)]
     mom = {s.name: s.arity for s in aot.signature("ms_optim_dgc_momentum")}
     assert mom == {"param": "each", "u": "each", "src": "rest", "lr": "one", "consts": "one",
                    "gidx": "count", "done": "one"}

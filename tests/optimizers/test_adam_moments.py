@@ -35,18 +35,19 @@ def test_optimizer_follows_reference(kind, dtype, adamw):
         mom = Moments(kind, np.zeros(n, np.float32), np.zeros(n, np.float32))
         ref.append((p.asnumpy().reshape(-1).copy(), mom))
     b1p = b2p = np.float32(1)
-    for _ in range(4):
+    for t in range(1, 5):
         grads = tuple(Tensor((rng.standard_normal(p.shape) * 10.0 ** rng.uniform(-3, 0, p.shape))
                              .astype(npdt)) for p in params)
         opt(grads)
         b1p, b2p = b1p * np.float32(0.9), b2p * np.float32(0.999)
-        for (rp, mom), g in zip(ref, grads):
+        for i, ((rp, mom), g) in enumerate(zip(ref, grads)):
             # MindSpore stores weight_decay * loss_scale and divides the sum by loss_scale;
             # AdamW's decay is the unscaled weight decay
             wd = np.float32(0.1) if adamw else np.float32(0.1) * np.float32(2.0)
             reference.adam_compact_step(rp, *mom.ref_args()[:2], g.asnumpy().reshape(-1), 0.01,
                                         0.9, 0.999, 1e-8, b1p, b2p, kind, *mom.ref_args()[2:],
-                                        weight_decay=wd, inv_scale=0.5, decoupled=adamw)
+                                        weight_decay=wd, inv_scale=0.5, decoupled=adamw,
+                                        q8_key=reference.q8_tensor_key(t, i))
     for p, (rp, _) in zip(params, ref):
         np.testing.assert_array_equal(p.asnumpy().reshape(-1), rp)
     want = ([bits(mom.m) for _, mom in ref] + [bits(mom.v) for _, mom in ref]

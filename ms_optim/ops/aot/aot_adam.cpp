@@ -21,7 +21,9 @@
 //
 // ms_optim_adam_q8_inplace and ms_optim_adam_q8_delta: the same with int8
 // moments: m int8, v uint8, then m_scale, v_scale float32[ceil(n / kQ8Block)]
-// (one absmax per block).
+// (one absmax per block), and key int32[2] after consts: the step and the
+// position of parameter 0 among the optimizer's parameters, from which each
+// parameter's stochastic rounding bits follow (rules::q8_tensor_key).
 #include <new>
 #include <vector>
 
@@ -36,7 +38,7 @@ namespace {
 // The slots of one Adam entry (-1: the entry has none).
 struct AdamSlots {
   int out, m, v, grad, lr, wd, powers, consts;  // out: param (in place) or delta (outputs)
-  int m_scale, v_scale, done;
+  int m_scale, v_scale, key, done;  // m_scale, v_scale, key: the q8 entries
 };
 
 // The moment storage of tensor i: float32 or bfloat16 (m and v alike) in the
@@ -89,6 +91,15 @@ int run_adam(const AotCall &c, const AdamSlots &l) {
   MSOPT_TRY(c.require_f32(l.powers, Powers::kCount));
   MSOPT_TRY(c.require_f32(l.consts, AdamConsts::kCount, AdamExtConsts::kCount));
   if (!delta) MSOPT_TRY(c.require_f32(l.done, 1));
+  uint32_t step = 0, first = 0;
+  if (l.key >= 0) {
+    MSOPT_TRY(c.require_dtype(l.key, "int32"));
+    MSOPT_CHECK(c, c.numel(l.key) == 2, kErrSize,
+                "key must have 2 elements (step, first parameter), got %lld",
+                static_cast<long long>(c.numel(l.key)));
+    step = static_cast<uint32_t>(c.ptr<int32_t>(l.key)[0]);
+    first = static_cast<uint32_t>(c.ptr<int32_t>(l.key)[1]);
+  }
 
   // AdamConsts is AdamExtConsts' first fields; decoupled is read only when present
   const AdamExtConsts &k = *c.ptr<const AdamExtConsts>(l.consts);
@@ -116,6 +127,7 @@ int run_adam(const AotCall &c, const AdamSlots &l) {
     if (moments == Moments::kQ8) {
       ts[i].m_scale = c.ptr<float>(l.m_scale, i);
       ts[i].v_scale = c.ptr<float>(l.v_scale, i);
+      ts[i].q8_key = rules::q8_tensor_key(step, first + static_cast<uint32_t>(i));
     }
     total += ts[i].n;
   }
@@ -128,24 +140,25 @@ int run_adam(const AotCall &c, const AdamSlots &l) {
 int adam_inplace(const AotCall &c) {
   using S = sig::ms_optim_adam_inplace;
   return run_adam(c, {S::param, S::m, S::v, S::grad, S::lr, S::wd, S::powers, S::consts, -1, -1,
-                      S::done});
+                      -1, S::done});
 }
 
 int adam_delta(const AotCall &c) {
   using S = sig::ms_optim_adam_delta;
-  return run_adam(c, {S::delta, S::m, S::v, S::grad, S::lr, -1, S::powers, S::consts, -1, -1, -1});
+  return run_adam(c, {S::delta, S::m, S::v, S::grad, S::lr, -1, S::powers, S::consts, -1, -1, -1,
+                      -1});
 }
 
 int adam_q8_inplace(const AotCall &c) {
   using S = sig::ms_optim_adam_q8_inplace;
   return run_adam(c, {S::param, S::m, S::v, S::grad, S::lr, S::wd, S::powers, S::consts,
-                      S::m_scale, S::v_scale, S::done});
+                      S::m_scale, S::v_scale, S::key, S::done});
 }
 
 int adam_q8_delta(const AotCall &c) {
   using S = sig::ms_optim_adam_q8_delta;
   return run_adam(c, {S::delta, S::m, S::v, S::grad, S::lr, -1, S::powers, S::consts,
-                      S::m_scale, S::v_scale, -1});
+                      S::m_scale, S::v_scale, S::key, -1});
 }
 
 }  // namespace

@@ -46,15 +46,17 @@ struct Slot {
   IN(m, kEach) IN(v, kEach) IN(grad, kEach) IN(lr, kOne) IN(powers, kOne) IN(consts, kOne) \
   OUT(delta, kEach)
 
-// The same with int8 moments: one float32 absmax scale per block of each.
+// The same with int8 moments: one float32 absmax scale per block of each; key:
+// int32[2], the step and the first parameter's position in the optimizer (the
+// stochastic rounding's key, rules::q8_tensor_key).
 #define MSOPT_AOT_ADAM_Q8_INPLACE(IN, OUT)                                                \
   IN(param, kEach) IN(m, kEach) IN(v, kEach) IN(m_scale, kEach) IN(v_scale, kEach)        \
   IN(grad, kEach) IN(lr, kOne) IN(wd, kOne) IN(powers, kOne) IN(consts, kOne)             \
-  OUT(done, kOne)
+  IN(key, kOne) OUT(done, kOne)
 
 #define MSOPT_AOT_ADAM_Q8_DELTA(IN, OUT)                                                  \
   IN(m, kEach) IN(v, kEach) IN(m_scale, kEach) IN(v_scale, kEach) IN(grad, kEach)         \
-  IN(lr, kOne) IN(powers, kOne) IN(consts, kOne) OUT(delta, kEach)
+  IN(lr, kOne) IN(powers, kOne) IN(consts, kOne) IN(key, kOne) OUT(delta, kEach)
 
 // Lamb: gscale multiplies every gradient; the output holds the trust ratios.
 #define MSOPT_AOT_LAMB(IN, OUT)                                                           \

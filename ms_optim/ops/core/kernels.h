@@ -55,6 +55,7 @@ struct AdamTensor {
   AdamArgs a;
   float *m_scale = nullptr;  // kQ8: (n + kQ8Block - 1) / kQ8Block absmax scales
   float *v_scale = nullptr;
+  uint32_t q8_key = 0;  // kQ8: rules::q8_tensor_key of the step and the parameter
 };
 
 // Hyper-parameters of one Lamb step shared by the tensors of one call

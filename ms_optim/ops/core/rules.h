@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace msopt {
 namespace rules {
@@ -168,6 +169,39 @@ template <class T>
 inline void ps_prox_constants(T lr, T l1, T l2, T &lam1, T &c2) {
   lam1 = lr * l1;
   c2 = T(1) / (T(1) + lr * l2);
+}
+
+// The random bits of the int8 moments' stochastic rounding (docs/algorithms.md
+// §1.1): a pure function of the step, the parameter's position in the
+// optimizer and the element's index in it, so that a run is reproducible,
+// independent of the thread count, and identical on every data-parallel
+// replica.  q8_mix is a 32-bit integer hash (xor-shift-multiply, the
+// "lowbias32" constants); products wrap modulo 2^32.
+constexpr uint32_t kQ8Golden = 0x9e3779b9u;  // 2^32 / the golden ratio, odd
+
+inline uint32_t q8_mix(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+
+// The key of parameter `tensor` (its position among the optimizer's
+// parameters) at `step` (global_step, after the step's increment).
+inline uint32_t q8_tensor_key(uint32_t step, uint32_t tensor) {
+  return q8_mix(q8_mix(step) + tensor * kQ8Golden);
+}
+
+// Element j's 32 bits: the low 16 round m's code, the high 16 v's.  One
+// multiply of q8_mix's two: the key already carries the step and the parameter,
+// and key + j * kQ8Golden runs through distinct values along the tensor.
+inline uint32_t q8_round_bits(uint32_t key, uint32_t j) {
+  uint32_t x = key + j * kQ8Golden;
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  return x ^ (x >> 15);
 }
 
 }  // namespace rules

@@ -149,7 +149,8 @@ inline void q8_block_step(const AdamTensor &x, int64_t lo, Len n, float *out, co
   Q8Coder<Len>::decode(mq, vq, n, x.m_scale[b], x.v_scale[b], mb, vb);
   float am, av;
   adam_view_step<kDelta>(x.a, out, g, n, BufferView{mb, vb}, am, av);
-  q8_encode_block(mb, vb, n, am, av, mq, vq, x.m_scale[b], x.v_scale[b]);
+  q8_encode_block(mb, vb, n, am, av, mq, vq, x.m_scale[b], x.v_scale[b], x.q8_key,
+                  static_cast<uint32_t>(lo));
 }
 
 struct Q8Codec {

@@ -21,6 +21,7 @@
 #endif
 
 #include "core/kernels.h"
+#include "core/rules.h"
 #include "kernels/half.h"
 
 namespace msopt {
@@ -56,22 +57,31 @@ struct Bf16View {
 // which is exactly 1 (so a block's absmax element is stored exactly; the
 // codes above it go unused).  The code's bits are a float32's exponent and top
 // mantissa bits with the exponent rebiased, so encoding is integer arithmetic
-// on the float32 bits (rounding the dropped mantissa bits to nearest even, as
-// float_to_half_sw), clamped to [0, kTopCode]: values below 2^(1-2^kExp)
+// on the float32 bits, clamped to [0, kTopCode]: values below 2^(1-2^kExp)
 // (about) become 0, values above 1 saturate.  Decoding is a shift and an add.
+//
+// Rounding is stochastic: 16 random bits r are added just below the kept
+// mantissa bits before they are cut, so y rounds up with probability equal to
+// its dropped fraction (to 16 bits), and the stored value's expectation is y.
+// Rounding to nearest would hold an element whose moment moves by less than
+// half a code step per update (v with beta2 = 0.999 always does) at its old
+// code for good.
 template <int kExp, int kMan>
 struct SmallFloat {
   static constexpr int kShift = 23 - kMan;
+  static constexpr int kRandShift = kShift - 16;  // where the 16 random bits go
   static constexpr uint32_t kRebias = static_cast<uint32_t>(128 - (1 << kExp)) << 23;
   static constexpr int32_t kTopCode = ((1 << kExp) - 1) << kMan;
+  static_assert(kRandShift >= 0, "16 random bits fit below the kept mantissa bits");
 
   // kKeepNonzero: a y > 0 that would round to 0 gets the smallest code instead.
+  // r: random bits, the low 16 used.
   template <bool kKeepNonzero = false>
-  static uint32_t encode(float y) {
+  static uint32_t encode(float y, uint32_t r) {
     const uint32_t ax = f32_bits(y);
-    const uint32_t odd = (ax >> kShift) & 1u;
     // below 2^(1-2^kExp) the difference wraps negative (as int32): code 0, or 1 when kept
-    const int32_t code = static_cast<int32_t>(ax - kRebias + ((1u << (kShift - 1)) - 1u) + odd) >> kShift;
+    const int32_t code =
+        static_cast<int32_t>(ax - kRebias + ((r & 0xffffu) << kRandShift)) >> kShift;
     const int32_t lowest = kKeepNonzero ? static_cast<int32_t>(std::min(ax, 1u)) : 0;  // y > 0
     return static_cast<uint32_t>(std::min(std::max(code, lowest), kTopCode));
   }
@@ -89,14 +99,22 @@ using Q8MCode = SmallFloat<kQ8MExp, kQ8MMan>;
 using Q8VCode = SmallFloat<kQ8VExp, kQ8VMan>;
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
-// SmallFloat<kExp, kMan>::encode's rounding of 8 magnitudes (before its clamp):
-// the code as int32, negative below the smallest code, large for a NaN.
+// rules::q8_round_bits of 8 lanes, from key + j * kQ8Golden.
+inline __m256i q8_round_bits8(__m256i x) {
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb352d));
+  return _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+}
+
+// SmallFloat<kExp, kMan>::encode's rounding of 8 magnitudes with their 16
+// random bits r (before its clamp): the code as int32, negative below the
+// smallest code, large for a NaN.
 template <class Code>
-inline __m256i q8_round8(__m256i ax) {
-  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(ax, Code::kShift), _mm256_set1_epi32(1));
-  const __m256i bias = _mm256_set1_epi32(
-      static_cast<int32_t>(((1u << (Code::kShift - 1)) - 1u) - Code::kRebias));
-  return _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(ax, bias), odd), Code::kShift);
+inline __m256i q8_round8(__m256i ax, __m256i r) {
+  const __m256i rebias = _mm256_set1_epi32(-static_cast<int32_t>(Code::kRebias));
+  return _mm256_srai_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(ax, rebias), _mm256_slli_epi32(r, Code::kRandShift)),
+      Code::kShift);
 }
 
 // Q8Loops::encode over 32 elements with AVX2, the same bits: the
@@ -104,21 +122,36 @@ inline __m256i q8_round8(__m256i ax) {
 // the clamp to [lowest, top] can follow them on 16 bits), m's sign comes from
 // the same packs of m's bits and is applied to the bytes by one vpsignb, and
 // one permute puts the bytes back in order (the packs interleave the lanes).
+// The random bits of element j0 + j are rules::q8_round_bits(key, j0 + j).
 inline void q8_encode32_avx2(const float *m, const float *v, float mi, float vi, int8_t *mq,
-                             uint8_t *vq) {
+                             uint8_t *vq, uint32_t key, uint32_t j0) {
   const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i low16 = _mm256_set1_epi32(0xffff);
   const __m256 vmi = _mm256_set1_ps(mi), vvi = _mm256_set1_ps(vi);
+  // key + (j0 + j) * golden for the 8 lanes, advanced by 8 * golden a step
+  const uint32_t g = rules::kQ8Golden;
+  __m256i idx = _mm256_add_epi32(
+      _mm256_set1_epi32(static_cast<int32_t>(key + j0 * g)),
+      _mm256_setr_epi32(0, static_cast<int32_t>(g), static_cast<int32_t>(2 * g),
+                        static_cast<int32_t>(3 * g), static_cast<int32_t>(4 * g),
+                        static_cast<int32_t>(5 * g), static_cast<int32_t>(6 * g),
+                        static_cast<int32_t>(7 * g)));
+  const __m256i step = _mm256_set1_epi32(static_cast<int32_t>(8 * g));
   __m256i mc[4], mbits[4], vc[4];
   for (int k = 0; k < 4; ++k) {
+    const __m256i bits = q8_round_bits8(idx);
+    idx = _mm256_add_epi32(idx, step);
     const __m256 x = _mm256_loadu_ps(m + 8 * k);
     mbits[k] = _mm256_castps_si256(x);
     mc[k] = q8_round8<Q8MCode>(
-        _mm256_castps_si256(_mm256_and_ps(_mm256_mul_ps(x, vmi), absmask)));
+        _mm256_castps_si256(_mm256_and_ps(_mm256_mul_ps(x, vmi), absmask)),
+        _mm256_and_si256(bits, low16));
     const __m256i ay = _mm256_castps_si256(
         _mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(v + 8 * k), vvi), absmask));
     // kKeepNonzero: at least min(bits, 1), so a y > 0 gets code 1
-    vc[k] = _mm256_max_epi32(q8_round8<Q8VCode>(ay), _mm256_min_epu32(ay, _mm256_set1_epi32(1)));
+    vc[k] = _mm256_max_epi32(q8_round8<Q8VCode>(ay, _mm256_srli_epi32(bits, 16)),
+                             _mm256_min_epu32(ay, _mm256_set1_epi32(1)));
   }
   const __m256i zero = _mm256_setzero_si256();
   const __m256i mtop = _mm256_set1_epi16(Q8MCode::kTopCode);
@@ -187,19 +220,21 @@ struct Q8Loops {
     }
   }
   // The codes, from the new moments and the reciprocals of their scales (the
-  // rule SmallFloat::encode; m's sign kept as the code's sign).
+  // rule SmallFloat::encode; m's sign kept as the code's sign), rounded with
+  // rules::q8_round_bits(key, j0 + j) for element j.
   template <class Len>
   static void encode(const float *m, const float *v, Len len, float mi, float vi, int8_t *mq,
-                     uint8_t *vq) {
+                     uint8_t *vq, uint32_t key, uint32_t j0) {
 #pragma omp simd
     for (int64_t j = 0; j < len; ++j) {
+      const uint32_t r = rules::q8_round_bits(key, j0 + static_cast<uint32_t>(j));
       // |x * (1 / scale)|: the same as |x| * (1 / scale), and a NaN (inf * 0 where the
       // scale is inf) positive, so that it saturates at the top code as any y > 1
-      const int32_t c = static_cast<int32_t>(Q8MCode::encode(std::fabs(m[j] * mi)));
+      const int32_t c = static_cast<int32_t>(Q8MCode::encode(std::fabs(m[j] * mi), r));
       const int32_t neg = static_cast<int32_t>(f32_bits(m[j]) >> 31);  // 1: sign bit set
       mq[j] = static_cast<int8_t>((c ^ -neg) + neg);                   // -c when negative
       // a positive v never becomes code 0 (its m may not have: m / sqrt(v) must stay bounded)
-      vq[j] = static_cast<uint8_t>(Q8VCode::encode<true>(std::fabs(v[j] * vi)));
+      vq[j] = static_cast<uint8_t>(Q8VCode::encode<true>(std::fabs(v[j] * vi), r >> 16));
     }
   }
 };
@@ -214,8 +249,10 @@ struct Q8Avx2Steps {
   }
   template <class Len>
   static void encode(const float *m, const float *v, Len len, float mi, float vi, int8_t *mq,
-                     uint8_t *vq) {
-    for (int64_t j = 0; j < len; j += 32) q8_encode32_avx2(m + j, v + j, mi, vi, mq + j, vq + j);
+                     uint8_t *vq, uint32_t key, uint32_t j0) {
+    for (int64_t j = 0; j < len; j += 32)
+      q8_encode32_avx2(m + j, v + j, mi, vi, mq + j, vq + j, key,
+                       j0 + static_cast<uint32_t>(j));
   }
 };
 template <class Len>
@@ -241,15 +278,17 @@ struct BufferView {
 
 // The block's scales from the absmax of its new moments (0 below the smallest
 // normal float32, so that the reciprocal is finite), then its codes; a positive
-// v below the smallest code gets that code rather than 0.
+// v below the smallest code gets that code rather than 0.  key: the tensor's
+// rounding key; j0: the block's first element in the tensor.
 template <class Len>
 inline void q8_encode_block(const float *m, const float *v, Len len, float am, float av,
-                            int8_t *mq, uint8_t *vq, float &m_scale, float &v_scale) {
+                            int8_t *mq, uint8_t *vq, float &m_scale, float &v_scale,
+                            uint32_t key, uint32_t j0) {
   const float ms = am < 1.17549435e-38f ? 0.0f : am, vs = av < 1.17549435e-38f ? 0.0f : av;
   m_scale = ms;
   v_scale = vs;
   const float mi = ms > 0.0f ? 1.0f / ms : 0.0f, vi = vs > 0.0f ? 1.0f / vs : 0.0f;
-  Q8Coder<Len>::encode(m, v, len, mi, vi, mq, vq);
+  Q8Coder<Len>::encode(m, v, len, mi, vi, mq, vq, key, j0);
 }
 
 }  // namespace
