@@ -1,283 +1,223 @@
 """Does AdamOffload train as well with bfloat16 or int8 moments as with float32 ones?
 
-Two real tasks, each trained once per ``moment_dtype`` from the same initial
-weights on the same batches, so that only the moments' storage differs:
+Trains the tasks of tools/fidelity_tasks.py (digits, charlm, autoencoder and
+convnet by default) for seeds 0..N-1 with each ``moment_dtype``; float32 is
+the baseline and always runs.  For one seed every dtype starts from the same
+initial weights and sees the same batches, so only the storage of the moments
+differs.  Each run gives one held-out metric, lower is better: cross-entropy
+for the classifiers and the language model, mean squared error for the
+regressions.
 
-- **digits**: the MLP and data of examples/common/digits.py (scikit-learn's
-  bundled digits, 75/25 split), AdamOffload lr 1e-3, batch 32, over 3 seeds
-  (the seed sets the split, the initial weights and the batch order).
-  Reported: final test accuracy per seed, and its difference from float32
-  moments in points (target: within 0.3 points, averaged over the seeds).
-- **charlm**: a character-level language model (embedding 64, one LSTM
-  layer of 256, a linear read-out; 0.4M parameters; AdamOffload lr 2e-3,
-  batch 32 windows of 64 characters) on the Python standard
-  library's own source files, which every machine with Python has: a fixed,
-  sorted list of modules, the first 90% of the text for training and the
-  last 10% held out.  Reported: the held-out loss (nats per character) every
-  --eval-every steps, and the final one's difference from float32 moments
-  in percent (targets: bfloat16 within 1%, int8 within 2%, either way: a lower
-  loss is a different training run too, not a faithful one).
+Reported, per task and dtype: the metric's difference from float32's in
+percent, (d - f32) / f32 * 100, for each seed and its mean over the seeds.
+The bars hold the mean's absolute value, since a lower loss is a different
+training run too, not a faithful one: bfloat16 within 1%, int8 within 2%.
+Across all the (task, seed) pairs run: in how many pairs the dtype's metric is
+larger than float32's, and the two-sided sign-test p-value of that count (ties
+left out); the bar: int8 worse in at most half of the pairs (rounded up).
 
-Writes DIR/fidelity.json and DIR/fidelity.png (held-out loss curves, and
-the digits accuracies).  Run from the repository root:
+The held-out task, diabetes, is set aside: nothing is tuned on it, the suite
+runs it only when asked (``--heldout``, or ``--tasks diabetes``), once, at the
+end, and its rows are marked "held out".  When it runs with other tasks, the
+sign test is also given for the other tasks alone.
 
-    python -m tools.fidelity                      # both tasks, results/
-    python -m tools.fidelity --tasks charlm --steps 300
+Writes DIR/fidelity.json (every run's metric and time, the settings, the
+summary) and, when matplotlib is installed, DIR/fidelity.png (the mean percent
+difference per task and dtype).  Run from the repository root:
+
+    python -m tools.fidelity                     # 4 tasks x 3 seeds x 3 dtypes, into results/
+    python -m tools.fidelity --tasks convnet --seeds 1 --dtypes int8
+    python -m tools.fidelity --heldout           # once, at the end: adds diabetes
 """
 import argparse
 import json
+import math
 import os
 import sys
-import sysconfig
 import time
 
 import numpy as np
 
-import mindspore as ms
-from mindspore import nn
-
-import ms_optim
 from examples.common.cli import positive_int
-from examples.common.digits import batches, evaluate, load_data, make_net
+from tools.fidelity_tasks import DTYPES, TASKS, use_cpu_graph_mode
 
-DTYPES = ("float32", "bfloat16", "int8")
-# The targets: digits in accuracy points (mean over seeds), charlm in percent of loss
-DIGITS_BAR_POINTS = 0.3
-CHARLM_BAR_PERCENT = {"bfloat16": 1.0, "int8": 2.0}
-# The standard library modules the corpus is made of, in this order.
-CORPUS_MODULES = ("argparse.py", "ast.py", "calendar.py", "collections/__init__.py",
-                  "configparser.py", "csv.py", "dataclasses.py", "datetime.py", "decimal.py",
-                  "difflib.py", "enum.py", "fractions.py", "functools.py", "gettext.py",
-                  "heapq.py", "inspect.py", "ipaddress.py", "json/decoder.py",
-                  "json/encoder.py", "logging/__init__.py", "pathlib.py", "pickle.py",
-                  "pprint.py", "random.py", "shutil.py", "statistics.py", "string.py",
-                  "subprocess.py", "tarfile.py", "textwrap.py", "threading.py", "typing.py",
-                  "zipfile.py")
+DEFAULT_TASKS = [name for name, task in TASKS.items() if not task.held_out]
+HELD_OUT_TASKS = [name for name, task in TASKS.items() if task.held_out]
+# Bars on |mean percent difference from float32| over the seeds, per task.
+MEAN_BAR_PERCENT = {"bfloat16": 1.0, "int8": 2.0}
+# Bars on the share of (task, seed) pairs in which a dtype's metric is larger than float32's.
+WORSE_SHARE_BAR = {"int8": 0.5}
 
 
-def adam(params, moment_dtype, lr):
-    return ms_optim.AdamOffload(params, learning_rate=lr, moment_dtype=moment_dtype)
+# ------------------------------------------------------------------ summary --
+
+def sign_test(worse, better):
+    """Two-sided sign-test p-value of `worse` pairs against `better` ones (binomial, p = 1/2)."""
+    n = worse + better
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(worse, better) + 1))
+    return min(1.0, 2 * tail / 2 ** n)
 
 
-# ------------------------------------------------------------------ digits --
-
-def run_digits(seeds, epochs, dtypes):
-    out = {}
-    for seed in seeds:
-        data = load_data(seed)
-        ms.set_seed(seed)
-        init = {p.name: p.asnumpy().copy() for p in make_net().trainable_params()}
-        for dtype in dtypes:
-            x_train, y_train, x_test, y_test = data
-            net = make_net(init)
-            step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(
-                sparse=True, reduction="mean")), adam(net.trainable_params(), dtype, 1e-3))
-            step.set_train(True)
-            rng = np.random.default_rng(seed)
-            t0 = time.perf_counter()
-            for _ in range(epochs):
-                for idx in batches(len(x_train), 32, rng):
-                    step(ms.Tensor(x_train[idx]), ms.Tensor(y_train[idx]))
-            acc = evaluate(net, x_test, y_test)
-            out.setdefault(dtype, []).append(acc)
-            print(f"[digits] seed {seed} moments {dtype:8s} test acc {acc:.4f}  "
-                  f"({time.perf_counter() - t0:.1f}s)", flush=True)
+def compare_pairs(metrics, tasks, dtype):
+    """How `dtype` compares with float32 over the (task, seed) pairs of `tasks`."""
+    pairs = [(d, f) for task in tasks
+             for d, f in zip(metrics[task][dtype], metrics[task]["float32"])]
+    worse = sum(d > f for d, f in pairs)
+    better = sum(d < f for d, f in pairs)
+    out = {"pairs": len(pairs), "worse": worse, "better": better,
+           "ties": len(pairs) - worse - better, "p_two_sided": sign_test(worse, better)}
+    if dtype in WORSE_SHARE_BAR:
+        out["bar_worse_at_most"] = math.ceil(WORSE_SHARE_BAR[dtype] * len(pairs))
+        out["met"] = worse <= out["bar_worse_at_most"]
     return out
 
 
-# ------------------------------------------------------------------ charlm --
-
-def load_corpus():
-    """The corpus as bytes (uint8), and which modules it holds."""
-    root = sysconfig.get_paths()["stdlib"]
-    parts, used = [], []
-    for rel in CORPUS_MODULES:
-        path = os.path.join(root, rel)
-        if os.path.isfile(path):
-            with open(path, "rb") as fh:
-                parts.append(fh.read())
-            used.append(rel)
-    if not parts:
-        raise SystemExit(f"tools.fidelity: no standard library sources found under {root}")
-    return np.frombuffer(b"\n".join(parts), np.uint8), used
-
-
-class CharLM(nn.Cell):
-    def __init__(self, vocab=256, embed=64, hidden=256):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, embed)
-        self.lstm = nn.LSTM(embed, hidden, batch_first=True)
-        self.out = nn.Dense(hidden, vocab)
-
-    def construct(self, x):
-        h, _ = self.lstm(self.embed(x))
-        return self.out(h)
-
-
-class SeqLoss(nn.Cell):
-    def __init__(self, net):
-        super().__init__()
-        self.net = net
-        self.ce = nn.CrossEntropyLoss()
-
-    def construct(self, x, y):
-        logits = self.net(x)
-        return self.ce(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-
-
-def charlm_batches(text, steps, batch, seq, seed):
-    """`steps` batches of random windows (inputs, next characters), the same for every dtype."""
-    rng = np.random.default_rng(seed)
-    starts = rng.integers(0, len(text) - seq - 1, size=(steps, batch))
-    for s in starts:
-        idx = s[:, None] + np.arange(seq + 1)[None, :]
-        win = text[idx].astype(np.int32)
-        yield win[:, :-1], win[:, 1:]
-
-
-def heldout_windows(text, batch, seq, count):
-    """Fixed, evenly spaced held-out windows."""
-    starts = np.linspace(0, len(text) - seq - 2, count * batch).astype(np.int64)
-    idx = starts[:, None] + np.arange(seq + 1)[None, :]
-    win = text[idx].astype(np.int32)
-    return [(win[i:i + batch, :-1], win[i:i + batch, 1:]) for i in range(0, len(win), batch)]
-
-
-def run_charlm(steps, eval_every, dtypes, seed=0, batch=32, seq=64):
-    text, used = load_corpus()
-    cut = int(len(text) * 0.9)
-    train_text, held_text = text[:cut], text[cut:]
-    held = heldout_windows(held_text, batch, seq, count=16)
-    print(f"[charlm] corpus: {len(used)} standard library modules, {len(text):,} bytes "
-          f"({cut:,} train, {len(text) - cut:,} held out)", flush=True)
-    ms.set_seed(seed)
-    init = {p.name: p.asnumpy().copy() for p in CharLM().trainable_params()}
-    curves = {}
-    for dtype in dtypes:
-        net = CharLM()
-        ms.load_param_into_net(net, {k: ms.Parameter(ms.Tensor(v), k) for k, v in init.items()})
-        loss_net = SeqLoss(net)
-        step = nn.TrainOneStepCell(loss_net, adam(net.trainable_params(), dtype, 2e-3))
-        step.set_train(True)
-        curve = []
-        t0 = time.perf_counter()
-        for i, (x, y) in enumerate(charlm_batches(train_text, steps, batch, seq, seed), 1):
-            loss = float(step(ms.Tensor(x), ms.Tensor(y)).asnumpy())
-            if i % eval_every == 0 or i == steps:
-                loss_net.set_train(False)
-                h = float(np.mean([loss_net(ms.Tensor(a), ms.Tensor(b)).asnumpy()
-                                   for a, b in held]))
-                loss_net.set_train(True)
-                curve.append((i, h))
-                print(f"[charlm] moments {dtype:8s} step {i:5d}/{steps}  train loss {loss:.4f}  "
-                      f"held-out loss {h:.4f}  elapsed {time.perf_counter() - t0:6.1f}s",
-                      flush=True)
-        curves[dtype] = curve
-    return curves, used
-
-
-# ------------------------------------------------------------------ report --
-
-def summarize(digits, charlm):
-    """Differences from float32 moments, and the bars judged."""
-    summary = {}
-    if digits:
-        base = np.array(digits["float32"])
-        for dtype, accs in digits.items():
+def summarize(metrics, held_out=()):
+    """The differences from float32 and the bars judged.  `metrics`: {task: {dtype: [metric
+    per seed]}}, float32 among the dtypes; `held_out`: which of the tasks are held out."""
+    tasks = {}
+    for task, by_dtype in metrics.items():
+        base = np.array(by_dtype["float32"], dtype=np.float64)
+        tasks[task] = {"held_out": task in held_out, "float32": base.tolist(), "vs_float32": {}}
+        for dtype, values in by_dtype.items():
             if dtype == "float32":
                 continue
-            diff = (np.array(accs) - base) * 100
-            summary[f"digits {dtype}"] = {
-                "points_vs_float32_per_seed": diff.tolist(), "mean_points": float(diff.mean()),
-                "bar_points": DIGITS_BAR_POINTS,
-                "met": bool(abs(diff.mean()) <= DIGITS_BAR_POINTS)}
-    if charlm:
-        base = charlm["float32"][-1][1]
-        for dtype, curve in charlm.items():
-            if dtype == "float32":
-                continue
-            pct = (curve[-1][1] - base) / base * 100
-            summary[f"charlm {dtype}"] = {
-                "final_heldout_loss": curve[-1][1], "float32_final_heldout_loss": base,
-                "percent_vs_float32": pct, "bar_percent": CHARLM_BAR_PERCENT[dtype],
-                "met": bool(abs(pct) <= CHARLM_BAR_PERCENT[dtype])}
-    return summary
+            pct = (np.array(values, dtype=np.float64) - base) / base * 100
+            mean = float(pct.mean())
+            tasks[task]["vs_float32"][dtype] = {
+                "percent_per_seed": pct.tolist(), "mean_percent": mean,
+                "bar_percent": MEAN_BAR_PERCENT[dtype], "met": abs(mean) <= MEAN_BAR_PERCENT[dtype]}
+    dtypes = [d for d in next(iter(metrics.values())) if d != "float32"]
+    groups = {"all tasks run": list(metrics)}
+    development = [t for t in metrics if t not in held_out]
+    if development and len(development) < len(metrics):
+        groups["development tasks"] = development
+    sign_tests = {group: {dtype: compare_pairs(metrics, names, dtype) for dtype in dtypes}
+                  for group, names in groups.items()}
+    return {"tasks": tasks, "sign_tests": sign_tests}
 
 
-def plot(digits, charlm, path):
+def task_label(name, held_out):
+    return f"{name} (held out)" if held_out else name
+
+
+def report(summary):
+    """The summary as a compact table."""
+    print("\nHeld-out metric (lower is better) against float32 moments, "
+          "(d - f32) / f32 * 100:")
+    print(f"  {'task':21s} {'float32':>8s}  {'dtype':8s}  {'per seed (%)':24s} "
+          f"{'mean (%)':>8s}  bar")
+    for task, row in summary["tasks"].items():
+        head = f"{task_label(task, row['held_out']):21s} {np.mean(row['float32']):8.4f}"
+        if not row["vs_float32"]:
+            print(f"  {head}")
+        for dtype, s in row["vs_float32"].items():
+            seeds = " ".join(f"{p:+7.2f}" for p in s["percent_per_seed"])
+            print(f"  {head}  {dtype:8s}  {seeds:24s} {s['mean_percent']:+8.2f}  "
+                  f"|mean| <= {s['bar_percent']:g}%: {'met' if s['met'] else 'NOT met'}")
+            head = " " * len(head)
+    if any(summary["sign_tests"].values()):
+        print("\n(task, seed) pairs in which the dtype's metric is larger than float32's:")
+    for group, by_dtype in summary["sign_tests"].items():
+        for dtype, s in by_dtype.items():
+            bar = (f"; bar: at most {s['bar_worse_at_most']}: "
+                   f"{'met' if s['met'] else 'NOT met'}" if "met" in s else "")
+            print(f"  {group:18s} {dtype:8s}  worse in {s['worse']:2d} of {s['pairs']:2d} "
+                  f"({s['ties']} ties), two-sided sign test p = {s['p_two_sided']:.3f}{bar}")
+
+
+def plot(summary, path):
+    """Bar chart of the mean percent difference from float32 per task and dtype."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    if charlm:
-        for dtype, curve in charlm.items():
-            axes[0].plot([s for s, _ in curve], [h for _, h in curve], marker=".", label=dtype)
-        axes[0].set_xlabel("step")
-        axes[0].set_ylabel("held-out loss (nats/char)")
-        axes[0].set_title("character-level LSTM on Python's standard library")
-        axes[0].legend(title="moment_dtype")
-    if digits:
-        seeds = len(next(iter(digits.values())))
-        width = 0.8 / len(digits)
-        for j, (dtype, accs) in enumerate(digits.items()):
-            axes[1].bar(np.arange(seeds) + j * width, np.array(accs) * 100, width, label=dtype)
-        axes[1].set_xticks(np.arange(seeds) + width * (len(digits) - 1) / 2)
-        axes[1].set_xticklabels([f"seed {s}" for s in range(seeds)])
-        low = min(min(a) for a in digits.values()) * 100
-        axes[1].set_ylim(low - 1.0, 100)
-        axes[1].set_ylabel("test accuracy (%)")
-        axes[1].set_title("digits MLP, final test accuracy")
-        axes[1].legend(title="moment_dtype")
-    fig.suptitle("ms_optim.AdamOffload: float32, bfloat16 and int8 moments")
+    tasks = list(summary["tasks"])
+    dtypes = list(summary["tasks"][tasks[0]]["vs_float32"])
+    width = 0.8 / len(dtypes)
+    fig, ax = plt.subplots(figsize=(1.6 * len(tasks) + 3, 4.5))
+    for j, dtype in enumerate(dtypes):
+        means = [summary["tasks"][t]["vs_float32"][dtype]["mean_percent"] for t in tasks]
+        ax.bar(np.arange(len(tasks)) + j * width, means, width, label=dtype)
+        for sign in (1, -1):
+            ax.axhline(sign * MEAN_BAR_PERCENT[dtype], color=f"C{j}", linestyle=":", linewidth=1)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(np.arange(len(tasks)) + width * (len(dtypes) - 1) / 2)
+    ax.set_xticklabels([task_label(t, summary["tasks"][t]["held_out"]).replace(" (", "\n(")
+                        for t in tasks])
+    ax.set_ylabel("held-out metric vs float32 (%), mean over seeds")
+    ax.set_title("AdamOffload moments against float32 (dotted: the bars)")
+    ax.legend(title="moment_dtype")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def main(argv=None):
+# --------------------------------------------------------------------- main --
+
+def build_parser():
     ap = argparse.ArgumentParser(prog="python -m tools.fidelity",
                                  description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tasks", nargs="+", choices=("digits", "charlm"),
-                    default=["digits", "charlm"], help="which tasks to run (default: both)")
+    ap.add_argument("--tasks", nargs="+", choices=list(TASKS), default=DEFAULT_TASKS,
+                    help=f"tasks to run (default: {' '.join(DEFAULT_TASKS)}; "
+                         f"{', '.join(HELD_OUT_TASKS)} is held out and runs only when named)")
+    ap.add_argument("--heldout", action="store_true",
+                    help=f"adds the held-out task ({', '.join(HELD_OUT_TASKS)}): run it once, "
+                         "at the end")
+    ap.add_argument("--seeds", type=positive_int, default=3, metavar="N",
+                    help="seeds 0..N-1 (default 3)")
     ap.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES),
                     help="moment dtypes (float32 is always run: it is the baseline)")
-    ap.add_argument("--seeds", type=positive_int, default=3, help="digits: seeds 0..N-1")
-    ap.add_argument("--epochs", type=positive_int, default=20, help="digits: epochs")
-    ap.add_argument("--steps", type=positive_int, default=600, help="charlm: training steps")
-    ap.add_argument("--eval-every", type=positive_int, default=50,
-                    help="charlm: steps between held-out evaluations")
-    ap.add_argument("--out", default="results", help="output folder")
-    args = ap.parse_args(argv)
-    dtypes = ["float32"] + [d for d in args.dtypes if d != "float32"]
-    ms.set_context(mode=ms.GRAPH_MODE)
-    ms.set_device("CPU")
+    for name, task in TASKS.items():
+        ap.add_argument(f"--{name}-{task.unit}", type=positive_int, metavar="N",
+                        help=f"{name}: training {task.unit} (default {task.default_length})")
+    ap.add_argument("--out", default="results", help="output folder (default results)")
+    return ap
 
-    digits = run_digits(range(args.seeds), args.epochs, dtypes) if "digits" in args.tasks \
-        else None
-    charlm, used = run_charlm(args.steps, args.eval_every, dtypes) if "charlm" in args.tasks \
-        else (None, None)
-    summary = summarize(digits, charlm)
-    print("\nAgainst float32 moments:")
-    for key, s in summary.items():
-        if key.startswith("digits"):
-            print(f"  {key:16s} mean {s['mean_points']:+.2f} points over the seeds "
-                  f"(per seed {', '.join(f'{d:+.2f}' for d in s['points_vs_float32_per_seed'])}); "
-                  f"target within {s['bar_points']}: {'met' if s['met'] else 'not met'}")
-        else:
-            print(f"  {key:16s} held-out loss {s['final_heldout_loss']:.4f} vs "
-                  f"{s['float32_final_heldout_loss']:.4f}: {s['percent_vs_float32']:+.2f}%; "
-                  f"target within {s['bar_percent']}%: {'met' if s['met'] else 'not met'}")
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    names = list(dict.fromkeys(args.tasks + (HELD_OUT_TASKS if args.heldout else [])))
+    names.sort(key=lambda n: TASKS[n].held_out)  # the held-out task last
+    dtypes = ["float32"] + [d for d in args.dtypes if d != "float32"]
+    seeds = list(range(args.seeds))
+    use_cpu_graph_mode()
+
+    tasks = {n: TASKS[n](getattr(args, f"{n}_{TASKS[n].unit}")) for n in names}
+    metrics, runs = {}, []
+    t0 = time.perf_counter()
+    for name, task in tasks.items():
+        print(f"== {task_label(name, task.held_out)}: "
+              f"{task.length} {task.unit}, seeds {seeds}, moments {' '.join(dtypes)}; "
+              f"metric: {task.metric}", flush=True)
+        metrics[name] = {d: [] for d in dtypes}
+        for seed in seeds:
+            for dtype in dtypes:
+                start = time.perf_counter()
+                value = task.run(seed, dtype)
+                metrics[name][dtype].append(value)
+                runs.append({"task": name, "seed": seed, "moment_dtype": dtype, "metric": value,
+                             "seconds": round(time.perf_counter() - start, 2)})
+    summary = summarize(metrics, held_out=[n for n in names if TASKS[n].held_out])
+    report(summary)
+    print(f"\n{len(runs)} runs in {time.perf_counter() - t0:.0f}s")
+
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "fidelity.json"), "w") as fh:
-        json.dump({"digits": digits, "charlm": charlm, "corpus_modules": used,
-                   "summary": summary, "settings": vars(args)}, fh, indent=2)
-    try:
-        plot(digits, charlm, os.path.join(args.out, "fidelity.png"))
-        print(f"plot: {os.path.join(args.out, 'fidelity.png')}")
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install -e '.[examples]')")
-    print(f"results: {os.path.join(args.out, 'fidelity.json')}")
+    path = os.path.join(args.out, "fidelity.json")
+    settings = {"tasks": names, "seeds": seeds, "dtypes": dtypes, "out": args.out}
+    with open(path, "w") as fh:
+        json.dump({"settings": settings,
+                   "tasks": {n: task.describe() for n, task in tasks.items()},
+                   "runs": runs, "metrics": metrics, "summary": summary}, fh, indent=2)
+    if len(dtypes) > 1:
+        try:
+            plot(summary, os.path.join(args.out, "fidelity.png"))
+            print(f"plot: {os.path.join(args.out, 'fidelity.png')}")
+        except ImportError:
+            print("matplotlib is not installed: no plot (pip install -e '.[examples]')")
+    print(f"results: {path}")
     return 0
 
 

@@ -269,7 +269,7 @@ def test_check_reference_without_paddle_says_how_to_get_it():
 
 
 @pytest.mark.parametrize("name, bad", [
-    pytest.param("tools.fidelity", ["--steps", "0"], marks=pytest.mark.slow),
+    pytest.param("tools.fidelity", ["--charlm-steps", "0"], marks=pytest.mark.slow),
     pytest.param("benchmarks.profile_step", ["--size", "10"], marks=pytest.mark.slow),
     ("benchmarks.bench_bnb_adam8bit", ["--steps", "0"]),
     pytest.param("benchmarks.kernel_alone_dgc", ["--steps", "0"], marks=pytest.mark.slow),
@@ -282,15 +282,23 @@ def test_programs_refuse_bad_values(name, bad):
 
 
 def test_fidelity_bars_hold_both_ways():
-    """A loss or accuracy away from float32's in either direction is not fidelity."""
+    """A held-out loss away from float32's in either direction is not fidelity; the sign test
+    counts the (task, seed) pairs in which a dtype's loss is larger."""
     fid = module("tools.fidelity")
-    digits = {"float32": [0.97, 0.97], "int8": [0.98, 0.975]}
-    charlm = {"float32": [(10, 2.0)], "bfloat16": [(10, 2.01)], "int8": [(10, 1.9)]}
-    s = fid.summarize(digits, charlm)
-    assert s["digits int8"]["mean_points"] == pytest.approx(0.75) and not s["digits int8"]["met"]
-    assert s["charlm bfloat16"]["met"] and s["charlm bfloat16"]["percent_vs_float32"] == \
-        pytest.approx(0.5)
-    assert not s["charlm int8"]["met"]  # 5% lower is a different run, not a faithful one
+    metrics = {"charlm": {"float32": [2.0, 2.0], "bfloat16": [2.01, 2.0], "int8": [1.9, 1.92]},
+               "diabetes": {"float32": [0.5, 0.5], "bfloat16": [0.5, 0.5],
+                            "int8": [0.505, 0.51]}}
+    s = fid.summarize(metrics, held_out=["diabetes"])
+    charlm = s["tasks"]["charlm"]["vs_float32"]
+    assert charlm["bfloat16"]["mean_percent"] == pytest.approx(0.25) and charlm["bfloat16"]["met"]
+    assert not charlm["int8"]["met"]  # 4.5% lower is a different run, not a faithful one
+    assert s["tasks"]["diabetes"]["held_out"] and not s["tasks"]["charlm"]["held_out"]
+    int8 = s["sign_tests"]["all tasks run"]["int8"]
+    assert (int8["worse"], int8["pairs"], int8["bar_worse_at_most"], int8["met"]) == (2, 4, 2, True)
+    assert int8["p_two_sided"] == pytest.approx(1.0)
+    assert s["sign_tests"]["development tasks"]["int8"]["worse"] == 0
+    assert s["sign_tests"]["all tasks run"]["bfloat16"]["ties"] == 3
+    assert fid.sign_test(0, 10) == pytest.approx(2 / 1024)
 
 
 def test_q8_codebooks_models_the_library_rule():
