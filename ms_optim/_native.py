@@ -96,25 +96,25 @@ def lib():
     return _lib
 
 
-_declared = set()
+_declared = set()  # the function names lib_with has declared
 
 
 def lib_with(signatures, what):
     """lib() with a further table of signatures declared once (for another binding).
 
-    A missing symbol raises NativeLibraryError naming the file and `what`.
+    Declared once per function name: callers may pass a fresh table on every call.  A
+    missing symbol raises NativeLibraryError naming the file and `what`.
     """
     handle = lib()
-    if id(signatures) not in _declared:
+    if not _declared.issuperset(signatures):
         with _lock:
-            if id(signatures) not in _declared:
-                try:
-                    declare(handle, signatures)
-                except AttributeError as exc:
-                    raise NativeLibraryError(
-                        f"ms_optim native library {library_path()} lacks {what} ({exc}); "
-                        f"reinstall with 'pip install .'.") from exc
-                _declared.add(id(signatures))
+            try:
+                declare(handle, signatures)
+            except AttributeError as exc:
+                raise NativeLibraryError(
+                    f"ms_optim native library {library_path()} lacks {what} ({exc}); "
+                    f"reinstall with 'pip install .'.") from exc
+            _declared.update(signatures)
     return handle
 
 

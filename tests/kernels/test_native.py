@@ -1,5 +1,6 @@
 """The native library as the tests and users meet it: the instruction sets it runs, and how one
 is chosen."""
+import ctypes
 import os
 import subprocess
 import sys
@@ -61,3 +62,19 @@ def test_ms_optim_isa_env_lists_the_names(want):
     why = "unknown" if want == "avx3" else "not supported by this CPU"
     assert (f"MS_OPTIM_ISA={want} is {why} (valid names: scalar, avx2, avx512; this CPU "
             f"supports: {', '.join(info['supported_isas'])}); using {best}") in out.stderr
+
+
+def test_lib_with_declares_tables_passed_fresh_on_every_call(monkeypatch):
+    """Callers pass a new signature table on each call; one freed table's address may be
+    reused by the next, which must still be declared (a function left at ctypes' default
+    int return type turns a string into an address)."""
+    handle = _native.lib()
+    monkeypatch.setattr(_native, "_declared", set())
+    for name in ("ms_optim_q8_block", "msopt_consts_layout"):
+        monkeypatch.setattr(getattr(handle, name), "restype", ctypes.c_int)
+    for _ in range(3):
+        assert _native.lib_with({"ms_optim_q8_block": (ctypes.c_int64, [])},
+                                "q8").ms_optim_q8_block() == 256
+        layout = _native.lib_with({"msopt_consts_layout": (ctypes.c_char_p, [ctypes.c_char_p])},
+                                  "layout").msopt_consts_layout(b"powers")
+        assert layout.split() == [b"beta1_power", b"beta2_power"]
