@@ -47,7 +47,7 @@ from mindspore import nn
 
 import ms_optim
 from examples.common.cli import nonnegative_int, positive_int
-from examples.common.digits import batches, load_data, make_net
+from examples.common.digits import batches, load_data, make_net, set_weights
 
 DTYPES = ("float32", "bfloat16", "int8")
 # The standard library modules the charlm corpus is made of, in this order.
@@ -72,15 +72,6 @@ def use_cpu_graph_mode():
 def snapshot(net):
     """Every parameter of `net` (BatchNorm statistics included) as {name: numpy array}."""
     return {p.name: p.asnumpy().copy() for p in net.get_parameters()}
-
-
-def restore(net, weights):
-    """Sets the parameters of `net` to `weights` ({name: numpy array}), through numpy:
-    Tensor.copy() is unreliable in MindSpore 2.10."""
-    params = {name: ms.Parameter(ms.Tensor(arr), name) for name, arr in weights.items()}
-    not_loaded, _ = ms.load_param_into_net(net, params, strict_load=True)
-    if not_loaded:
-        raise RuntimeError(f"initial weights not loaded for: {not_loaded}")
 
 
 def endless_batches(n, batch_size, rng):
@@ -146,7 +137,7 @@ class Task:
         metric (lower is better)."""
         data, init = self.prepare(seed)
         net = self.make_net()
-        restore(net, init)
+        set_weights(net, init)
         optimizer = ms_optim.AdamOffload(net.trainable_params(), learning_rate=self.lr,
                                          moment_dtype=moment_dtype)
         step = nn.TrainOneStepCell(self.loss_cell(net), optimizer)

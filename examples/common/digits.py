@@ -40,12 +40,18 @@ def make_net(init_weights=None):
         nn.Dense(128, 10),
     ])
     if init_weights is not None:
-        # Through numpy: Tensor.copy() is unreliable in MindSpore 2.10.
-        params = {name: ms.Parameter(ms.Tensor(arr), name) for name, arr in init_weights.items()}
-        not_loaded, _ = ms.load_param_into_net(net, params, strict_load=True)
-        if not_loaded:
-            raise RuntimeError(f"initial weights not loaded for: {not_loaded}")
+        set_weights(net, init_weights)
     return net
+
+
+def set_weights(net, weights):
+    """Sets the parameters of `net` to `weights` ({name: numpy array}), through numpy:
+    Tensor.copy() is unreliable in MindSpore 2.10.  RuntimeError naming any parameter of
+    `net` left unset."""
+    params = {name: ms.Parameter(ms.Tensor(arr), name) for name, arr in weights.items()}
+    not_loaded, _ = ms.load_param_into_net(net, params, strict_load=True)
+    if not_loaded:
+        raise RuntimeError(f"initial weights not loaded for: {not_loaded}")
 
 
 def evaluate(net, x, y):
