@@ -166,9 +166,10 @@ def q8_quantize(x, signed, rbits=None):
     scale = np.max(np.where(np.isnan(mag), f32(0), mag), axis=1).astype(f32)
     scale = np.where(scale < np.finfo(f32).tiny, f32(0), scale)
     r = None
-    if rbits is not None:
+    if rbits is not None:  # m's bits are the low 16, v's the high 16; padded like the blocks
+        bits = np.asarray(rbits, np.uint32)
         r = np.zeros(b.size, np.uint32)
-        r[:np.size(x)] = np.asarray(rbits, np.uint32) if signed else np.asarray(rbits, np.uint32) >> 16
+        r[:np.size(x)] = bits if signed else bits >> np.uint32(16)
         r = r.reshape(b.shape)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         inv = np.where(scale > 0, f32(1) / scale, f32(0)).astype(f32)

@@ -30,6 +30,7 @@ import mindspore as ms
 
 import ms_optim
 from examples.common.cli import nonnegative_int, positive_int
+from examples.common.digits import set_weights
 from ms_optim import reference
 from tools import fidelity_tasks
 
@@ -37,6 +38,11 @@ TASKS = {t.name: t for t in (fidelity_tasks.Autoencoder, fidelity_tasks.ConvNet,
                              fidelity_tasks.Digits)}
 BETA1, BETA2, EPS = np.float32(0.9), np.float32(0.999), 1e-8
 ROUNDINGS = ("nearest", "stochastic")
+
+
+def update_moments(m, v, g):
+    """Adam's moment update of float32 m, v in place (reference.adam_delta's rule)."""
+    reference.adam_delta(m, v, g, 0.0, BETA1, BETA2, EPS, 0.0, 0.0)
 
 
 class Int8Moments:
@@ -49,8 +55,8 @@ class Int8Moments:
 
     def step(self, g, t):
         """The moments after step t on gradient g, as float32 (decoded)."""
-        m = BETA1 * reference.q8_dequantize(*self.m, True) + (1 - BETA1) * g
-        v = BETA2 * reference.q8_dequantize(*self.v, False) + (1 - BETA2) * g * g
+        m, v = reference.q8_dequantize(*self.m, True), reference.q8_dequantize(*self.v, False)
+        update_moments(m, v, g)
         bits = (reference.q8_round_bits(reference.q8_tensor_key(t, self.index), g.size)
                 if self.rounding == "stochastic" else None)
         self.m = reference.q8_quantize(m, True, bits)
@@ -84,7 +90,7 @@ def run(task, seed, steps, every):
     """Trains `task` for `steps` steps; prints and returns [(t, {rounding: figures})]."""
     data, init = task.prepare(seed)
     net = task.make_net()
-    fidelity_tasks.restore(net, init)
+    set_weights(net, init)
     params = net.trainable_params()
     loss_cell = task.loss_cell(net)
     optimizer = ms_optim.AdamOffload(params, learning_rate=task.lr)
@@ -100,9 +106,8 @@ def run(task, seed, steps, every):
         loss, grads = grad_fn(*(ms.Tensor(a) for a in inputs))
         optimizer(grads)
         g = [x.asnumpy().reshape(-1) for x in grads]
-        for i, gi in enumerate(g):
-            m[i] = BETA1 * m[i] + (1 - BETA1) * gi
-            v[i] = BETA2 * v[i] + (1 - BETA2) * gi * gi
+        for mi, vi, gi in zip(m, v, g):
+            update_moments(mi, vi, gi)
         decoded = {r: [s.step(gi, t) for s, gi in zip(shadows[r], g)] for r in ROUNDINGS}
         if t % every and t != steps:
             continue
