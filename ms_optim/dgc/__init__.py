@@ -7,8 +7,11 @@
   (which stays plain Python beside the numpy reference that shares it);
 - ``steps``: the step's Cells, where every native DGC kernel is built and called;
 - ``exchange``: what crosses the workers;
-- ``wire``: the bytes on the wire and ``exchange_stats``' arithmetic, plain Python.
+- ``wire``: the bytes on the wire and ``exchange_stats``' arithmetic, plain Python;
+- ``checkpoints``: ``resize_checkpoints``, one step's per-worker checkpoints converted
+  for another number of workers.
 """
+from .checkpoints import resize_checkpoints
 from .optimizer import DGCMomentum
 
-__all__ = ["DGCMomentum"]
+__all__ = ["DGCMomentum", "resize_checkpoints"]

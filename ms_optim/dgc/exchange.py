@@ -132,19 +132,21 @@ class DenseExchange(nn.Cell):
 
 
 class ReplicaSync(nn.Cell):
-    """Checks that every worker built the same model at the same step; makes the
-    parameters identical on the first step."""
+    """Checks that every worker built the same model at the same step, and that the
+    optimizer state was saved by as many workers as this run has; makes the parameters
+    identical on the first step."""
 
     def __init__(self, nranks, signature, params):
         super().__init__()
         self.nranks = nranks
+        self.nranks_t = Tensor(np.array([nranks], np.int32))
         self.signature = Tensor(np.array(signature, np.int32))
         self.width = Tensor(np.array([len(signature) + 1], np.int32))
+        self.check_op = aot.check_replicas_op()
+        self.check_order = aot.call_order("ms_optim_check_replicas")
         if nranks > 1:
             self.all_gather = ops.AllGather()
             self.broadcast = ops.Broadcast(0)
-            self.check_op = aot.check_replicas_op()
-            self.check_order = aot.call_order("ms_optim_check_replicas")
             self.digest_order = aot.call_order("ms_optim_digest")
             self.digest_groups = self._digest_groups(params)
 
@@ -161,11 +163,14 @@ class ReplicaSync(nn.Cell):
         return tuple((tuple(order[lo:hi]), aot.digest_op(hi - lo, dtypes[lo]))
                      for lo, hi in aot.buckets(dtypes))
 
-    def check(self, step):
-        """int32[1] once every worker's signature and step matched (fails otherwise)."""
+    def check(self, step, saved_world):
+        """int32[1] once every worker's signature and step matched and `saved_world`
+        (int32[1], the world size the optimizer state was saved by) is this run's (fails
+        otherwise)."""
         mine = ops.concat((self.signature, F.cast(step, mstype.int32).reshape(1)))
-        return self.check_op(*aot.arrange(self.check_order, signatures=self.all_gather(mine),
-                                              width=self.width))
+        return self.check_op(*aot.arrange(
+            self.check_order, signatures=self.all_gather(mine) if self.nranks > 1 else mine,
+            width=self.width, world=ops.concat((saved_world, self.nranks_t))))
 
     def sync_params(self, params, after):
         """After `after`: compares a digest of every worker's parameters and, only

@@ -1,4 +1,5 @@
 """The DGCMomentum optimizer: its arguments, state and step."""
+import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, context, mutable, nn
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
@@ -12,6 +13,7 @@ from ..clip import ClipGradByNorm
 from ..dgc_plan import DGCPlan
 from ..regularizer import L1Decay, L2Decay
 from . import checks, wire
+from .checkpoints import WORLD_SIZE_NAME, world_size_message
 from .exchange import (DenseExchange, ReplicaSync, SparseExchange, check_stand_alone_in_graph,
                        model_signature, require_stand_alone, world_size)
 from .grads import regularize, widen
@@ -238,6 +240,10 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             Parameter(initializer("zeros", self._parameters[i].shape, mstype.float32),
                       name=f"dgc_v.{self._parameters[i].name}") for i in self.comp_ids)
 
+        # the number of workers whose residuals u, v hold: saved with them, so that a run
+        # resumed at another world size refuses the step (resize_checkpoints converts)
+        self.world_size = Parameter(Tensor(np.array([self.nranks], np.int32)),
+                                    name=WORLD_SIZE_NAME, requires_grad=False)
         self.inv_scale = Tensor(1.0 / loss_scale, mstype.float32)
         self.l1_t = Tensor(self.l1, mstype.float32)
         self.l2_t = Tensor(self.l2, mstype.float32)
@@ -340,6 +346,17 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
     # ---------------------------------------------------------------- step --
 
     def __call__(self, *args, **kwargs):
+        try:
+            return self._call(*args, **kwargs)
+        except RuntimeError as exc:
+            # the step's check refused residuals saved by another number of workers: said
+            # as the ValueError it is (read only on failure, not to sync every step)
+            saved = int(self.world_size.asnumpy().reshape(-1)[0])
+            if saved != self.nranks:
+                raise ValueError(world_size_message(self._NAME, saved, self.nranks)) from exc
+            raise
+
+    def _call(self, *args, **kwargs):
         # Called from Python (a PyNative loop, ms.Model in PyNative, or the optimizer on its
         # own in GRAPH_MODE): the step's branch is read from global_step here and compiled
         # in as a constant, one small graph per branch, with no control flow on the device
@@ -376,13 +393,15 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         grads = self._local_grads(gradients, weight_decay)
         if self.nranks > 1:
             # nothing is exchanged before every worker is known to hold the same model
-            synced = self.replicas.check(step)
+            synced = self.replicas.check(step, self.world_size)
             if _first_step is None:
                 if step == 0:
                     synced = self.replicas.sync_params(self._parameters, synced)
             elif _first_step:
                 synced = self.replicas.sync_params(self._parameters, synced)
             grads = F.depend(grads, synced)
+        else:  # residuals saved by several workers are refused here too
+            grads = F.depend(grads, self.replicas.check(step, self.world_size))
         if _stage is not None:  # the branch given by __call__
             if _stage < 0:
                 return self._warmup_step(lr, grads)

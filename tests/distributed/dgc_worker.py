@@ -9,6 +9,10 @@ Modes:
                  worker's shard, then a checkpoint resume; writes rank<r>.npz
   data_parallel  DGCMomentum under DATA_PARALLEL must refuse, at construction and at compile
   mismatch       rank 1 builds a different model: the first step must fail on both workers
+  save           train 6 steps, save DIR/saved<N>/rank<r>.ckpt (N workers)
+  resume         load --ckpt (with {rank}), train 3 more steps; the model is written to
+                 DIR/rank<r>.npz
+  resume_refused load --ckpt, step: must fail (residuals of another world size)
 Each worker writes DIR/rank<r>.txt with "ok" or the error it saw.
 """
 import argparse
@@ -174,17 +178,43 @@ def mode_step_mismatch(rank, nranks, out):
         return f"error: {exc}"
 
 
+def mode_save(rank, nranks, out):
+    folder = os.path.join(out, f"saved{nranks}")
+    os.makedirs(folder, exist_ok=True)
+    train_net(rank, nranks, 0, 7, seed=0,
+              ckpt_save=(6, os.path.join(folder, f"rank{rank}.ckpt")))
+    return "ok"
+
+
+def mode_resume(rank, nranks, out, ckpt):
+    state = train_net(rank, nranks, 6, 9, seed=0, ckpt_load=ckpt.format(rank=rank))
+    params = state[:len(make_net().trainable_params())]  # (then the worker's own u, v)
+    np.savez(os.path.join(out, f"rank{rank}.npz"), *params)
+    return "ok"
+
+
+def mode_resume_refused(rank, nranks, out, ckpt):
+    try:
+        train_net(rank, nranks, 6, 7, seed=0, ckpt_load=ckpt.format(rank=rank))
+        return "stepped"
+    except RuntimeError as exc:
+        return f"error: {exc}"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", required=True,
-                        choices=["exchange", "data_parallel", "mismatch", "step_mismatch"])
+                        choices=["exchange", "data_parallel", "mismatch", "step_mismatch",
+                                 "save", "resume", "resume_refused"])
     parser.add_argument("--out", required=True)
+    parser.add_argument("--ckpt", help="resume: the checkpoint to load, {rank} for the rank")
     args = parser.parse_args()
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
     init()
     rank, nranks = get_rank(), get_group_size()
-    result = globals()[f"mode_{args.mode}"](rank, nranks, args.out)
+    extra = (args.ckpt,) if args.mode.startswith("resume") else ()
+    result = globals()[f"mode_{args.mode}"](rank, nranks, args.out, *extra)
     with open(os.path.join(args.out, f"rank{rank}.txt"), "w") as fh:
         fh.write(result)
     print(f"rank {rank}: {result.splitlines()[0] if result else ''}", flush=True)

@@ -24,23 +24,25 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _msrun(mode, out):
-    """Runs the worker script on 2 local workers; returns (exit code, both workers' logs)."""
+def _msrun(mode, out, workers=2, extra=()):
+    """Runs the worker script on `workers` local workers; returns (exit code, every
+    worker's log)."""
     bindir = os.path.dirname(sys.executable)
     # the worker imports tests.nets: the repository root on its path
     env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""),
                PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
-    cmd = [os.path.join(bindir, "msrun"), "--worker_num=2", "--local_worker_num=2",
+    cmd = [os.path.join(bindir, "msrun"), f"--worker_num={workers}",
+           f"--local_worker_num={workers}",
            "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
            f"--log_dir={out}/log", "--join=True",
-           os.path.join(HERE, "dgc_worker.py"), "--mode", mode, "--out", str(out)]
+           os.path.join(HERE, "dgc_worker.py"), "--mode", mode, "--out", str(out), *extra]
     proc = subprocess.run(cmd, env=env, cwd=str(out), capture_output=True, text=True, timeout=300)
     logs = "".join(open(f).read() for f in sorted(glob.glob(f"{out}/log/worker_*.log")))
     return proc.returncode, logs
 
 
-def _results(out):
-    return [open(os.path.join(out, f"rank{r}.txt")).read() for r in range(2)]
+def _results(out, workers=2):
+    return [open(os.path.join(out, f"rank{r}.txt")).read() for r in range(workers)]
 
 
 @pytest.fixture(scope="module")
@@ -120,3 +122,48 @@ def test_workers_at_different_steps_fail_cleanly(tmp_path):
     # the signatures by rank end with each worker's step
     assert "rank 0: " in logs and " 0\n" in logs.split("rank 0: ")[1][:80]
     assert " 5\n" in logs.split("rank 1: ")[1][:80]
+
+
+@pytest.fixture(scope="module")
+def saved_at_4(tmp_path_factory):
+    """One step's checkpoints of a 4-worker run, one per worker."""
+    out = tmp_path_factory.mktemp("dgc_saved4")
+    rc, logs = _msrun("save", out, workers=4)
+    assert rc == 0, logs[-4000:]
+    assert _results(out, 4) == ["ok"] * 4
+    return [str(out / "saved4" / f"rank{r}.ckpt") for r in range(4)]
+
+
+@pytest.mark.parametrize("workers", [2, 8])
+def test_resume_at_another_world_size(saved_at_4, tmp_path, workers):
+    import mindspore as ms
+    from ms_optim import dgc
+    old = [ms.load_checkpoint(f) for f in saved_at_4]
+    # loaded as they are, the 4 workers' residuals are refused, never silently dropped
+    for sub in ("refused", "run"):
+        (tmp_path / sub).mkdir()
+    rc, logs = _msrun("resume_refused", tmp_path / "refused", workers, ["--ckpt", saved_at_4[0]])
+    assert rc == 0, logs[-4000:]
+    assert all(r.startswith("error: ") for r in _results(tmp_path / "refused", workers))
+    assert logs.count("the optimizer state holds the residuals of 4 worker(s) and this run "
+                      f"has {workers}") == workers
+    # converted, every worker holds the mean of the 4 workers' residuals: their pending
+    # update, sum / world size, is the same
+    files = dgc.resize_checkpoints(saved_at_4, workers,
+                                   str(tmp_path / "resized" / "rank{rank}.ckpt"))
+    new = [ms.load_checkpoint(f) for f in files]
+    residuals = [k for k in old[0] if k.startswith(("dgc_u.", "dgc_v."))]
+    assert any(k.startswith("dgc_v.") for k in residuals)
+    for key in residuals:
+        before = sum(c[key].asnumpy().astype(np.float64) for c in old) / 4
+        after = sum(c[key].asnumpy().astype(np.float64) for c in new) / workers
+        np.testing.assert_allclose(after, before, rtol=1e-6, atol=1e-7, err_msg=key)
+        assert np.abs(before).max() > 0, key
+    rc, logs = _msrun("resume", tmp_path / "run", workers,
+                      ["--ckpt", str(tmp_path / "resized" / "rank{rank}.ckpt")])
+    assert rc == 0, logs[-4000:]
+    assert _results(tmp_path / "run", workers) == ["ok"] * workers
+    models = [np.load(tmp_path / "run" / f"rank{r}.npz") for r in range(workers)]
+    for key in models[0].files:  # the parameters stay identical on every worker
+        for other in models[1:]:
+            np.testing.assert_array_equal(models[0][key], other[key], err_msg=key)

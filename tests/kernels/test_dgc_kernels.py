@@ -335,12 +335,28 @@ def test_multi_kernels_reject_bad_input():
 def test_replica_check_kernel():
     out = np.zeros(1, np.int32)
     same = np.array([3, 100, 7] * 2, np.int32)
-    testing.call_kernel("ms_optim_check_replicas", signatures=same, width=np.array([3], np.int32),
+    width, two = np.array([3], np.int32), np.array([2, 2], np.int32)
+    testing.call_kernel("ms_optim_check_replicas", signatures=same, width=width, world=two,
                         ok=out)
     assert out[0] == 1
     rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA", "^workers disagree on the model$",
-            signatures=np.array([3, 100, 7, 3, 101, 7], np.int32), width=np.array([3], np.int32),
+            signatures=np.array([3, 100, 7, 3, 101, 7], np.int32), width=width, world=two,
             ok=out)
+
+
+@pytest.mark.parametrize("saved, nranks", [(4, 2), (4, 8), (4, 1), (1, 2)])
+def test_replica_check_refuses_residuals_of_another_world_size(saved, nranks):
+    out = np.zeros(1, np.int32)
+    rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA",
+            rf"^the optimizer state holds the residuals of {saved} worker\(s\) and this run has "
+            rf"{nranks}: combine the checkpoints with ms_optim.dgc.resize_checkpoints first$",
+            signatures=np.array([3, 100, 7] * nranks, np.int32), width=np.array([3], np.int32),
+            world=np.array([saved, nranks], np.int32), ok=out)
+    assert out[0] == 0
+    rejects("ms_optim_check_replicas", "MSOPT_ERR_SIZE",
+            r"^world must be int32\[2\] \(the state's world size, this run's\), got 1 elements$",
+            slot="world", signatures=np.array([3, 100, 7], np.int32),
+            width=np.array([3], np.int32), world=np.array([1], np.int32), ok=out)
 
 
 def test_kernels_reject_bad_input():

@@ -319,16 +319,27 @@ int momentum_body(const AotCall &c) {
 }
 
 // signatures int32[R*W] (every worker's model signature, W values each,
-// gathered in rank order), width int32[1] = W -> ok int32[1] = 1.  Fails with
-// kErrReplica, after printing every worker's signature to stderr, when the
-// workers disagree: their exchange buffers would not match, and collectives
-// on mismatched buffers hang or corrupt memory.
+// gathered in rank order), width int32[1] = W, world int32[2] -> ok int32[1] =
+// 1.  Fails with kErrReplica when world's two sizes differ (the residuals were
+// saved by another number of workers), and, after printing every worker's
+// signature to stderr, when the workers disagree: their exchange buffers would
+// not match, and collectives on mismatched buffers hang or corrupt memory.
 int check_replicas_body(const AotCall &c) {
   using S = sig::ms_optim_check_replicas;
-  for (int s : {S::signatures, S::width, S::ok}) MSOPT_TRY(c.require_dtype(s, "int32"));
+  for (int s : {S::signatures, S::width, S::world, S::ok})
+    MSOPT_TRY(c.require_dtype(s, "int32"));
   MSOPT_CHECK(c, c.numel(S::width) == 1 && c.numel(S::ok) == 1, kErrSize,
               "width and ok must be int32[1], got %lld and %lld elements",
               static_cast<long long>(c.numel(S::width)), static_cast<long long>(c.numel(S::ok)));
+  MSOPT_CHECK(c, c.numel(S::world) == 2, kErrSize,
+              "world must be int32[2] (the state's world size, this run's), got %lld elements",
+              static_cast<long long>(c.numel(S::world)));
+  // residuals saved by another number of workers: stepping on would drop or double them
+  const int32_t *world = c.ptr<int32_t>(S::world);
+  MSOPT_CHECK(c, world[0] == world[1], kErrReplica,
+              "the optimizer state holds the residuals of %d worker(s) and this run has %d: "
+              "combine the checkpoints with ms_optim.dgc.resize_checkpoints first",
+              world[0], world[1]);
   const int64_t total = c.numel(S::signatures), width = c.ptr<int32_t>(S::width)[0];
   MSOPT_CHECK(c, width >= 1 && total % width == 0, kErrValue,
               "%lld signature values are not rows of width %lld", static_cast<long long>(total),

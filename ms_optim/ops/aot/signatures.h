@@ -85,8 +85,10 @@ struct Slot {
   IN(param, kEach) IN(u, kEach) IN(src, kRest) IN(lr, kOne) IN(consts, kOne)              \
   IN(gidx, kCountK) OUT(done, kOne)
 
-// The workers' model signatures, gathered: fails unless all agree.
-#define MSOPT_AOT_CHECK_REPLICAS(IN, OUT) IN(signatures, kOne) IN(width, kOne) OUT(ok, kOne)
+// The workers' model signatures, gathered: fails unless all agree, and unless
+// world = (the world size the state was saved by, this run's) agree.
+#define MSOPT_AOT_CHECK_REPLICAS(IN, OUT) \
+  IN(signatures, kOne) IN(width, kOne) IN(world, kOne) OUT(ok, kOne)
 
 // A 64-bit digest of K tensors of one dtype.
 #define MSOPT_AOT_DIGEST(IN, OUT) IN(p, kEach) OUT(digest, kOne)

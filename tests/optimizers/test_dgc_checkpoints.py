@@ -1,0 +1,124 @@
+"""DGCMomentum checkpoints across world sizes: ms_optim.dgc.resize_checkpoints and the step's
+refusal of residuals saved by another number of workers (tests/distributed/test_dgc_msrun.py
+saves at 4 workers and resumes at 2 and 8)."""
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import Tensor, nn
+
+import ms_optim
+from ms_optim import dgc
+from tests.nets import WideNet
+
+CONFIG = dict(learning_rate=0.05, momentum=0.9, rampup_begin_step=0, sparsity=[0.99])
+
+
+def _net_and_opt():
+    ms.set_seed(0)
+    net = WideNet(n_in=16, hidden=1100, n_out=4)
+    return net, ms_optim.DGCMomentum(net.trainable_params(), **CONFIG)
+
+
+def _grads(net, seed):
+    rng = np.random.default_rng(seed)
+    return tuple(Tensor(rng.standard_normal(p.shape).astype(np.float32))
+                 for p in net.trainable_params())
+
+
+@pytest.fixture
+def saved_by_4(tmp_path):
+    """Four workers' checkpoints of one step, as a 4-worker run saves them: the same model,
+    each worker's own residuals, dgc_world_size 4."""
+    net, opt = _net_and_opt()
+    opt(_grads(net, 0))
+    paths = []
+    for rank in range(4):
+        for i, r in enumerate(tuple(opt.u) + tuple(opt.v)):
+            rng = np.random.default_rng(10 * rank + i)
+            r.set_data(Tensor(rng.standard_normal(r.shape).astype(np.float32)))
+        opt.world_size.set_data(Tensor(np.array([4], np.int32)))
+        paths.append(str(tmp_path / f"rank{rank}.ckpt"))
+        ms.save_checkpoint(opt, paths[-1])
+    return paths
+
+
+@pytest.mark.parametrize("workers", [1, 2, 8])
+def test_resize_keeps_the_pending_update(saved_by_4, tmp_path, workers):
+    files = dgc.resize_checkpoints(saved_by_4, workers, str(tmp_path / "new" / "r{rank}.ckpt"))
+    assert files == [str(tmp_path / "new" / f"r{r}.ckpt") for r in range(workers)]
+    old = [ms.load_checkpoint(f) for f in saved_by_4]
+    new = [ms.load_checkpoint(f) for f in files]
+    assert set(new[0]) == set(old[0])
+    for key in old[0]:
+        if key.startswith(("dgc_u.", "dgc_v.")):
+            # what the exchange applies, the sum over workers / the world size, is unchanged
+            before = sum(c[key].asnumpy().astype(np.float64) for c in old) / 4
+            after = sum(c[key].asnumpy().astype(np.float64) for c in new) / workers
+            np.testing.assert_allclose(after, before, rtol=1e-6, atol=1e-7, err_msg=key)
+            for c in new:
+                np.testing.assert_array_equal(c[key].asnumpy(), new[0][key].asnumpy())
+        elif key == "dgc_world_size":
+            assert [int(c[key].asnumpy()[0]) for c in new] == [workers] * workers
+        else:  # the model and the rest of the state: rank 0's
+            for c in new:
+                np.testing.assert_array_equal(c[key].asnumpy(), old[0][key].asnumpy(),
+                                              err_msg=key)
+
+
+def test_resized_state_resumes_and_steps(saved_by_4, tmp_path):
+    (one,) = dgc.resize_checkpoints(saved_by_4, 1, str(tmp_path / "new" / "rank{rank}.ckpt"))
+    net, opt = _net_and_opt()
+    ms.load_param_into_net(opt, ms.load_checkpoint(one))
+    old = [ms.load_checkpoint(f) for f in saved_by_4]
+    mean = sum(c["dgc_v.fc1.weight"].asnumpy().astype(np.float64) for c in old) / 4
+    np.testing.assert_allclose(opt.v[0].asnumpy(), mean, rtol=1e-6, atol=1e-7)
+    opt(_grads(net, 1))
+    assert np.isfinite(net.trainable_params()[0].asnumpy()).all()
+
+
+def test_residuals_of_another_world_size_are_refused(saved_by_4):
+    net, opt = _net_and_opt()
+    ms.load_param_into_net(opt, ms.load_checkpoint(saved_by_4[0]))
+    before = [p.asnumpy().copy() for p in net.trainable_params()]
+    # called from Python: a ValueError before anything steps
+    with pytest.raises(ValueError, match=r"holds the residuals of 4 worker\(s\) and this run "
+                                         r"has 1: convert the 4 checkpoints with "
+                                         r"ms_optim.dgc.resize_checkpoints"):
+        opt(_grads(net, 1))
+    # compiled into a train step: the step's own check fails, and nothing is applied
+    cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
+    with pytest.raises(RuntimeError, match="ms_optim_check_replicas"):
+        cell(Tensor(np.ones((2, 16), np.float32)), Tensor(np.zeros((2, 4), np.float32)))
+    assert "holds the residuals of 4 worker(s)" in ms_optim.last_native_error()
+    for p, b in zip(net.trainable_params(), before):
+        np.testing.assert_array_equal(p.asnumpy(), b)
+
+
+def test_resize_rejects_bad_input(saved_by_4, tmp_path):
+    dest = str(tmp_path / "r{rank}.ckpt")
+    with pytest.raises(TypeError, match="'sources' must be a list or tuple"):
+        dgc.resize_checkpoints(saved_by_4[0], 2, dest)
+    with pytest.raises(ValueError, match="'sources' must name one checkpoint per worker"):
+        dgc.resize_checkpoints([], 2, dest)
+    with pytest.raises(TypeError, match="'world_size' must be an int"):
+        dgc.resize_checkpoints(saved_by_4, 2.0, dest)
+    with pytest.raises(ValueError, match="'world_size' must be at least 1"):
+        dgc.resize_checkpoints(saved_by_4, 0, dest)
+    with pytest.raises(TypeError, match="'dest' must be a str"):
+        dgc.resize_checkpoints(saved_by_4, 2, None)
+    with pytest.raises(ValueError, match=r"'dest' must contain '\{rank\}'"):
+        dgc.resize_checkpoints(saved_by_4, 2, str(tmp_path / "one.ckpt"))
+    with pytest.raises(ValueError, match="'dest' would overwrite the source checkpoint"):
+        dgc.resize_checkpoints(saved_by_4, 2, str(tmp_path / "rank{rank}.ckpt"))
+    with pytest.raises(ValueError, match="does not exist"):
+        dgc.resize_checkpoints(saved_by_4[:3] + [str(tmp_path / "missing.ckpt")], 2, dest)
+    # 3 of a 4-worker run's files: a missing worker's residuals would be lost
+    with pytest.raises(ValueError, match=r"was saved by 4 worker\(s\), but 'sources' names 3"):
+        dgc.resize_checkpoints(saved_by_4[:3], 2, dest)
+    net = nn.Dense(3, 2)
+    ms.save_checkpoint(net, str(tmp_path / "dense.ckpt"))
+    with pytest.raises(ValueError, match="hold different entries"):
+        dgc.resize_checkpoints(saved_by_4[:1] + [str(tmp_path / "dense.ckpt")], 2, dest)
+    with pytest.raises(ValueError, match="holds no DGCMomentum residuals"):
+        dgc.resize_checkpoints([str(tmp_path / "dense.ckpt")], 2, dest)
