@@ -22,7 +22,9 @@ import mindspore as ms
 from .. import _checks
 
 WORLD_SIZE_NAME = "dgc_world_size"
-RESIDUAL_PREFIXES = ("dgc_u.", "dgc_v.")
+# the residuals' Parameters are named "<prefix>.<parameter name>"
+U_PREFIX, V_PREFIX = "dgc_u", "dgc_v"
+RESIDUAL_PREFIXES = (U_PREFIX + ".", V_PREFIX + ".")
 
 
 def world_size_message(cls, saved, nranks):
@@ -59,7 +61,7 @@ def resize_checkpoints(sources, world_size, dest):
             `dest` not a str.
         ValueError: If `sources` is empty, a file is missing or holds no DGCMomentum
             residuals, the files' entries differ in names, shapes or dtypes, their
-            ``dgc_world_size`` is not the number of files, `world_size` is below 1, or
+            ``dgc_world_size`` is not the number of files, `world_size` is not positive, or
             `dest` has no ``{rank}`` or names a source file.
 
     Supported Platforms:
@@ -78,9 +80,8 @@ def resize_checkpoints(sources, world_size, dest):
     if not sources:
         raise ValueError(f"For '{name}', 'sources' must name one checkpoint per worker, but "
                          f"got none.")
-    world_size = _checks.check_int(name, "world_size", world_size)
-    if world_size < 1:
-        raise ValueError(f"For '{name}', 'world_size' must be at least 1, but got {world_size}.")
+    world_size = _checks.check_positive(name, "world_size",
+                                        _checks.check_int(name, "world_size", world_size))
     if not isinstance(dest, str):
         raise TypeError(f"For '{name}', 'dest' must be a str, but got "
                         f"{type(dest).__name__}.")

@@ -13,7 +13,7 @@ from ..clip import ClipGradByNorm
 from ..dgc_plan import DGCPlan
 from ..regularizer import L1Decay, L2Decay
 from . import checks, wire
-from .checkpoints import WORLD_SIZE_NAME, world_size_message
+from .checkpoints import U_PREFIX, V_PREFIX, WORLD_SIZE_NAME, world_size_message
 from .exchange import (DenseExchange, ReplicaSync, SparseExchange, check_stand_alone_in_graph,
                        model_signature, require_stand_alone, world_size)
 from .grads import regularize, widen
@@ -24,10 +24,10 @@ from .steps import DenseMomentum, NativeStep, OpsStep, StepState
 COMPRESSED_DTYPES = (mstype.float32, mstype.float16)
 
 
-def _residual(param, prefix, widened):
-    """Zeros named `prefix.<param name>`: float32 for a widened (compressed
-    float16) parameter, else of the parameter's dtype."""
-    if widened:
+def _residual(param, prefix, float32):
+    """Zeros named `prefix.<param name>`: float32 when asked (v, and u of a widened,
+    compressed float16 parameter), else of the parameter's dtype."""
+    if float32:
         return Parameter(initializer("zeros", param.shape, mstype.float32),
                          name=f"{prefix}.{param.name}")
     out = param.clone(init="zeros")
@@ -234,11 +234,10 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         self.grad_dtypes = tuple(mstype.float32 if w else p.dtype
                                  for w, p in zip(self.widened, self._parameters))
         self.stage_bounds = stage_branches(plan)
-        self.u = ParameterTuple(_residual(p, "dgc_u", w)
+        self.u = ParameterTuple(_residual(p, U_PREFIX, w)
                                 for p, w in zip(self._parameters, self.widened))
-        self.v = ParameterTuple(
-            Parameter(initializer("zeros", self._parameters[i].shape, mstype.float32),
-                      name=f"dgc_v.{self._parameters[i].name}") for i in self.comp_ids)
+        self.v = ParameterTuple(_residual(self._parameters[i], V_PREFIX, True)
+                                for i in self.comp_ids)
 
         # the number of workers whose residuals u, v hold: saved with them, so that a run
         # resumed at another world size refuses the step (resize_checkpoints converts)
@@ -391,17 +390,16 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         step = self.global_step.reshape(()) * 1
         self.assignadd(self.global_step, self.global_step_increase_tensor)
         grads = self._local_grads(gradients, weight_decay)
+        # nothing is exchanged before every worker is known to hold the same model, nor
+        # stepped on residuals saved by another number of workers
+        synced = self.replicas.check(step, self.world_size)
         if self.nranks > 1:
-            # nothing is exchanged before every worker is known to hold the same model
-            synced = self.replicas.check(step, self.world_size)
             if _first_step is None:
                 if step == 0:
                     synced = self.replicas.sync_params(self._parameters, synced)
             elif _first_step:
                 synced = self.replicas.sync_params(self._parameters, synced)
-            grads = F.depend(grads, synced)
-        else:  # residuals saved by several workers are refused here too
-            grads = F.depend(grads, self.replicas.check(step, self.world_size))
+        grads = F.depend(grads, synced)
         if _stage is not None:  # the branch given by __call__
             if _stage < 0:
                 return self._warmup_step(lr, grads)

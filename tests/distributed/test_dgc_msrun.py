@@ -1,4 +1,5 @@
-"""DGCMomentum across 2 workers launched with msrun (tests/distributed/dgc_worker.py)."""
+"""DGCMomentum across workers launched with msrun (tests/distributed/dgc_worker.py): 2, and
+4 resumed at 2 and at 8."""
 import glob
 import os
 import socket
@@ -8,7 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from ms_optim import reference
+import mindspore as ms
+
+from ms_optim import dgc, reference
 from tests.distributed import dgc_worker as worker
 from tests.helpers import assert_close_to_mindspore
 
@@ -136,8 +139,6 @@ def saved_at_4(tmp_path_factory):
 
 @pytest.mark.parametrize("workers", [2, 8])
 def test_resume_at_another_world_size(saved_at_4, tmp_path, workers):
-    import mindspore as ms
-    from ms_optim import dgc
     old = [ms.load_checkpoint(f) for f in saved_at_4]
     # loaded as they are, the 4 workers' residuals are refused, never silently dropped
     for sub in ("refused", "run"):

@@ -103,7 +103,7 @@ def test_resize_rejects_bad_input(saved_by_4, tmp_path):
         dgc.resize_checkpoints([], 2, dest)
     with pytest.raises(TypeError, match="'world_size' must be an int"):
         dgc.resize_checkpoints(saved_by_4, 2.0, dest)
-    with pytest.raises(ValueError, match="'world_size' must be at least 1"):
+    with pytest.raises(ValueError, match="'world_size' must be greater than 0"):
         dgc.resize_checkpoints(saved_by_4, 0, dest)
     with pytest.raises(TypeError, match="'dest' must be a str"):
         dgc.resize_checkpoints(saved_by_4, 2, None)
