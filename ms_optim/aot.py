@@ -293,20 +293,47 @@ def topk_abs_op(k):
                      out_dtype=lambda x: (mstype.int32, mstype.float32), inplace=False)
 
 
-def dgc_select_multi_op(ks):
-    """DGC's local step for len(ks) = K float32 parameters in one op (ops/aot/aot_dgc.cpp):
-    idx int32[L] and val float32[L], L = sum(ks), parameter j's k_j selections side by
-    side, the bucket's block of the fused exchange buffer; u and v updated in place."""
+def _dgc_bucket_op(entry, ks, slots, outs):
+    """A DGC kernel over a bucket of len(ks) float32 parameters whose outputs `outs`
+    (mindspore dtypes) each hold sum(ks) entries, parameter j's k_j side by side: the
+    bucket's block of the fused exchange buffer.  `slots`: the inputs' dtypes by name."""
     total = int(sum(ks))
-    f32, i32 = mstype.float32, mstype.int32
-    op = native_op("ms_optim_dgc_select_multi", len(ks),
-                   dict(u=f32, v=f32, grad=f32, consts=f32, ks=i32, idx=i32, val=f32),
-                   out_shape=lambda *shapes: ([total], [total]),
-                   out_dtype=lambda *dts: (i32, f32), inplace=True)
+    op = native_op(entry, len(ks), slots,
+                   out_shape=lambda *shapes: tuple([total] for _ in outs) if len(outs) > 1
+                   else [total],
+                   out_dtype=lambda *dts: tuple(outs) if len(outs) > 1 else outs[0],
+                   inplace=True)
     # Ops that differ only in their output-shape function compare equal, and under msrun
     # MindSpore merged two of them (the second's k used for both): the ks become an attribute.
     op.add_prim_attr("ms_optim_ks", tuple(int(k) for k in ks))
     return op
+
+
+def dgc_select_multi_op(ks):
+    """DGC's local step for len(ks) = K float32 parameters in one op (ops/aot/aot_dgc.cpp):
+    idx int32[L] and val float32[L], L = sum(ks), parameter j's k_j selections side by
+    side, the bucket's block of the fused exchange buffer; u and v updated in place."""
+    f32, i32 = mstype.float32, mstype.int32
+    return _dgc_bucket_op("ms_optim_dgc_select_multi", ks,
+                          dict(u=f32, v=f32, grad=f32, consts=f32, ks=i32, idx=i32, val=f32),
+                          (i32, f32))
+
+
+def dgc_propose_multi_op(ks):
+    """The first half of DGC's local step for len(ks) float32 parameters in one op
+    (ops/aot/aot_dgc.cpp): idx int32[sum(ks)], each parameter's top-k indices of its
+    accumulated residual; u and v updated in place, nothing masked."""
+    f32, i32 = mstype.float32, mstype.int32
+    return _dgc_bucket_op("ms_optim_dgc_propose_multi", ks,
+                          dict(u=f32, v=f32, grad=f32, consts=f32, ks=i32, idx=i32), (i32,))
+
+
+def dgc_take_multi_op(ks):
+    """The second half at given indices for len(ks) float32 parameters (ops/aot/aot_dgc.cpp):
+    val float32[sum(ks)], v at each parameter's indices; u and v set to 0 there."""
+    f32, i32 = mstype.float32, mstype.int32
+    return _dgc_bucket_op("ms_optim_dgc_take_multi", ks,
+                          dict(u=f32, v=f32, idx=i32, ks=i32, val=f32), (f32,))
 
 
 def dgc_apply_multi_op(k, dtype):

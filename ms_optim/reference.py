@@ -309,9 +309,9 @@ def dgc_k(numel, step, rampup_begin_step, rampup_step, sparsity):
     return dgc_plan.selected_k(numel, sparsity[stage])
 
 
-def dgc_select(u, v, g, momentum, k, nesterov=False):
-    """DGC's local step on float32 u, v in place: momentum correction, exact top-k of |v|,
-    momentum factor masking.  Returns (indices, values) to exchange."""
+def dgc_propose(u, v, g, momentum, k, nesterov=False):
+    """The first half of DGC's local step, on float32 u, v in place: momentum correction,
+    then the indices of the exact top-k of |v| (ascending, ties to the lower index)."""
     m = f32(momentum)
     if nesterov:
         u[...] = m * (u + g)
@@ -319,10 +319,28 @@ def dgc_select(u, v, g, momentum, k, nesterov=False):
     else:
         u[...] = m * u + g
         v[...] = v + u
-    idx, val = topk_abs(v, k)
+    return topk_abs(v, k)[0]
+
+
+def dgc_take(u, v, idx):
+    """The second half, at the indices `idx` (from this worker or another): the values of v
+    there, then momentum factor masking (u and v set to 0 there)."""
+    val = v.reshape(-1)[idx].copy()
     u.reshape(-1)[idx] = 0
     v.reshape(-1)[idx] = 0
-    return idx, val
+    return val
+
+
+def dgc_select(u, v, g, momentum, k, nesterov=False):
+    """DGC's local step on float32 u, v in place: momentum correction, exact top-k of |v|,
+    momentum factor masking.  Returns (indices, values) to exchange."""
+    idx = dgc_propose(u, v, g, momentum, k, nesterov)
+    return idx, dgc_take(u, v, idx)
+
+
+def dgc_leader(step, nranks):
+    """The worker whose indices every worker takes at `step` with the leader exchange."""
+    return step % nranks
 
 
 def dgc_aggregate(numel, selections):
@@ -352,12 +370,19 @@ class DGCReference:
     compressed; a compressed float16 one has float32 residuals u, v, its
     gradient and value enter the local step in float32, and each new value is
     computed in float32 and rounded once to float16.
+
+    `exchange` "exact" applies the mean of every worker's own selection
+    (DGCMomentum's "allgather" and "allreduce", which differ only in the
+    collective); "leader" the leader exchange: at step t every worker takes its
+    values at the indices worker ``t % nranks`` proposes, and the mean of those
+    is applied (docs/algorithms.md §3).
     """
 
     def __init__(self, params, momentum, rampup_begin_step, rampup_step=1, sparsity=(0.999,),
                  nesterov=False, clip_norm=None, l1=0.0, wd=None, nranks=1, loss_scale=1.0,
-                 min_numel=dgc_plan.MIN_COMPRESSED_NUMEL):
+                 min_numel=dgc_plan.MIN_COMPRESSED_NUMEL, exchange="exact"):
         self.params = params
+        self.exchange = exchange
         self.momentum, self.nesterov = f32(momentum), nesterov
         self.begin, self.rampup_step, self.sparsity = rampup_begin_step, rampup_step, sparsity
         self.clip = None if clip_norm is None else clip_norm * nranks ** -0.5
@@ -400,9 +425,20 @@ class DGCReference:
                 step = G + self.momentum * self.u[0][j] if self.nesterov else self.u[0][j]
             else:
                 k = dgc_k(p.size, self.t, self.begin, self.rampup_step, self.sparsity)
-                sel = [dgc_select(self.u[w][j], self.v[w][j], local[w], self.momentum, k,
-                                  self.nesterov) for w in range(self.nranks)]
-                step = dgc_aggregate(p.size, sel).reshape(p.shape)
+                if self.exchange == "leader":  # every worker takes the leader's indices
+                    idx = [dgc_propose(self.u[w][j], self.v[w][j], local[w], self.momentum, k,
+                                       self.nesterov) for w in range(self.nranks)]
+                    idx = idx[dgc_leader(self.t, self.nranks)]
+                    total = dgc_take(self.u[0][j], self.v[0][j], idx)
+                    for w in range(1, self.nranks):  # rank order
+                        total = total + dgc_take(self.u[w][j], self.v[w][j], idx)
+                    step = np.zeros(p.size, f32)
+                    step[idx] = total / f32(self.nranks)
+                    step = step.reshape(p.shape)
+                else:
+                    sel = [dgc_select(self.u[w][j], self.v[w][j], local[w], self.momentum, k,
+                                      self.nesterov) for w in range(self.nranks)]
+                    step = dgc_aggregate(p.size, sel).reshape(p.shape)
             if self.compressed[j]:  # float32 math, one rounding to the parameter's dtype
                 p[...] = (value - lr * step).astype(p.dtype)
             else:

@@ -1,5 +1,5 @@
-"""DGCMomentum's native kernels (top-k, selection and residuals, apply, dense momentum, the
-replica check) against the numpy reference, per ISA."""
+"""DGCMomentum's native kernels (top-k, selection and residuals, the leader exchange's propose
+and take, apply, dense momentum, the replica check) against the numpy reference, per ISA."""
 import numpy as np
 import pytest
 
@@ -192,6 +192,109 @@ def test_select_multi_kernel_matches_reference(isa, nesterov, kind):
         for j in range(len(sizes)):
             np.testing.assert_array_equal(u[j], ru[j])
             np.testing.assert_array_equal(v[j], rv[j])
+
+
+def _propose(u, v, g, ks, nesterov):
+    idx = np.zeros(sum(ks), np.int32)
+    testing.call_kernel("ms_optim_dgc_propose_multi", u=u, v=v, grad=g, consts=_consts(nesterov),
+                        ks=np.array(ks, np.int32), idx=idx)
+    return idx
+
+
+def _take(u, v, idx, ks):
+    val = np.zeros(sum(ks), np.float32)
+    testing.call_kernel("ms_optim_dgc_take_multi", u=u, v=v, idx=idx, ks=np.array(ks, np.int32),
+                        val=val)
+    return val
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+@pytest.mark.parametrize("kind", ["random", "ties"])
+def test_propose_and_take_kernels_match_reference(isa, nesterov, kind):
+    """The leader exchange's halves over tensors of odd sizes, three workers, three steps:
+    every worker's propose is the reference's (indices; u and v updated, nothing masked),
+    and each worker's take at the leader's indices is the reference's (values; u and v
+    masked there)."""
+    rng = np.random.default_rng(5)
+    sizes = MULTI_SIZES
+    workers = 3
+    u = [[np.zeros(n, np.float32) for n in sizes] for _ in range(workers)]
+    v = [[np.zeros(n, np.float32) for n in sizes] for _ in range(workers)]
+    ru = [[x.copy() for x in w] for w in u]
+    rv = [[x.copy() for x in w] for w in v]
+    for step in range(3):
+        ks = [max(1, int(n * (1 - WARMUP[step + 2]))) for n in sizes]
+        proposals = []
+        for w in range(workers):
+            g = [_inputs(kind, n, rng) for n in sizes]
+            proposals.append(_propose(u[w], v[w], g, ks, nesterov))
+            want = [reference.dgc_propose(ru[w][j], rv[w][j], g[j], 0.9, ks[j], nesterov)
+                    for j in range(len(sizes))]
+            np.testing.assert_array_equal(proposals[w], np.concatenate(want))
+            for j in range(len(sizes)):
+                np.testing.assert_array_equal(u[w][j], ru[w][j])
+                np.testing.assert_array_equal(v[w][j], rv[w][j])
+        idx = proposals[reference.dgc_leader(step, workers)]
+        offsets = np.cumsum([0] + ks)
+        for w in range(workers):
+            val = _take(u[w], v[w], idx, ks)
+            want = [reference.dgc_take(ru[w][j], rv[w][j], idx[offsets[j]:offsets[j + 1]])
+                    for j in range(len(sizes))]
+            np.testing.assert_array_equal(val, np.concatenate(want))
+            for j in range(len(sizes)):
+                np.testing.assert_array_equal(u[w][j], ru[w][j])
+                np.testing.assert_array_equal(v[w][j], rv[w][j])
+
+
+def test_propose_then_take_is_select(isa):
+    """On one worker the two halves are the select, bit for bit (outputs and residuals)."""
+    rng = np.random.default_rng(9)
+    sizes = MULTI_SIZES
+    ks = [max(1, n // 97) for n in sizes]
+    u1 = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+    v1 = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+    u2, v2 = [x.copy() for x in u1], [x.copy() for x in v1]
+    g = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+    idx, val = np.zeros(sum(ks), np.int32), np.zeros(sum(ks), np.float32)
+    testing.call_kernel("ms_optim_dgc_select_multi", u=u1, v=v1, grad=g, consts=_consts(False),
+                        ks=np.array(ks, np.int32), idx=idx, val=val)
+    proposed = _propose(u2, v2, g, ks, False)
+    np.testing.assert_array_equal(proposed, idx)
+    np.testing.assert_array_equal(_take(u2, v2, proposed, ks), val)
+    for a, b in zip(u1 + v1, u2 + v2):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_take_kernel_rejects_bad_indices_before_writing():
+    """An index outside a tensor, or twice in one tensor, fails before any residual changes;
+    so do a wrong dtype and a length that does not match the ks."""
+    take = "ms_optim_dgc_take_multi"
+    u = [np.ones(10, np.float32), np.ones(5, np.float32)]
+    v = [np.full(10, 2.0, np.float32), np.full(5, 3.0, np.float32)]
+    ks = np.array([2, 1], np.int32)
+
+    def call(**bad):
+        good = dict(u=[x.copy() for x in u], v=[x.copy() for x in v],
+                    idx=np.array([3, 4, 2], np.int32), ks=ks, val=np.zeros(3, np.float32))
+        return {**good, **bad}
+
+    for bad, message in [
+            (np.array([3, 4, 5], np.int32), r"^param1: index 5 of worker 0 outside \[0, 5\)$"),
+            (np.array([3, -1, 2], np.int32), r"^param0: index -1 of worker 0 outside \[0, 10\)$"),
+            (np.array([4, 4, 2], np.int32), "^param0: index 4 appears twice$")]:
+        args = call(idx=bad)
+        rejects(take, "MSOPT_ERR_VALUE", message, **args)
+        for got, want in zip(args["u"] + args["v"], u + v):
+            np.testing.assert_array_equal(got, want)
+    rejects(take, "MSOPT_ERR_SIZE", "^the ks sum to 3, idx holds 2$", slot="ks",
+            **call(idx=np.array([3, 4], np.int32), val=np.zeros(2, np.float32)))
+    rejects(take, "MSOPT_ERR_SIZE", "^idx and val must have the same length, got 3 and 2$",
+            **call(val=np.zeros(2, np.float32)))
+    rejects(take, "MSOPT_ERR_DTYPE", "^v1 must be float32, got float64$", slot="v",
+            **call(v=[v[0].copy(), np.zeros(5)]))
+    rejects("ms_optim_dgc_propose_multi", "MSOPT_ERR_SIZE", "^the ks sum to 2, idx holds 3$",
+            slot="ks", u=[u[0].copy()], v=[v[0].copy()], grad=[np.zeros(10, np.float32)],
+            consts=_consts(False), ks=np.array([2], np.int32), idx=np.zeros(3, np.int32))
 
 
 @pytest.mark.parametrize("ranks", [1, 3])

@@ -167,53 +167,134 @@ int check_entry_indices(const AotCall &c, const int32_t *idx, int64_t r, int64_t
 // One op per bucket of parameters instead of one per parameter: a MindSpore
 // launch costs more than the work on a small tensor.
 
-// u, v, grad (float32, tensor j of n_j elements), consts float32[2] =
-// (momentum, use_nesterov), ks int32[K] -> idx int32[L], val float32[L],
-// L = sum(ks): tensor j's k_j selections (as DGC's local step: momentum
-// correction into u and v, exact top-k of |v|, ties to the lower index,
-// ascending indices) side by side, so the outputs are the bucket's block of
-// the fused exchange buffer (indices local to each tensor).  u, v in place.
-// One parallel region for the whole bucket (topk_abs_multi): each tensor whole
-// on one thread.
-int select_body(const AotCall &c) {
-  using S = sig::ms_optim_dgc_select_multi;
+// Tensor j's k_j entries in a bucket's fused buffer: ks int32[K] (each in
+// [1, n_j]) summing to `total` (the length of idx); off[j] is where
+// tensor j's entries start.
+int bucket_layout(const AotCall &c, int u, int ks_slot, int64_t total, std::vector<int64_t> *kk,
+                  std::vector<int64_t> *off) {
+  const int K = c.K();
+  MSOPT_TRY(c.require_dtype(ks_slot, "int32"));
+  const int32_t *ks = c.ptr<int32_t>(ks_slot);
+  kk->assign(K, 0);
+  off->assign(K, 0);
+  int64_t sum = 0;
+  for (int j = 0; j < K; ++j) {
+    const int64_t n = c.numel(u, j);
+    MSOPT_CHECK(c, ks[j] >= 1 && ks[j] <= n, kErrValue, "ks[%d] = %d is outside [1, %lld]", j,
+                ks[j], static_cast<long long>(n));
+    (*kk)[j] = ks[j];
+    (*off)[j] = sum;
+    sum += ks[j];
+  }
+  MSOPT_CHECK(c, sum == total, kErrSize, "the ks sum to %lld, idx holds %lld",
+              static_cast<long long>(sum), static_cast<long long>(total));
+  return kOk;
+}
+
+// DGC's local step up to the choice of entries, for the select and propose
+// kernels (S, their common slots): u, v, grad float32 (tensor j of n_j
+// elements), consts float32[2] = (momentum, use_nesterov) -> momentum
+// correction into u and v (in place), then tensor j's k_j entries of largest
+// |v| (ties to the lower index, ascending indices) at idx[off_j..], val = v
+// there.  One parallel region for the whole bucket (topk_abs_multi): each
+// tensor whole on one thread.
+template <class S>
+int accumulate_topk(const AotCall &c, const std::vector<int64_t> &kk,
+                    const std::vector<int64_t> &off, int32_t *idx, float *val) {
   const int K = c.K();
   for (int s : {S::u, S::v, S::grad}) MSOPT_TRY(c.require_dtype(s, "float32"));
   MSOPT_TRY(c.require_same_numel(S::u, {S::v, S::grad}));
   MSOPT_TRY(c.require_f32(S::consts, DgcConsts::kCount));
-  MSOPT_TRY(c.require_dtype(S::ks, "int32"));
-  MSOPT_TRY(check_outputs(c, S::idx, S::val));
-  const int32_t *ks = c.ptr<int32_t>(S::ks);
-  int64_t total_k = 0, total_n = 0;
-  for (int j = 0; j < K; ++j) {
-    const int64_t n = c.numel(S::u, j);
-    MSOPT_CHECK(c, ks[j] >= 1 && ks[j] <= n, kErrValue, "ks[%d] = %d is outside [1, %lld]", j,
-                ks[j], static_cast<long long>(n));
-    total_k += ks[j];
-    total_n += n;
-  }
-  MSOPT_CHECK(c, total_k == c.numel(S::idx), kErrSize, "the ks sum to %lld, idx holds %lld",
-              static_cast<long long>(total_k), static_cast<long long>(c.numel(S::idx)));
   const DgcConsts &k = *c.ptr<const DgcConsts>(S::consts);
-  int32_t *idx = c.ptr<int32_t>(S::idx);
-  float *val = c.ptr<float>(S::val);
   std::vector<TopkSource> srcs;
-  std::vector<int64_t> n(K), kk(K), off(K);
+  std::vector<int64_t> n(K);
   srcs.reserve(K);
+  int64_t total_n = 0;
   for (int j = 0; j < K; ++j) {
     float *u = c.ptr<float>(S::u, j), *v = c.ptr<float>(S::v, j);
     srcs.push_back({v, u, v, c.ptr<float>(S::grad, j), k.momentum, k.nesterov != 0.0f});
     n[j] = c.numel(S::u, j);
-    kk[j] = ks[j];
-    off[j] = j == 0 ? 0 : off[j - 1] + kk[j - 1];
+    total_n += n[j];
   }
   const ParallelSection section(total_n);
-  MSOPT_TRY(topk_abs_multi(srcs.data(), n.data(), kk.data(), off.data(), K, idx, val));
-  for (int j = 0; j < K; ++j)  // momentum factor masking
+  return topk_abs_multi(srcs.data(), n.data(), kk.data(), off.data(), K, idx, val);
+}
+
+// Momentum factor masking at the chosen entries (S: a kernel with slots u and
+// v): tensor j's u and v set to 0 at idx[off_j .. off_j + k_j).  The indices
+// are in range (the callers check them or chose them).
+template <class S>
+void mask_entries(const AotCall &c, const int32_t *idx, const std::vector<int64_t> &kk,
+                  const std::vector<int64_t> &off) {
+  for (int j = 0; j < c.K(); ++j) {
+    float *u = c.ptr<float>(S::u, j), *v = c.ptr<float>(S::v, j);
     for (int64_t e = off[j]; e < off[j] + kk[j]; ++e) {
-      srcs[j].u[idx[e]] = 0.0f;
-      srcs[j].v[idx[e]] = 0.0f;
+      u[idx[e]] = 0.0f;
+      v[idx[e]] = 0.0f;
     }
+  }
+}
+
+// u, v, grad, consts, ks int32[K] -> idx int32[L], val float32[L], L =
+// sum(ks): DGC's local step (accumulate_topk, then mask_entries), tensor j's
+// k_j selections side by side, so the outputs are the bucket's block of the
+// fused exchange buffer (indices local to each tensor).  u, v in place.
+int select_body(const AotCall &c) {
+  using S = sig::ms_optim_dgc_select_multi;
+  MSOPT_TRY(check_outputs(c, S::idx, S::val));
+  std::vector<int64_t> kk, off;
+  MSOPT_TRY(bucket_layout(c, S::u, S::ks, c.numel(S::idx), &kk, &off));
+  int32_t *idx = c.ptr<int32_t>(S::idx);
+  MSOPT_TRY(accumulate_topk<S>(c, kk, off, idx, c.ptr<float>(S::val)));
+  mask_entries<S>(c, idx, kk, off);
+  return kOk;
+}
+
+// The same inputs -> idx int32[L]: the select's first half (accumulate_topk),
+// nothing masked.  With ms_optim_dgc_take_multi at the indices one worker
+// proposes (the leader exchange), every worker steps as the select would on
+// that worker.
+int propose_body(const AotCall &c) {
+  using S = sig::ms_optim_dgc_propose_multi;
+  MSOPT_TRY(c.require_dtype(S::idx, "int32"));
+  std::vector<int64_t> kk, off;
+  MSOPT_TRY(bucket_layout(c, S::u, S::ks, c.numel(S::idx), &kk, &off));
+  std::vector<float> val(static_cast<size_t>(c.numel(S::idx)));
+  return accumulate_topk<S>(c, kk, off, c.ptr<int32_t>(S::idx), val.data());
+}
+
+// u, v float32 (tensor j of n_j elements), idx int32[L], ks int32[K] -> val
+// float32[L]: the select's second half at given indices: val = v at tensor
+// j's entries idx[off_j .. off_j + k_j), then u and v set to 0 there.  Every
+// index is checked to lie in [0, n_j) and to appear once per tensor before
+// anything is written.
+int take_body(const AotCall &c) {
+  using S = sig::ms_optim_dgc_take_multi;
+  MSOPT_TRY(c.require_dtype(S::u, "float32"));
+  MSOPT_TRY(c.require_dtype(S::v, "float32"));
+  MSOPT_TRY(c.require_same_numel(S::u, {S::v}));
+  MSOPT_TRY(c.require_dtype(S::idx, "int32"));
+  MSOPT_TRY(c.require_dtype(S::val, "float32"));
+  MSOPT_CHECK(c, c.numel(S::val) == c.numel(S::idx), kErrSize,
+              "idx and val must have the same length, got %lld and %lld",
+              static_cast<long long>(c.numel(S::idx)), static_cast<long long>(c.numel(S::val)));
+  std::vector<int64_t> kk, off;
+  MSOPT_TRY(bucket_layout(c, S::u, S::ks, c.numel(S::idx), &kk, &off));
+  const int32_t *idx = c.ptr<int32_t>(S::idx);
+  for (int j = 0; j < c.K(); ++j) {
+    MSOPT_TRY(check_entry_indices(c, idx, 1, 0, off[j], kk[j], c.numel(S::u, j), j));
+    std::vector<int32_t> run(idx + off[j], idx + off[j] + kk[j]);
+    std::sort(run.begin(), run.end());
+    const auto dup = std::adjacent_find(run.begin(), run.end());
+    MSOPT_CHECK(c, dup == run.end(), kErrValue, "param%d: index %d appears twice", j,
+                dup == run.end() ? 0 : *dup);
+  }
+  float *val = c.ptr<float>(S::val);
+  for (int j = 0; j < c.K(); ++j) {
+    const float *v = c.ptr<float>(S::v, j);
+    for (int64_t e = off[j]; e < off[j] + kk[j]; ++e) val[e] = v[idx[e]];
+  }
+  mask_entries<S>(c, idx, kk, off);
   return kOk;
 }
 
@@ -430,6 +511,8 @@ int digest_body(const AotCall &c) {
 
 MSOPT_AOT_ENTRY(ms_optim_topk_abs, msopt::topk_abs_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_select_multi, msopt::select_body)
+MSOPT_AOT_ENTRY(ms_optim_dgc_propose_multi, msopt::propose_body)
+MSOPT_AOT_ENTRY(ms_optim_dgc_take_multi, msopt::take_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_apply_multi, msopt::apply_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_momentum, msopt::momentum_body)
 MSOPT_AOT_ENTRY(ms_optim_check_replicas, msopt::check_replicas_body)

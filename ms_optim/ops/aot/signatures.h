@@ -74,6 +74,16 @@ struct Slot {
   IN(u, kEach) IN(v, kEach) IN(grad, kEach) IN(consts, kOne) IN(ks, kCountK)              \
   OUT(idx, kOne) OUT(val, kOne)
 
+// The two halves of the select, for an exchange whose indices one worker
+// chooses for all: propose (the residual update and this worker's top-k
+// indices, nothing masked) and take (the values at the chosen indices, u and
+// v masked there).
+#define MSOPT_AOT_DGC_PROPOSE_MULTI(IN, OUT)                                              \
+  IN(u, kEach) IN(v, kEach) IN(grad, kEach) IN(consts, kOne) IN(ks, kCountK) OUT(idx, kOne)
+
+#define MSOPT_AOT_DGC_TAKE_MULTI(IN, OUT) \
+  IN(u, kEach) IN(v, kEach) IN(idx, kOne) IN(ks, kCountK) OUT(val, kOne)
+
 // DGC's apply of every worker's selections: layout = (R, offsets[K], counts[K]).
 #define MSOPT_AOT_DGC_APPLY_MULTI(IN, OUT)                                                \
   IN(param, kEach) IN(idx, kOne) IN(val, kOne) IN(lr, kOne) IN(layout, kOne)              \
@@ -103,6 +113,8 @@ struct Slot {
   X(ms_optim_sumsq, MSOPT_AOT_SUMSQ)                          \
   X(ms_optim_topk_abs, MSOPT_AOT_TOPK_ABS)                    \
   X(ms_optim_dgc_select_multi, MSOPT_AOT_DGC_SELECT_MULTI)    \
+  X(ms_optim_dgc_propose_multi, MSOPT_AOT_DGC_PROPOSE_MULTI)  \
+  X(ms_optim_dgc_take_multi, MSOPT_AOT_DGC_TAKE_MULTI)        \
   X(ms_optim_dgc_apply_multi, MSOPT_AOT_DGC_APPLY_MULTI)      \
   X(ms_optim_dgc_momentum, MSOPT_AOT_DGC_MOMENTUM)            \
   X(ms_optim_check_replicas, MSOPT_AOT_CHECK_REPLICAS)        \
