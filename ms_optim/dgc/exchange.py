@@ -10,6 +10,10 @@
   selections into zeros and the sum is the same scatter-add as the gathered
   path's (``wire.choose_sparse_exchange`` picks the cheaper of the two per
   stage).
+- ``LeaderExchange``: every worker takes its values at one worker's indices, the
+  leader's (``step % N``): the leader's fused index buffer is broadcast, and the
+  workers' values there are all-reduced (sum) and divided by the number of
+  workers.  What a worker sends does not grow with the number of workers.
 - ``ReplicaSync``: before anything else is exchanged, every worker's model
   signature and step are all-gathered and compared (a mismatched worker fails
   with a clear error instead of hanging in, or corrupting, a collective).  On
@@ -23,6 +27,7 @@ nothing is communicated: the buffers are still built, so their sizes are the
 ones a worker would send.
 """
 import zlib
+from typing import NamedTuple
 
 import numpy as np
 from mindspore import Tensor, nn, ops
@@ -129,6 +134,44 @@ class DenseExchange(nn.Cell):
             lo, hi = self.bounds[j]
             out = out + (F.cast(total[lo:hi].reshape(self.shapes[j]), F.dtype(grads[j])),)
         return out
+
+
+class LeaderExchange(nn.Cell):
+    """The leader's indices to every worker, and the mean of every worker's values there."""
+
+    def __init__(self, nranks):
+        super().__init__()
+        self.nranks = nranks
+        if nranks > 1:
+            # Broadcast's root is an attribute: one per worker, the step picks the leader's
+            self.broadcasts = tuple(ops.Broadcast(r) for r in range(nranks))
+            self.all_reduce = ops.AllReduce()
+            self.nranks_t = Tensor(float(nranks), mstype.float32)
+
+    def indices(self, idx, step):
+        """The fused index buffer of the leader of `step` (int32 scalar): worker step % N."""
+        if self.nranks == 1:
+            return idx
+        leader = step % self.nranks
+        out = idx
+        for r in range(self.nranks):
+            if leader == r:
+                out = self.broadcasts[r]((idx,))[0]
+        return out
+
+    def values(self, val):
+        """The mean over the workers of the fused value buffer (a sum, then a division, as
+        the reference's)."""
+        if self.nranks == 1:
+            return val
+        return self.all_reduce(val) / self.nranks_t
+
+
+class Exchanges(NamedTuple):
+    """The exchanges a sparse step may use (one per collective pattern)."""
+    sparse: SparseExchange
+    summed: DenseExchange
+    leader: LeaderExchange
 
 
 class ReplicaSync(nn.Cell):

@@ -14,8 +14,9 @@ from ..dgc_plan import DGCPlan
 from ..regularizer import L1Decay, L2Decay
 from . import checks, wire
 from .checkpoints import U_PREFIX, V_PREFIX, WORLD_SIZE_NAME, world_size_message
-from .exchange import (DenseExchange, ReplicaSync, SparseExchange, check_stand_alone_in_graph,
-                       model_signature, require_stand_alone, world_size)
+from .exchange import (DenseExchange, Exchanges, LeaderExchange, ReplicaSync, SparseExchange,
+                       check_stand_alone_in_graph, model_signature, require_stand_alone,
+                       world_size)
 from .grads import regularize, widen
 from .plan import momentum_group, stage_branches
 from .steps import DenseMomentum, NativeStep, OpsStep, StepState
@@ -95,9 +96,14 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         impl (str, optional): ``"native"`` (multi-tensor CPU kernels, exact top-k),
             ``"ops"`` (MindSpore ops, ``ops.topk``) or ``"auto"`` (``"native"`` on a CPU
             device target, else ``"ops"``).  Default: ``"auto"``.
-        exchange (str, optional): ``"allgather"`` of the (index, value) entries,
+        exchange (str, optional): How the selections cross the workers.  Exact, every
+            worker's own top-k applied: ``"allgather"`` of the (index, value) entries,
             ``"allreduce"`` of the sparsified gradient, or ``"auto"``: per stage, whichever
-            sends fewer bytes for the number of workers.  Default: ``"auto"``.
+            sends fewer bytes for the number of workers.  ``"leader"``: at step
+            :math:`t` every worker selects at worker :math:`t \bmod N`'s top-k indices
+            (broadcast), the values there are summed (AllReduce), and each worker keeps
+            the rest in its residual: a worker sends about :math:`8k` bytes whatever
+            :math:`N` (ScaleCom's cyclic leader; docs/dgc.md).  Default: ``"auto"``.
 
     Inputs:
         - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
@@ -252,6 +258,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
     def _build_exchanges(self, exchange):
         shapes = [p.shape for p in self._parameters]
         self.sparse_exchange = SparseExchange(self.nranks)
+        self.leader_exchange = LeaderExchange(self.nranks)
         self.dense_exchange = DenseExchange(self.nranks, [shapes[i] for i in self.dense_ids])
         self.warmup_exchange = DenseExchange(self.nranks, [shapes[i] for i in self.comp_ids])
         self.exchange = exchange
@@ -271,8 +278,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
                           use_nesterov=self.use_nesterov, is_group_lr=self.is_group_lr,
                           nranks=self.nranks)
         sparse = NativeStep if self.impl == "native" else OpsStep
-        self.sparse_step = sparse(state, self.plan, self.stage_exchange, self.sparse_exchange,
-                                  self.warmup_exchange)
+        self.sparse_step = sparse(state, self.plan, self.stage_exchange, Exchanges(
+            self.sparse_exchange, self.warmup_exchange, self.leader_exchange))
 
         def momentum_step(ids, exchange):
             # the native op steps the parameters whose u is float32
@@ -403,7 +410,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         if _stage is not None:  # the branch given by __call__
             if _stage < 0:
                 return self._warmup_step(lr, grads)
-            return self._stage_step(_stage, lr, grads)
+            return self._stage_step(_stage, step, lr, grads)
         if self.has_warmup:
             if step < self.rampup_begin_step:
                 done = self._warmup_step(lr, grads)
@@ -450,19 +457,19 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         compressed ones in the stage of `step` (a branch on the device when there are
         several)."""
         if len(self.stage_bounds) == 1:  # one stage from the first compressing step on
-            return self._stage_step(self.stage_bounds[0][0], lr, grads)
+            return self._stage_step(self.stage_bounds[0][0], step, lr, grads)
         done = self.dense_momentum(lr, grads)
         if self.comp_ids:
             # the plan's stages as step ranges (dgc_plan.DGCPlan.stage_starts)
             for s, first, end in self.stage_bounds:
                 if step >= first and step < end:
-                    done = F.depend(done, self.sparse_step(s, lr, grads))
+                    done = F.depend(done, self.sparse_step(s, lr, grads, step))
         return done
 
-    def _stage_step(self, stage, lr, grads):
-        """Stage `stage` (a constant): dense momentum for the small parameters, and the
-        compressed ones at that stage's sparsity."""
+    def _stage_step(self, stage, step, lr, grads):
+        """Stage `stage` (a constant) at `step`: dense momentum for the small parameters,
+        and the compressed ones at that stage's sparsity."""
         done = self.dense_momentum(lr, grads)
         if self.comp_ids:
-            done = F.depend(done, self.sparse_step(stage, lr, grads))
+            done = F.depend(done, self.sparse_step(stage, lr, grads, step))
         return done

@@ -59,23 +59,28 @@ class SparseBuckets(NamedTuple):
     float32 whatever the parameter's dtype); their outputs side by side are this
     worker's block of the fused exchange buffer.  One apply op per ``apply`` bucket
     (parameters of one dtype).  ``select_ks[s][b]`` are the k of select bucket b at
-    stage s; ``apply_layouts[s][b]`` the layout input of apply bucket b at stage s:
-    (workers, the bucket's offsets in the block, its k).
+    stage s, ``select_spans[s][b]`` where its entries start and end in the block;
+    ``apply_layouts[s][b]`` the layout input of apply bucket b at stage s: (workers'
+    blocks in the exchanged buffer, the bucket's offsets in a block, its k).
     """
     select: tuple
     apply: tuple
     select_ks: tuple
+    select_spans: tuple
     apply_layouts: tuple
 
 
 def sparse_buckets(plan, comp_dtypes, nranks):
     """The SparseBuckets of `plan` (a DGCPlan) whose compressed parameters have the
-    dtypes `comp_dtypes`, among `nranks` workers."""
+    dtypes `comp_dtypes`, applying `nranks` blocks (the workers' with the gathered
+    exchange, one with the leader exchange's summed values)."""
     select = buckets((True,) * len(comp_dtypes))
     apply = buckets(tuple(comp_dtypes))
     return SparseBuckets(
         select=select, apply=apply,
         select_ks=tuple(tuple(ks[lo:hi] for lo, hi in select) for ks in plan.stage_k),
+        select_spans=tuple(tuple((offs[lo], offs[lo] + sum(ks[lo:hi])) for lo, hi in select)
+                           for offs, ks in zip(plan.stage_offsets, plan.stage_k)),
         apply_layouts=tuple(tuple((nranks,) + offs[lo:hi] + ks[lo:hi] for lo, hi in apply)
                             for offs, ks in zip(plan.stage_offsets, plan.stage_k)))
 

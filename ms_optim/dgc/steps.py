@@ -3,11 +3,13 @@
 - ``DenseMomentum``: one group of parameters (a ``plan.MomentumGroup``) exchanged
   dense and stepped by plain momentum;
 - ``NativeStep`` and ``OpsStep``: the compressed parameters' step at one warm-up
-  stage (select, exchange, apply), by the multi-tensor native kernels or by
-  MindSpore ops (``ops.topk``).
+  stage (select, exchange, apply; with the leader exchange propose, the leader's
+  indices, take, sum, apply), by the multi-tensor native kernels or by MindSpore
+  ops (``ops.topk``).
 
-Every native DGC kernel (``aot.dgc_select_multi_op``, ``dgc_apply_multi_op``,
-``dgc_momentum_op``) is built and called here.
+Every native DGC kernel (``aot.dgc_select_multi_op``, ``dgc_propose_multi_op``,
+``dgc_take_multi_op``, ``dgc_apply_multi_op``, ``dgc_momentum_op``) is built and
+called here.
 """
 from typing import NamedTuple
 
@@ -121,25 +123,37 @@ class DenseMomentum(_Step):
 
 
 class _SparseStep(_Step):
-    """The compressed parameters' step at stage `stage` (a constant of the graph): each
-    worker selects its k largest accumulated entries per parameter (``select``), the
-    selections cross the workers as ``stage_exchange[stage]`` says ("allgather": through
-    `sparse_exchange`, a SparseExchange; "allreduce": scattered into zeros and summed by
-    `summed_exchange`, a DenseExchange), and every worker applies their mean."""
+    """The compressed parameters' step at stage `stage` (a constant of the graph), the
+    selections crossing the workers as ``stage_exchange[stage]`` says:
 
-    def __init__(self, state, plan, stage_exchange, sparse_exchange, summed_exchange):
+    - "allgather" and "allreduce": each worker selects its k largest accumulated entries
+      per parameter (``select``); they are gathered by `exchanges.sparse` (a
+      SparseExchange), or scattered into zeros and summed by `exchanges.summed` (a
+      DenseExchange), and every worker applies their mean;
+    - "leader": each worker updates its residuals and proposes its top-k indices
+      (``propose``), every worker takes its values at the leader's indices (``take``;
+      `exchanges.leader`, a LeaderExchange, broadcasts the indices and sums the values),
+      and applies their mean."""
+
+    def __init__(self, state, plan, stage_exchange, exchanges):
         super().__init__(state, plan.comp_ids)
         self.v = tuple(state.v)
         self.sizes = tuple((p.size,) for p in self.params)
         self.stage_k, self.stage_offsets, self.block = plan.stage_k, plan.stage_offsets, plan.block
         self.stage_exchange = stage_exchange
-        self.sparse_exchange = sparse_exchange
-        self.summed_exchange = summed_exchange
+        self.sparse_exchange = exchanges.sparse
+        self.summed_exchange = exchanges.summed
+        self.leader_exchange = exchanges.leader
+        self.uses_leader = "leader" in stage_exchange
         self.nranks_t = Tensor(float(state.nranks), mstype.float32)
 
-    def construct(self, stage, lr, grads):
-        idxs, vals = self.select(stage, grads)
+    def construct(self, stage, lr, grads, step):
         lrs = self.lrs(lr)
+        if self.stage_exchange[stage] == "leader":
+            idx = self.leader_exchange.indices(self.propose(stage, grads), step)
+            val = self.leader_exchange.values(self.take(stage, idx))
+            return self.apply(stage, lrs, idx, val, True)
+        idxs, vals = self.select(stage, grads)
         done = True
         if self.stage_exchange[stage] == "allreduce":
             idxs, vals = self.per_parameter(stage, idxs, vals)
@@ -151,7 +165,14 @@ class _SparseStep(_Step):
                 done = F.depend(done, self._apply_summed(j, lrs, summed[j]))
             return done
         idx_all, val_all = self.sparse_exchange(idxs, vals)
-        return self.apply(stage, lrs, idx_all, val_all)
+        return self.apply(stage, lrs, idx_all, val_all, False)
+
+    def comp_grads(self, grads):
+        """The compressed parameters' gradients, in their order."""
+        out = ()
+        for i in self.ids:
+            out = out + (grads[i],)
+        return out
 
     def _apply_summed(self, j, lrs, G):
         """p -= lr * G for compressed parameter j, G the dense mean of every worker's
@@ -163,49 +184,89 @@ class _SparseStep(_Step):
         return F.assign(p, F.cast(F.cast(p, mstype.float32) - step, F.dtype(p)))
 
 
-class NativeStep(_SparseStep):
-    """The stage step by the multi-tensor kernels: per stage one select op per bucket of
-    compressed parameters (their outputs side by side are the fused exchange buffer),
-    one apply op per bucket of one dtype (``plan.SparseBuckets``); u and v in float32."""
+def _fused(parts):
+    """One buffer from the parts of a fused exchange buffer (the part itself when one)."""
+    return parts[0] if len(parts) == 1 else ops.concat(parts)
 
-    def __init__(self, state, plan, stage_exchange, sparse_exchange, summed_exchange):
-        super().__init__(state, plan, stage_exchange, sparse_exchange, summed_exchange)
+
+class NativeStep(_SparseStep):
+    """The stage step by the multi-tensor kernels: per stage one select op (with the
+    leader exchange one propose and one take op) per bucket of compressed parameters
+    (their outputs side by side are the fused exchange buffer), one apply op per bucket of
+    one dtype (``plan.SparseBuckets``); u and v in float32."""
+
+    def __init__(self, state, plan, stage_exchange, exchanges):
+        super().__init__(state, plan, stage_exchange, exchanges)
         b = sparse_buckets(plan, [p.dtype for p in self.params], state.nranks)
         self.select_ranges, self.apply_ranges = b.select, b.apply
+        self.select_spans = b.select_spans
         self.select_ops = tuple(tuple(aot.dgc_select_multi_op(ks) for ks in stage_ks)
                                 for stage_ks in b.select_ks)
         self.select_ks = tuple(tuple(Tensor(np.array(ks, np.int32)) for ks in stage_ks)
                                for stage_ks in b.select_ks)
         self.apply_ops = tuple(aot.dgc_apply_multi_op(hi - lo, self.params[lo].dtype)
                                for lo, hi in self.apply_ranges)
-        self.apply_layouts = tuple(tuple(Tensor(np.array(layout, np.int32)) for layout in stage)
-                                   for stage in b.apply_layouts)
+
+        def layouts(buckets):
+            return tuple(tuple(Tensor(np.array(layout, np.int32)) for layout in stage)
+                         for stage in buckets.apply_layouts)
+
+        self.apply_layouts = layouts(b)
         self.select_order = aot.call_order("ms_optim_dgc_select_multi")
         self.apply_order = aot.call_order("ms_optim_dgc_apply_multi")
+        if self.uses_leader:  # the summed values at the leader's indices: one block
+            self.leader_layouts = layouts(sparse_buckets(plan, [p.dtype for p in self.params], 1))
+            self.propose_ops = tuple(tuple(aot.dgc_propose_multi_op(ks) for ks in stage_ks)
+                                     for stage_ks in b.select_ks)
+            self.take_ops = tuple(tuple(aot.dgc_take_multi_op(ks) for ks in stage_ks)
+                                  for stage_ks in b.select_ks)
+            self.propose_order = aot.call_order("ms_optim_dgc_propose_multi")
+            self.take_order = aot.call_order("ms_optim_dgc_take_multi")
 
     def select(self, stage, grads):
         """One select op per bucket, on the compressed parameters' gradients alone (not the
         whole tuple with indices as the dense momentum takes it: MindSpore runs a step ten
         times slower when two in-place ops take the same gradient Parameters): the (idx,
         val) outputs, in order, are this worker's block of the fused buffer."""
-        comp_grads = ()
-        for i in self.ids:
-            comp_grads = comp_grads + (grads[i],)
+        comp_grads = self.comp_grads(grads)
         idxs, vals = (), ()
         for b in range(len(self.select_ranges)):
             lo, hi = self.select_ranges[b]
             args = aot.arrange(self.select_order, u=self.us[lo:hi], v=self.v[lo:hi],
-                                   grad=comp_grads[lo:hi], consts=self.consts,
-                                   ks=self.select_ks[stage][b])
+                               grad=comp_grads[lo:hi], consts=self.consts,
+                               ks=self.select_ks[stage][b])
             idx, val = self.select_ops[stage][b](*args)
             idxs = idxs + (idx,)
             vals = vals + (val,)
         return idxs, vals
 
+    def propose(self, stage, grads):
+        """One propose op per bucket: this worker's indices, as one fused buffer."""
+        comp_grads = self.comp_grads(grads)
+        idxs = ()
+        for b in range(len(self.select_ranges)):
+            lo, hi = self.select_ranges[b]
+            args = aot.arrange(self.propose_order, u=self.us[lo:hi], v=self.v[lo:hi],
+                               grad=comp_grads[lo:hi], consts=self.consts,
+                               ks=self.select_ks[stage][b])
+            idxs = idxs + (self.propose_ops[stage][b](*args),)
+        return _fused(idxs)
+
+    def take(self, stage, idx):
+        """One take op per bucket at its span of the fused indices `idx`: the values, as
+        one fused buffer."""
+        vals = ()
+        for b in range(len(self.select_ranges)):
+            lo, hi = self.select_ranges[b]
+            start, end = self.select_spans[stage][b]
+            args = aot.arrange(self.take_order, u=self.us[lo:hi], v=self.v[lo:hi],
+                               idx=idx[start:end], ks=self.select_ks[stage][b])
+            vals = vals + (self.take_ops[stage][b](*args),)
+        return _fused(vals)
+
     def per_parameter(self, stage, idxs, vals):
         """Each parameter's (idx, val), cut from the fused buffer."""
-        idx_f = idxs[0] if len(idxs) == 1 else ops.concat(idxs)
-        val_f = vals[0] if len(vals) == 1 else ops.concat(vals)
+        idx_f, val_f = _fused(idxs), _fused(vals)
         idxs, vals = (), ()
         for j in range(len(self.ids)):
             lo, k = self.stage_offsets[stage][j], self.stage_k[stage][j]
@@ -213,14 +274,16 @@ class NativeStep(_SparseStep):
             vals = vals + (val_f[lo:lo + k],)
         return idxs, vals
 
-    def apply(self, stage, lrs, idx_all, val_all):
-        """One apply op per bucket of compressed parameters of one dtype."""
+    def apply(self, stage, lrs, idx_all, val_all, one_block):
+        """One apply op per bucket of compressed parameters of one dtype, over every
+        worker's block (or, `one_block`, the one block of summed values)."""
+        layouts = self.leader_layouts if one_block else self.apply_layouts
         done = True
         for b in range(len(self.apply_ranges)):
             lo, hi = self.apply_ranges[b]
             args = aot.arrange(self.apply_order, param=self.params[lo:hi], idx=idx_all,
-                                   val=val_all, lr=self.per_tensor(lrs, lo, hi, self.is_group_lr),
-                                   layout=self.apply_layouts[stage][b])
+                               val=val_all, lr=self.per_tensor(lrs, lo, hi, self.is_group_lr),
+                               layout=layouts[stage][b])
             done = F.depend(done, self.apply_ops[b](*args))
         return done
 
@@ -232,22 +295,35 @@ class OpsStep(_SparseStep):
     def select(self, stage, grads):
         idxs, vals = (), ()
         for j in range(len(self.ids)):
-            idx, val = self._select(stage, j, grads[self.ids[j]])
+            idx = self._propose(stage, j, grads[self.ids[j]])
             idxs = idxs + (idx,)
-            vals = vals + (val,)
+            vals = vals + (self._take(j, idx),)
         return idxs, vals
+
+    def propose(self, stage, grads):
+        idxs = ()
+        for j in range(len(self.ids)):
+            idxs = idxs + (self._propose(stage, j, grads[self.ids[j]]),)
+        return _fused(idxs)
+
+    def take(self, stage, idx):
+        vals = ()
+        for j in range(len(self.ids)):
+            lo, k = self.stage_offsets[stage][j], self.stage_k[stage][j]
+            vals = vals + (self._take(j, idx[lo:lo + k]),)
+        return _fused(vals)
 
     def per_parameter(self, stage, idxs, vals):
         return idxs, vals
 
-    def apply(self, stage, lrs, idx_all, val_all):
+    def apply(self, stage, lrs, idx_all, val_all, one_block):
         done = True
         for j in range(len(self.ids)):
-            done = F.depend(done, self._apply(stage, j, lrs, idx_all, val_all))
+            done = F.depend(done, self._apply(stage, j, lrs, idx_all, val_all, one_block))
         return done
 
-    def _select(self, stage, j, grad):
-        """Residual update, exact top-k and masking for compressed parameter j."""
+    def _propose(self, stage, j, grad):
+        """Residual update and exact top-k for compressed parameter j: the indices."""
         u, v = self.us[j], self.v[j]
         k = self.stage_k[stage][j]
         if self.use_nesterov:
@@ -256,28 +332,34 @@ class OpsStep(_SparseStep):
         else:
             next_u = self.momentum * u + grad
             next_v = v + next_u
-        flat_v = next_v.reshape(-1)
-        _, idx = ops.topk(ops.abs(flat_v), k)
+        _, idx = ops.topk(ops.abs(next_v.reshape(-1)), k)
+        idx = F.depend(idx, F.assign(u, next_u))
+        return F.depend(idx, F.assign(v, next_v))
+
+    def _take(self, j, idx):
+        """Compressed parameter j's values at `idx`, then masking there."""
+        u, v = self.us[j], self.v[j]
+        flat_v = v.reshape(-1)
         val = ops.gather(flat_v, idx, 0)
         rows = idx.reshape(-1, 1)
-        zeros = ops.zeros((k,), mstype.float32)
-        idx = F.depend(idx, F.assign(u, ops.tensor_scatter_update(next_u.reshape(-1), rows, zeros)
+        zeros = ops.zeros(idx.shape, mstype.float32)
+        val = F.depend(val, F.assign(u, ops.tensor_scatter_update(u.reshape(-1), rows, zeros)
                                      .reshape(u.shape)))
-        idx = F.depend(idx, F.assign(v, ops.tensor_scatter_update(flat_v, rows, zeros)
-                                     .reshape(v.shape)))
-        return idx, val
+        return F.depend(val, F.assign(v, ops.tensor_scatter_update(flat_v, rows, zeros)
+                                      .reshape(v.shape)))
 
-    def _apply(self, stage, j, lrs, idx_all, val_all):
-        """p -= lr * scatter_add(every worker's values) / nranks for compressed parameter j."""
+    def _apply(self, stage, j, lrs, idx_all, val_all, one_block):
+        """p -= lr * scatter_add(every worker's values) / nranks for compressed parameter j
+        (`one_block`: p -= lr * scatter_add(the summed values, already divided))."""
         p = self.params[j]
         lr_j = self.lr_at(lrs, j)
         block = self.block[stage]
         lo, k = self.stage_offsets[stage][j], self.stage_k[stage][j]
         idx, val = (), ()
-        for r in range(self.nranks):
+        for r in range(1 if one_block else self.nranks):
             idx = idx + (idx_all[r * block + lo:r * block + lo + k],)
             val = val + (val_all[r * block + lo:r * block + lo + k],)
-        step = lr_j * (ops.concat(val) / self.nranks_t)
+        step = lr_j * (ops.concat(val) if one_block else ops.concat(val) / self.nranks_t)
         if self.widened[j]:  # float32 math, one rounding to the parameter's dtype
             flat = ops.tensor_scatter_add(F.cast(p, mstype.float32).reshape(-1),
                                           ops.concat(idx).reshape(-1, 1), -step)

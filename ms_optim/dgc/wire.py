@@ -1,9 +1,11 @@
 """DGCMomentum's wire model: the bytes its collectives carry, in plain Python.
 
 What a collective puts on the wire (``allreduce_wire_bytes``,
-``allgather_wire_bytes``) is MindSpore 2.10's CPU collectives as measured with
-interface counters between network namespaces: a host sends ``WIRE_FACTOR``
-times what a bandwidth-optimal ring needs, for AllReduce and AllGather alike.
+``allgather_wire_bytes``, ``broadcast_wire_bytes``) is MindSpore 2.10's CPU
+collectives as measured with interface counters between network namespaces: a
+host sends ``WIRE_FACTOR`` times what a bandwidth-optimal ring needs, for
+AllReduce and AllGather alike; a Broadcast's root sends the buffer to each other
+worker, which sends it on once.
 ``choose_sparse_exchange`` picks, per warm-up stage, the collective that sends
 fewer bytes, and ``exchange_stats`` adds up what one worker sends at a step.
 No MindSpore here: the optimizer feeds these functions its sizes.
@@ -21,14 +23,17 @@ Examples:
     (2040, 4112, 4040, 1.9803921568627452)
 """
 
-# Measured (tx_bytes of each host's interface, 2 and 4 hosts): an AllReduce of B
-# bytes sent 2.0 B per host with 2 hosts and 3.0 B with 4, an AllGather of b
-# bytes per worker 2 (N - 1) b: twice a ring's 2 (N - 1) / N B and (N - 1) b.
+# Measured (tx_bytes of each host's interface, 2, 4 and 8 hosts): an AllReduce of B
+# bytes sent 2.0 B per host with 2 hosts, 3.0 B with 4 and 3.6 B with 8, an
+# AllGather of b bytes per worker 2 (N - 1) b: twice a ring's 2 (N - 1) / N B and
+# (N - 1) b.  A Broadcast of b bytes: (N - 1) b from the root and b from each other
+# host, 2 (N - 1) / N b per host on average.
 WIRE_FACTOR = 2.0
-SPARSE_ENTRY_BYTES = 8  # int32 index + float32 value
 FLOAT32_BYTES = 4  # a dense or sparsified gradient's element on the wire
+INDEX_BYTES = 4  # an int32 index
+SPARSE_ENTRY_BYTES = INDEX_BYTES + FLOAT32_BYTES
 
-EXCHANGES = ("auto", "allgather", "allreduce")
+EXCHANGES = ("auto", "allgather", "allreduce", "leader")
 
 
 def allreduce_wire_bytes(nbytes, nranks):
@@ -39,6 +44,12 @@ def allreduce_wire_bytes(nbytes, nranks):
 def allgather_wire_bytes(nbytes, nranks):
     """Payload bytes one host sends for an AllGather of `nbytes` per worker among `nranks`."""
     return 0.0 if nranks < 2 else WIRE_FACTOR * (nranks - 1) * nbytes
+
+
+def broadcast_wire_bytes(nbytes, nranks):
+    """Payload bytes a host sends for a Broadcast of `nbytes` among `nranks` hosts, on
+    average over the hosts (the root sends more; a root that rotates evens it out)."""
+    return 0.0 if nranks < 2 else WIRE_FACTOR * (nranks - 1) / nranks * nbytes
 
 
 def choose_sparse_exchange(selected, elements, nranks):
@@ -52,9 +63,9 @@ def choose_sparse_exchange(selected, elements, nranks):
 
 
 def stage_exchange(choice, selected, elements, nranks):
-    """How a stage's selections cross `nranks` workers: `choice` ('allgather' or
-    'allreduce', DGCMomentum's `exchange`), or for 'auto' the cheaper of the two
-    (``choose_sparse_exchange``)."""
+    """How a stage's selections cross `nranks` workers: `choice` ('allgather',
+    'allreduce' or 'leader', DGCMomentum's `exchange`), or for 'auto' the cheaper of the
+    two exact ones (``choose_sparse_exchange``)."""
     if choice != "auto":
         return choice
     return choose_sparse_exchange(selected, elements, nranks)
@@ -65,8 +76,11 @@ def exchange_stats(*, step, stage, sparsity, workers, exchange, selected, small_
     """What one worker sends at `step` against dense float32 gradients (the dict of
     ``DGCMomentum.exchange_stats``).
 
-    `exchange` is "dense" (before compression), "allgather" or "allreduce";
-    `selected` the entries the stage selects (sum of k; not sent when dense);
+    `exchange` is "dense" (before compression), "allgather", "allreduce" or
+    "leader" (the leader's int32 indices broadcast, then the float32 values there
+    all-reduced: ``bytes`` counts both buffers, as every worker's, and
+    ``wire_bytes`` the average host's); `selected` the entries the stage selects
+    (sum of k; not sent when dense);
     `small_elements` and `compressed_elements` the elements of the parameters
     always sent dense and of the compressed ones; `signature_bytes` what each
     worker's replica check gathers.  The buffers are the exchange's fused ones:
@@ -75,19 +89,25 @@ def exchange_stats(*, step, stage, sparsity, workers, exchange, selected, small_
     """
     selected = 0 if exchange == "dense" else selected
     gathered = exchange == "allgather"
+    entries = exchange in ("allgather", "leader")  # sent as (index, value) entries
     small_bytes = FLOAT32_BYTES * small_elements
-    sparse_bytes = (SPARSE_ENTRY_BYTES * selected if gathered
+    sparse_bytes = (SPARSE_ENTRY_BYTES * selected if entries
                     else FLOAT32_BYTES * compressed_elements)
     sent_bytes = small_bytes + sparse_bytes
+    if exchange == "leader":
+        sparse_wire = (broadcast_wire_bytes(INDEX_BYTES * selected, workers)
+                       + allreduce_wire_bytes(FLOAT32_BYTES * selected, workers))
+    elif gathered:
+        sparse_wire = allgather_wire_bytes(sparse_bytes, workers)
+    else:
+        sparse_wire = allreduce_wire_bytes(sparse_bytes, workers)
     wire = (allreduce_wire_bytes(small_bytes, workers)
-            + allgather_wire_bytes(signature_bytes, workers)
-            + (allgather_wire_bytes(sparse_bytes, workers) if gathered
-               else allreduce_wire_bytes(sparse_bytes, workers)))
+            + allgather_wire_bytes(signature_bytes, workers) + sparse_wire)
     dense_elements = small_elements + compressed_elements
     dense_bytes = FLOAT32_BYTES * dense_elements
     return {"step": step, "stage": stage, "sparsity": sparsity, "workers": workers,
             "exchange": exchange,
-            "elements": small_elements + (selected if gathered else compressed_elements),
+            "elements": small_elements + (selected if entries else compressed_elements),
             "selected": selected, "bytes": sent_bytes, "wire_bytes": int(round(wire)),
             "dense_part_bytes": small_bytes, "sparse_part_bytes": sparse_bytes,
             "dense_elements": dense_elements, "dense_bytes": dense_bytes,

@@ -1,6 +1,6 @@
 """DGC's exchange: the per-stage choice between gathering the selections and
-all-reducing the sparsified gradient, its byte model, and the parameter digest
-that spares the first step's broadcast."""
+all-reducing the sparsified gradient, the leader exchange, their byte model, and
+the parameter digest that spares the first step's broadcast."""
 import numpy as np
 import pytest
 
@@ -40,6 +40,32 @@ def test_allreduce_of_sparsified_gradient_gives_the_gathered_bits(impl):
     for a, b in zip(gathered, summed):
         np.testing.assert_array_equal(a, b)
     assert not np.array_equal(gathered[0], _params()[0].asnumpy())  # it trained
+
+
+@pytest.mark.parametrize("impl", ["native", pytest.param("ops", marks=pytest.mark.slow)])
+def test_leader_exchange_on_one_worker_is_the_exact_exchange(impl):
+    """With one worker the leader is that worker: its own top-k, the exact exchange's bits."""
+    exact, leader = _train("allgather", impl), _train("leader", impl)
+    for a, b in zip(exact, leader):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_leader_exchange_bytes_do_not_grow_with_the_workers():
+    """Per worker: k int32 indices broadcast and k float32 values all-reduced, whatever the
+    number of workers; the wire bytes follow the measured collectives (wire.py)."""
+    opt = ms_optim.DGCMomentum(_params(), 0.1, 0.9, rampup_begin_step=0, exchange="leader")
+    k = int(130 * 129 * 0.001) + int(20000 * 0.001)
+    small, control = 21, 4 * 4
+    stats = {n: opt.exchange_stats(0, workers=n) for n in (2, 8, 64)}
+    for n, s in stats.items():
+        assert s["exchange"] == "leader" and s["selected"] == k
+        assert s["bytes"] == 8 * k + 4 * small
+        ring = 2 * (n - 1) / n  # a ring's share; MindSpore's collectives send twice it
+        assert s["wire_bytes"] == round(2 * ring * 4 * small + 2 * (n - 1) * control
+                                        + ring * 4 * k + 2 * ring * 4 * k)
+    gathered = ms_optim.DGCMomentum(_params(), 0.1, 0.9, rampup_begin_step=0,
+                                    exchange="allgather")
+    assert gathered.exchange_stats(0, workers=64)["wire_bytes"] > 10 * stats[64]["wire_bytes"]
 
 
 def test_exchange_chosen_per_stage_for_the_world_size():

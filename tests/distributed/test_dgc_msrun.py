@@ -92,6 +92,42 @@ def test_aggregate_matches_reference_of_the_exchange(exchange_run):
     assert int(a["ar_exchange_bytes"]) == 4 * (130 * 129 + 20000) + 4 * (21 + 11)
 
 
+@pytest.fixture(scope="module")
+def leader_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dgc_leader")
+    rc, logs = _msrun("leader", out, workers=3)
+    assert rc == 0, logs[-4000:]
+    assert _results(out, 3) == ["ok"] * 3
+    return [np.load(os.path.join(out, f"rank{r}.npz")) for r in range(3)]
+
+
+def test_leader_exchange_matches_reference_and_keeps_replicas_identical(leader_run):
+    """exchange="leader" with 3 workers: the parameters are bitwise identical on every worker,
+    native and ops alike, and equal the reference's rule (every worker takes its values at
+    worker t % 3's indices); each worker keeps the rest in its own residuals."""
+    runs = leader_run
+    cfg = worker.CONFIG
+    ref = reference.DGCReference([runs[0][f"init{i}"].copy() for i in range(4)], cfg["momentum"],
+                                 cfg["rampup_begin_step"], cfg["rampup_step"], cfg["sparsity"],
+                                 nesterov=cfg["use_nesterov"], clip_norm=cfg["local_grad_clip_norm"],
+                                 nranks=3, exchange="leader")
+    for t in range(worker.STEPS):
+        ref.step([worker.known_grads(r, t) for r in range(3)], cfg["learning_rate"])
+    for key in runs[0].files:
+        if key.startswith(("param", "ops_param", "model")) and not key.startswith("model_v"):
+            for other in runs[1:]:
+                np.testing.assert_array_equal(runs[0][key], other[key], err_msg=key)
+    assert not np.array_equal(runs[0]["model_v0"], runs[1]["model_v0"])  # residuals differ
+    for tag in ("", "ops_"):
+        assert_close_to_mindspore([runs[0][f"{tag}param{i}"] for i in range(4)], ref.params)
+        for rank, run in enumerate(runs):
+            assert_close_to_mindspore([run[f"{tag}u{i}"] for i in range(4)], ref.u[rank])
+            assert_close_to_mindspore([run[f"{tag}v0"], run[f"{tag}v1"]], ref.v[rank][:2])
+        # 16 + 20 indices broadcast and as many values summed, 21 + 11 dense floats
+        assert str(runs[0][f"{tag}exchange"]) == "leader"
+        assert int(runs[0][f"{tag}exchange_bytes"]) == 8 * (16 + 20) + 4 * (21 + 11)
+
+
 def test_checkpoint_per_rank_resumes_exactly(exchange_run):
     for run in exchange_run:
         keys = [k for k in run.files if k.startswith("straight")]
