@@ -328,12 +328,15 @@ def dgc_propose_multi_op(ks):
                           dict(u=f32, v=f32, grad=f32, consts=f32, ks=i32, idx=i32), (i32,))
 
 
-def dgc_take_multi_op(ks):
-    """The second half at given indices for len(ks) float32 parameters (ops/aot/aot_dgc.cpp):
-    val float32[sum(ks)], v at each parameter's indices; u and v set to 0 there."""
+def dgc_take_multi_op(k):
+    """The second half at shared indices for k float32 parameters (ops/aot/aot_dgc.cpp): val
+    float32, shaped as idx (the exchanged index buffer, read as its layout input says), v at
+    each parameter's indices; u and v set to 0 there."""
     f32, i32 = mstype.float32, mstype.int32
-    return _dgc_bucket_op("ms_optim_dgc_take_multi", ks,
-                          dict(u=f32, v=f32, idx=i32, ks=i32, val=f32), (f32,))
+    return native_op("ms_optim_dgc_take_multi", k,
+                     dict(u=f32, v=f32, idx=i32, layout=i32, val=f32),
+                     out_shape=lambda *shapes: shapes[2 * k], out_dtype=lambda *dts: f32,
+                     inplace=True)
 
 
 def dgc_apply_multi_op(k, dtype):

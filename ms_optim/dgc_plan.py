@@ -22,6 +22,12 @@ def selected_k(numel, sparsity):
     return max(1, int(numel * (1 - sparsity)))
 
 
+def union_k(k, nranks):
+    """Indices each of `nranks` workers proposes for a parameter that selects `k` entries,
+    with the union exchange (every worker's proposals taken together): at least one."""
+    return max(1, k // nranks)
+
+
 class DGCPlan:
     """The static layout of one DGCMomentum: which parameters are compressed, how many
     entries each sends per warm-up stage, where they sit in the fused exchange buffer, and

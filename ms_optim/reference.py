@@ -323,9 +323,13 @@ def dgc_propose(u, v, g, momentum, k, nesterov=False):
 
 
 def dgc_take(u, v, idx):
-    """The second half, at the indices `idx` (from this worker or another): the values of v
-    there, then momentum factor masking (u and v set to 0 there)."""
-    val = v.reshape(-1)[idx].copy()
+    """The second half, at the indices `idx` (from this worker or others): the values of v
+    there, then momentum factor masking (u and v set to 0 there).  An index that repeats
+    takes its value at its first entry and 0 at the later ones."""
+    idx = np.asarray(idx).reshape(-1)
+    val = np.zeros(idx.size, f32)
+    _, first = np.unique(idx, return_index=True)
+    val[first] = v.reshape(-1)[idx[first]]
     u.reshape(-1)[idx] = 0
     v.reshape(-1)[idx] = 0
     return val
@@ -373,9 +377,11 @@ class DGCReference:
 
     `exchange` "exact" applies the mean of every worker's own selection
     (DGCMomentum's "allgather" and "allreduce", which differ only in the
-    collective); "leader" the leader exchange: at step t every worker takes its
-    values at the indices worker ``t % nranks`` proposes, and the mean of those
-    is applied (docs/algorithms.md §3).
+    collective); "leader" and "union" the exchanges of shared indices: every
+    worker takes its values at the indices worker ``t % nranks`` proposes at
+    step t (leader), or at every worker's ``union_k`` proposals side by side
+    (union; an index proposed twice is taken once), and the mean of those is
+    applied (docs/algorithms.md §3).
     """
 
     def __init__(self, params, momentum, rampup_begin_step, rampup_step=1, sparsity=(0.999,),
@@ -425,15 +431,17 @@ class DGCReference:
                 step = G + self.momentum * self.u[0][j] if self.nesterov else self.u[0][j]
             else:
                 k = dgc_k(p.size, self.t, self.begin, self.rampup_step, self.sparsity)
-                if self.exchange == "leader":  # every worker takes the leader's indices
+                if self.exchange in ("leader", "union"):  # every worker takes shared indices
+                    if self.exchange == "union":
+                        k = dgc_plan.union_k(k, self.nranks)
                     idx = [dgc_propose(self.u[w][j], self.v[w][j], local[w], self.momentum, k,
                                        self.nesterov) for w in range(self.nranks)]
-                    idx = idx[dgc_leader(self.t, self.nranks)]
+                    idx = (idx[dgc_leader(self.t, self.nranks)] if self.exchange == "leader"
+                           else np.concatenate(idx))  # every worker's proposals, rank order
                     total = dgc_take(self.u[0][j], self.v[0][j], idx)
                     for w in range(1, self.nranks):  # rank order
                         total = total + dgc_take(self.u[w][j], self.v[w][j], idx)
-                    step = np.zeros(p.size, f32)
-                    step[idx] = total / f32(self.nranks)
+                    step = dgc_aggregate(p.size, [(idx, total)]) / f32(self.nranks)
                     step = step.reshape(p.shape)
                 else:
                     sel = [dgc_select(self.u[w][j], self.v[w][j], local[w], self.momentum, k,

@@ -57,6 +57,13 @@ RECIPES = {
                    "sparsity": WARMUP},
     "dgc-999": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
                 "sparsity": [0.999]},
+    # the same with the exchanges of shared indices: every worker sends its values at every
+    # worker's top k / N indices (union) or at one worker's top k (leader), so what a host
+    # sends does not grow with the number of hosts
+    "dgc-999-union": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
+                      "sparsity": [0.999], "exchange": "union"},
+    "dgc-999-leader": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
+                       "sparsity": [0.999], "exchange": "leader"},
 }
 
 

@@ -10,10 +10,11 @@
   selections into zeros and the sum is the same scatter-add as the gathered
   path's (``wire.choose_sparse_exchange`` picks the cheaper of the two per
   stage).
-- ``LeaderExchange``: every worker takes its values at one worker's indices, the
-  leader's (``step % N``): the leader's fused index buffer is broadcast, and the
-  workers' values there are all-reduced (sum) and divided by the number of
-  workers.  What a worker sends does not grow with the number of workers.
+- ``SharedExchange``: every worker takes its values at shared indices, the
+  leader's (``step % N``; its fused index buffer broadcast) or every worker's
+  proposals (the fused index buffers all-gathered, each of about k / N
+  entries), and the values there are all-reduced (sum).  What a worker sends
+  does not grow with the number of workers.
 - ``ReplicaSync``: before anything else is exchanged, every worker's model
   signature and step are all-gathered and compared (a mismatched worker fails
   with a clear error instead of hanging in, or corrupting, a collective).  On
@@ -136,8 +137,9 @@ class DenseExchange(nn.Cell):
         return out
 
 
-class LeaderExchange(nn.Cell):
-    """The leader's indices to every worker, and the mean of every worker's values there."""
+class SharedExchange(nn.Cell):
+    """The exchanges of shared indices: the indices every worker takes (the leader's, or
+    every worker's proposals), and the sum or mean of every worker's values there."""
 
     def __init__(self, nranks):
         super().__init__()
@@ -145,10 +147,11 @@ class LeaderExchange(nn.Cell):
         if nranks > 1:
             # Broadcast's root is an attribute: one per worker, the step picks the leader's
             self.broadcasts = tuple(ops.Broadcast(r) for r in range(nranks))
+            self.all_gather = ops.AllGather()
             self.all_reduce = ops.AllReduce()
             self.nranks_t = Tensor(float(nranks), mstype.float32)
 
-    def indices(self, idx, step):
+    def leader_indices(self, idx, step):
         """The fused index buffer of the leader of `step` (int32 scalar): worker step % N."""
         if self.nranks == 1:
             return idx
@@ -159,19 +162,24 @@ class LeaderExchange(nn.Cell):
                 out = self.broadcasts[r]((idx,))[0]
         return out
 
-    def values(self, val):
-        """The mean over the workers of the fused value buffer (a sum, then a division, as
-        the reference's)."""
-        if self.nranks == 1:
-            return val
-        return self.all_reduce(val) / self.nranks_t
+    def union_indices(self, idx):
+        """Every worker's fused index buffer, side by side in rank order."""
+        return idx if self.nranks == 1 else self.all_gather(idx)
+
+    def sum(self, val):
+        """The sum over the workers of the fused value buffer."""
+        return val if self.nranks == 1 else self.all_reduce(val)
+
+    def mean(self, val):
+        """The mean: the sum, then a division, as the reference's."""
+        return val if self.nranks == 1 else self.all_reduce(val) / self.nranks_t
 
 
 class Exchanges(NamedTuple):
     """The exchanges a sparse step may use (one per collective pattern)."""
     sparse: SparseExchange
     summed: DenseExchange
-    leader: LeaderExchange
+    shared: SharedExchange
 
 
 class ReplicaSync(nn.Cell):

@@ -10,11 +10,11 @@ from .. import _checks
 from .._api import OptimizerAPI
 from .._step import StepSkeleton
 from ..clip import ClipGradByNorm
-from ..dgc_plan import DGCPlan
+from ..dgc_plan import DGCPlan, union_k
 from ..regularizer import L1Decay, L2Decay
 from . import checks, wire
 from .checkpoints import U_PREFIX, V_PREFIX, WORLD_SIZE_NAME, world_size_message
-from .exchange import (DenseExchange, Exchanges, LeaderExchange, ReplicaSync, SparseExchange,
+from .exchange import (DenseExchange, Exchanges, ReplicaSync, SharedExchange, SparseExchange,
                        check_stand_alone_in_graph, model_signature, require_stand_alone,
                        world_size)
 from .grads import regularize, widen
@@ -99,11 +99,13 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         exchange (str, optional): How the selections cross the workers.  Exact, every
             worker's own top-k applied: ``"allgather"`` of the (index, value) entries,
             ``"allreduce"`` of the sparsified gradient, or ``"auto"``: per stage, whichever
-            sends fewer bytes for the number of workers.  ``"leader"``: at step
-            :math:`t` every worker selects at worker :math:`t \bmod N`'s top-k indices
-            (broadcast), the values there are summed (AllReduce), and each worker keeps
-            the rest in its residual: a worker sends about :math:`8k` bytes whatever
-            :math:`N` (ScaleCom's cyclic leader; docs/dgc.md).  Default: ``"auto"``.
+            sends fewer bytes for the number of workers.  Shared indices, a worker
+            sending about :math:`8k` bytes whatever :math:`N` (docs/dgc.md):
+            ``"union"``, every worker proposes its top :math:`k / N` indices
+            (AllGather) and every worker's values at all of them are summed
+            (AllReduce); ``"leader"``, every worker takes its values at worker
+            :math:`t \bmod N`'s top-k indices (Broadcast; ScaleCom's cyclic leader).
+            What a worker does not send stays in its residuals.  Default: ``"auto"``.
 
     Inputs:
         - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
@@ -258,7 +260,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
     def _build_exchanges(self, exchange):
         shapes = [p.shape for p in self._parameters]
         self.sparse_exchange = SparseExchange(self.nranks)
-        self.leader_exchange = LeaderExchange(self.nranks)
+        self.shared_exchange = SharedExchange(self.nranks)
         self.dense_exchange = DenseExchange(self.nranks, [shapes[i] for i in self.dense_ids])
         self.warmup_exchange = DenseExchange(self.nranks, [shapes[i] for i in self.comp_ids])
         self.exchange = exchange
@@ -279,7 +281,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
                           nranks=self.nranks)
         sparse = NativeStep if self.impl == "native" else OpsStep
         self.sparse_step = sparse(state, self.plan, self.stage_exchange, Exchanges(
-            self.sparse_exchange, self.warmup_exchange, self.leader_exchange))
+            self.sparse_exchange, self.warmup_exchange, self.shared_exchange))
 
         def momentum_step(ids, exchange):
             # the native op steps the parameters whose u is float32
@@ -340,10 +342,12 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         exchange = "dense" if stage is None else (
             self.stage_exchange[stage] if workers == self.nranks else
             self._plan_exchange(stage, workers))
+        selected = 0 if stage is None else sum(
+            workers * union_k(k, workers) if exchange == "union" else k
+            for k in self.stage_k[stage])
         return wire.exchange_stats(
             step=step, stage=stage, sparsity=None if stage is None else self.sparsity[stage],
-            workers=workers, exchange=exchange,
-            selected=0 if stage is None else sum(self.stage_k[stage]),
+            workers=workers, exchange=exchange, selected=selected,
             small_elements=self.dense_exchange.send_elements,
             compressed_elements=self.warmup_exchange.send_elements,
             # the signature check's gather

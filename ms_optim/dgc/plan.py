@@ -7,6 +7,7 @@ indices; the Cells of ``steps.py`` build their ops from these plans.
 from typing import NamedTuple
 
 from ..aot import buckets
+from ..dgc_plan import union_k
 
 # The last step a stage branch covers (global_step is int32).
 LAST_STEP = 2 ** 31 - 1
@@ -52,37 +53,63 @@ def momentum_group(ids, native, nranks, num_params):
     return MomentumGroup(ids, tuple(runs), tuple(others), grad_ids)
 
 
+class Entries(NamedTuple):
+    """What one worker contributes to a stage's exchange buffer: ``stage_k[s][j]`` entries
+    of compressed parameter j at stage s (the plan's k; with the union exchange
+    ``union_k(k, nranks)`` indices), starting at ``stage_offsets[s][j]`` in its block of
+    ``block[s]``; ``blocks[s]``, the blocks the applied buffer holds (the workers', or one
+    with the leader exchange's summed values)."""
+    stage_k: tuple
+    stage_offsets: tuple
+    block: tuple
+    blocks: tuple
+
+
+def stage_entries(plan, stage_exchange, nranks):
+    """The Entries of `plan` (a DGCPlan) whose stages cross `nranks` workers as
+    `stage_exchange` says."""
+    stage_k = tuple(tuple(union_k(k, nranks) for k in ks) if ex == "union" else ks
+                    for ks, ex in zip(plan.stage_k, stage_exchange))
+    return Entries(stage_k=stage_k,
+                   stage_offsets=tuple(tuple(sum(ks[:j]) for j in range(len(ks)))
+                                       for ks in stage_k),
+                   block=tuple(sum(ks) for ks in stage_k),
+                   blocks=tuple(1 if ex == "leader" else nranks for ex in stage_exchange))
+
+
 class SparseBuckets(NamedTuple):
     """The native sparse step's buckets, as positions among the compressed parameters.
 
-    Per stage, one select op per ``select`` bucket (their residuals and gradients are
-    float32 whatever the parameter's dtype); their outputs side by side are this
-    worker's block of the fused exchange buffer.  One apply op per ``apply`` bucket
-    (parameters of one dtype).  ``select_ks[s][b]`` are the k of select bucket b at
-    stage s, ``select_spans[s][b]`` where its entries start and end in the block;
-    ``apply_layouts[s][b]`` the layout input of apply bucket b at stage s: (workers'
-    blocks in the exchanged buffer, the bucket's offsets in a block, its k).
+    Per stage, one select op (or propose and take ops) per ``select`` bucket (their
+    residuals and gradients are float32 whatever the parameter's dtype); their outputs
+    side by side are this worker's block of the fused exchange buffer.  One apply op per
+    ``apply`` bucket (parameters of one dtype).  ``select_ks[s][b]`` are the k of select
+    bucket b at stage s, ``take_layouts[s][b]`` its layout input of the take;
+    ``apply_layouts[s][b]`` the layout input of apply bucket b at stage s: (blocks in the
+    exchanged buffer, the bucket's offsets in a block, its k).
     """
     select: tuple
     apply: tuple
     select_ks: tuple
-    select_spans: tuple
+    take_layouts: tuple
     apply_layouts: tuple
 
 
-def sparse_buckets(plan, comp_dtypes, nranks):
-    """The SparseBuckets of `plan` (a DGCPlan) whose compressed parameters have the
-    dtypes `comp_dtypes`, applying `nranks` blocks (the workers' with the gathered
-    exchange, one with the leader exchange's summed values)."""
+def sparse_buckets(entries, comp_dtypes):
+    """The SparseBuckets of `entries` (an Entries) whose compressed parameters have the
+    dtypes `comp_dtypes`."""
     select = buckets((True,) * len(comp_dtypes))
     apply = buckets(tuple(comp_dtypes))
+
+    def layouts(ranges):
+        return tuple(tuple((r,) + offs[lo:hi] + ks[lo:hi] for lo, hi in ranges)
+                     for r, offs, ks in zip(entries.blocks, entries.stage_offsets,
+                                            entries.stage_k))
+
     return SparseBuckets(
         select=select, apply=apply,
-        select_ks=tuple(tuple(ks[lo:hi] for lo, hi in select) for ks in plan.stage_k),
-        select_spans=tuple(tuple((offs[lo], offs[lo] + sum(ks[lo:hi])) for lo, hi in select)
-                           for offs, ks in zip(plan.stage_offsets, plan.stage_k)),
-        apply_layouts=tuple(tuple((nranks,) + offs[lo:hi] + ks[lo:hi] for lo, hi in apply)
-                            for offs, ks in zip(plan.stage_offsets, plan.stage_k)))
+        select_ks=tuple(tuple(ks[lo:hi] for lo, hi in select) for ks in entries.stage_k),
+        take_layouts=layouts(select), apply_layouts=layouts(apply))
 
 
 def stage_branches(plan):

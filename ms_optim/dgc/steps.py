@@ -20,7 +20,7 @@ from mindspore.ops import functional as F
 
 from .. import aot
 from .._step import StepSkeleton
-from .plan import sparse_buckets
+from .plan import sparse_buckets, stage_entries
 
 
 class StepState(NamedTuple):
@@ -130,32 +130,41 @@ class _SparseStep(_Step):
       per parameter (``select``); they are gathered by `exchanges.sparse` (a
       SparseExchange), or scattered into zeros and summed by `exchanges.summed` (a
       DenseExchange), and every worker applies their mean;
-    - "leader": each worker updates its residuals and proposes its top-k indices
-      (``propose``), every worker takes its values at the leader's indices (``take``;
-      `exchanges.leader`, a LeaderExchange, broadcasts the indices and sums the values),
-      and applies their mean."""
+    - "leader" and "union": each worker updates its residuals and proposes its top
+      indices (``propose``), every worker takes its values at the shared indices, the
+      leader's or every worker's proposals side by side (``take``; `exchanges.shared`, a
+      SharedExchange, exchanges indices and values), and applies their mean.
+
+    What each worker contributes per stage is ``plan.stage_entries``'s."""
 
     def __init__(self, state, plan, stage_exchange, exchanges):
         super().__init__(state, plan.comp_ids)
         self.v = tuple(state.v)
         self.sizes = tuple((p.size,) for p in self.params)
-        self.stage_k, self.stage_offsets, self.block = plan.stage_k, plan.stage_offsets, plan.block
+        self.entries = stage_entries(plan, stage_exchange, state.nranks)
+        self.stage_k, self.stage_offsets = self.entries.stage_k, self.entries.stage_offsets
+        self.block, self.blocks = self.entries.block, self.entries.blocks
         self.stage_exchange = stage_exchange
         self.sparse_exchange = exchanges.sparse
         self.summed_exchange = exchanges.summed
-        self.leader_exchange = exchanges.leader
-        self.uses_leader = "leader" in stage_exchange
+        self.shared_exchange = exchanges.shared
+        self.shares = any(ex in ("leader", "union") for ex in stage_exchange)
         self.nranks_t = Tensor(float(state.nranks), mstype.float32)
 
     def construct(self, stage, lr, grads, step):
         lrs = self.lrs(lr)
-        if self.stage_exchange[stage] == "leader":
-            idx = self.leader_exchange.indices(self.propose(stage, grads), step)
-            val = self.leader_exchange.values(self.take(stage, idx))
-            return self.apply(stage, lrs, idx, val, True)
+        exchange = self.stage_exchange[stage]
+        if exchange == "leader":
+            idx = self.shared_exchange.leader_indices(self.propose(stage, grads), step)
+            val = self.shared_exchange.mean(self.take(stage, idx))
+            return self.apply(stage, lrs, idx, val)
+        if exchange == "union":
+            idx = self.shared_exchange.union_indices(self.propose(stage, grads))
+            val = self.shared_exchange.sum(self.take(stage, idx))
+            return self.apply(stage, lrs, idx, val)
         idxs, vals = self.select(stage, grads)
         done = True
-        if self.stage_exchange[stage] == "allreduce":
+        if exchange == "allreduce":
             idxs, vals = self.per_parameter(stage, idxs, vals)
             sparse = ()
             for j in range(len(self.ids)):
@@ -165,7 +174,7 @@ class _SparseStep(_Step):
                 done = F.depend(done, self._apply_summed(j, lrs, summed[j]))
             return done
         idx_all, val_all = self.sparse_exchange(idxs, vals)
-        return self.apply(stage, lrs, idx_all, val_all, False)
+        return self.apply(stage, lrs, idx_all, val_all)
 
     def comp_grads(self, grads):
         """The compressed parameters' gradients, in their order."""
@@ -184,42 +193,41 @@ class _SparseStep(_Step):
         return F.assign(p, F.cast(F.cast(p, mstype.float32) - step, F.dtype(p)))
 
 
+def _int32_tensors(layouts):
+    """Per stage, per bucket: the layout as an int32 Tensor."""
+    return tuple(tuple(Tensor(np.array(layout, np.int32)) for layout in stage)
+                 for stage in layouts)
+
+
 def _fused(parts):
     """One buffer from the parts of a fused exchange buffer (the part itself when one)."""
     return parts[0] if len(parts) == 1 else ops.concat(parts)
 
 
 class NativeStep(_SparseStep):
-    """The stage step by the multi-tensor kernels: per stage one select op (with the
-    leader exchange one propose and one take op) per bucket of compressed parameters
-    (their outputs side by side are the fused exchange buffer), one apply op per bucket of
-    one dtype (``plan.SparseBuckets``); u and v in float32."""
+    """The stage step by the multi-tensor kernels: per stage one select op (with shared
+    indices one propose and one take op) per bucket of compressed parameters (their
+    outputs side by side are the fused exchange buffer), one apply op per bucket of one
+    dtype (``plan.SparseBuckets``); u and v in float32."""
 
     def __init__(self, state, plan, stage_exchange, exchanges):
         super().__init__(state, plan, stage_exchange, exchanges)
-        b = sparse_buckets(plan, [p.dtype for p in self.params], state.nranks)
+        b = sparse_buckets(self.entries, [p.dtype for p in self.params])
         self.select_ranges, self.apply_ranges = b.select, b.apply
-        self.select_spans = b.select_spans
         self.select_ops = tuple(tuple(aot.dgc_select_multi_op(ks) for ks in stage_ks)
                                 for stage_ks in b.select_ks)
         self.select_ks = tuple(tuple(Tensor(np.array(ks, np.int32)) for ks in stage_ks)
                                for stage_ks in b.select_ks)
         self.apply_ops = tuple(aot.dgc_apply_multi_op(hi - lo, self.params[lo].dtype)
                                for lo, hi in self.apply_ranges)
-
-        def layouts(buckets):
-            return tuple(tuple(Tensor(np.array(layout, np.int32)) for layout in stage)
-                         for stage in buckets.apply_layouts)
-
-        self.apply_layouts = layouts(b)
+        self.apply_layouts = _int32_tensors(b.apply_layouts)
         self.select_order = aot.call_order("ms_optim_dgc_select_multi")
         self.apply_order = aot.call_order("ms_optim_dgc_apply_multi")
-        if self.uses_leader:  # the summed values at the leader's indices: one block
-            self.leader_layouts = layouts(sparse_buckets(plan, [p.dtype for p in self.params], 1))
+        if self.shares:
             self.propose_ops = tuple(tuple(aot.dgc_propose_multi_op(ks) for ks in stage_ks)
                                      for stage_ks in b.select_ks)
-            self.take_ops = tuple(tuple(aot.dgc_take_multi_op(ks) for ks in stage_ks)
-                                  for stage_ks in b.select_ks)
+            self.take_ops = tuple(aot.dgc_take_multi_op(hi - lo) for lo, hi in self.select_ranges)
+            self.take_layouts = _int32_tensors(b.take_layouts)
             self.propose_order = aot.call_order("ms_optim_dgc_propose_multi")
             self.take_order = aot.call_order("ms_optim_dgc_take_multi")
 
@@ -253,16 +261,17 @@ class NativeStep(_SparseStep):
         return _fused(idxs)
 
     def take(self, stage, idx):
-        """One take op per bucket at its span of the fused indices `idx`: the values, as
-        one fused buffer."""
-        vals = ()
+        """One take op per bucket, each reading its parameters' entries of the exchanged
+        index buffer `idx`: the values, as one buffer shaped as `idx` (the buckets' entries
+        are disjoint)."""
+        val = None
         for b in range(len(self.select_ranges)):
             lo, hi = self.select_ranges[b]
-            start, end = self.select_spans[stage][b]
-            args = aot.arrange(self.take_order, u=self.us[lo:hi], v=self.v[lo:hi],
-                               idx=idx[start:end], ks=self.select_ks[stage][b])
-            vals = vals + (self.take_ops[stage][b](*args),)
-        return _fused(vals)
+            args = aot.arrange(self.take_order, u=self.us[lo:hi], v=self.v[lo:hi], idx=idx,
+                               layout=self.take_layouts[stage][b])
+            part = self.take_ops[b](*args)
+            val = part if val is None else val + part
+        return val
 
     def per_parameter(self, stage, idxs, vals):
         """Each parameter's (idx, val), cut from the fused buffer."""
@@ -274,16 +283,15 @@ class NativeStep(_SparseStep):
             vals = vals + (val_f[lo:lo + k],)
         return idxs, vals
 
-    def apply(self, stage, lrs, idx_all, val_all, one_block):
-        """One apply op per bucket of compressed parameters of one dtype, over every
-        worker's block (or, `one_block`, the one block of summed values)."""
-        layouts = self.leader_layouts if one_block else self.apply_layouts
+    def apply(self, stage, lrs, idx_all, val_all):
+        """One apply op per bucket of compressed parameters of one dtype, over the blocks of
+        the exchanged buffers (every worker's, or the one of summed values)."""
         done = True
         for b in range(len(self.apply_ranges)):
             lo, hi = self.apply_ranges[b]
             args = aot.arrange(self.apply_order, param=self.params[lo:hi], idx=idx_all,
                                val=val_all, lr=self.per_tensor(lrs, lo, hi, self.is_group_lr),
-                               layout=layouts[stage][b])
+                               layout=self.apply_layouts[stage][b])
             done = F.depend(done, self.apply_ops[b](*args))
         return done
 
@@ -297,7 +305,7 @@ class OpsStep(_SparseStep):
         for j in range(len(self.ids)):
             idx = self._propose(stage, j, grads[self.ids[j]])
             idxs = idxs + (idx,)
-            vals = vals + (self._take(j, idx),)
+            vals = vals + (self._take(j, idx, False),)
         return idxs, vals
 
     def propose(self, stage, grads):
@@ -307,20 +315,37 @@ class OpsStep(_SparseStep):
         return _fused(idxs)
 
     def take(self, stage, idx):
-        vals = ()
+        """Per parameter, its entries of every block (in block order) taken at once, then
+        the values put back in the buffer's order."""
+        blocks, block = self.blocks[stage], self.block[stage]
+        per_param = ()
         for j in range(len(self.ids)):
-            lo, k = self.stage_offsets[stage][j], self.stage_k[stage][j]
-            vals = vals + (self._take(j, idx[lo:lo + k]),)
-        return _fused(vals)
+            per_param = per_param + (self._take(j, ops.concat(self._entries(stage, j, idx)),
+                                                blocks > 1),)
+        parts = ()
+        for r in range(blocks):
+            for j in range(len(self.ids)):
+                k = self.stage_k[stage][j]
+                parts = parts + (per_param[j][r * k:(r + 1) * k],)
+        return _fused(parts)
 
     def per_parameter(self, stage, idxs, vals):
         return idxs, vals
 
-    def apply(self, stage, lrs, idx_all, val_all, one_block):
+    def apply(self, stage, lrs, idx_all, val_all):
         done = True
         for j in range(len(self.ids)):
-            done = F.depend(done, self._apply(stage, j, lrs, idx_all, val_all, one_block))
+            done = F.depend(done, self._apply(stage, j, lrs, idx_all, val_all))
         return done
+
+    def _entries(self, stage, j, buffer):
+        """Compressed parameter j's entries of every block of an exchanged buffer."""
+        block = self.block[stage]
+        lo, k = self.stage_offsets[stage][j], self.stage_k[stage][j]
+        out = ()
+        for r in range(self.blocks[stage]):
+            out = out + (buffer[r * block + lo:r * block + lo + k],)
+        return out
 
     def _propose(self, stage, j, grad):
         """Residual update and exact top-k for compressed parameter j: the indices."""
@@ -336,11 +361,16 @@ class OpsStep(_SparseStep):
         idx = F.depend(idx, F.assign(u, next_u))
         return F.depend(idx, F.assign(v, next_v))
 
-    def _take(self, j, idx):
-        """Compressed parameter j's values at `idx`, then masking there."""
+    def _take(self, j, idx, may_repeat):
+        """Compressed parameter j's values at `idx`, then masking there; an index that
+        repeats (`may_repeat`) takes its value at its first entry and 0 after."""
         u, v = self.us[j], self.v[j]
         flat_v = v.reshape(-1)
         val = ops.gather(flat_v, idx, 0)
+        if may_repeat:
+            pos = ops.arange(0, idx.shape[0], dtype=mstype.int32)
+            first = ops.unsorted_segment_min(pos, idx, flat_v.shape[0])
+            val = ops.select(ops.gather(first, idx, 0) == pos, val, ops.zeros_like(val))
         rows = idx.reshape(-1, 1)
         zeros = ops.zeros(idx.shape, mstype.float32)
         val = F.depend(val, F.assign(u, ops.tensor_scatter_update(u.reshape(-1), rows, zeros)
@@ -348,21 +378,17 @@ class OpsStep(_SparseStep):
         return F.depend(val, F.assign(v, ops.tensor_scatter_update(flat_v, rows, zeros)
                                       .reshape(v.shape)))
 
-    def _apply(self, stage, j, lrs, idx_all, val_all, one_block):
-        """p -= lr * scatter_add(every worker's values) / nranks for compressed parameter j
-        (`one_block`: p -= lr * scatter_add(the summed values, already divided))."""
+    def _apply(self, stage, j, lrs, idx_all, val_all):
+        """p -= lr * scatter_add(the values of every block) / blocks for compressed parameter
+        j (one block: the leader exchange's mean, already divided)."""
         p = self.params[j]
         lr_j = self.lr_at(lrs, j)
-        block = self.block[stage]
-        lo, k = self.stage_offsets[stage][j], self.stage_k[stage][j]
-        idx, val = (), ()
-        for r in range(1 if one_block else self.nranks):
-            idx = idx + (idx_all[r * block + lo:r * block + lo + k],)
-            val = val + (val_all[r * block + lo:r * block + lo + k],)
-        step = lr_j * (ops.concat(val) if one_block else ops.concat(val) / self.nranks_t)
+        idx = ops.concat(self._entries(stage, j, idx_all))
+        val = ops.concat(self._entries(stage, j, val_all))
+        step = lr_j * (val if self.blocks[stage] == 1 else val / self.nranks_t)
         if self.widened[j]:  # float32 math, one rounding to the parameter's dtype
             flat = ops.tensor_scatter_add(F.cast(p, mstype.float32).reshape(-1),
-                                          ops.concat(idx).reshape(-1, 1), -step)
+                                          idx.reshape(-1, 1), -step)
             return F.assign(p, F.cast(flat.reshape(p.shape), F.dtype(p)))
-        flat = ops.tensor_scatter_add(p.reshape(-1), ops.concat(idx).reshape(-1, 1), -step)
+        flat = ops.tensor_scatter_add(p.reshape(-1), idx.reshape(-1, 1), -step)
         return F.assign(p, flat.reshape(p.shape))

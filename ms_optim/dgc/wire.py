@@ -33,7 +33,7 @@ FLOAT32_BYTES = 4  # a dense or sparsified gradient's element on the wire
 INDEX_BYTES = 4  # an int32 index
 SPARSE_ENTRY_BYTES = INDEX_BYTES + FLOAT32_BYTES
 
-EXCHANGES = ("auto", "allgather", "allreduce", "leader")
+EXCHANGES = ("auto", "allgather", "allreduce", "leader", "union")
 
 
 def allreduce_wire_bytes(nbytes, nranks):
@@ -64,8 +64,8 @@ def choose_sparse_exchange(selected, elements, nranks):
 
 def stage_exchange(choice, selected, elements, nranks):
     """How a stage's selections cross `nranks` workers: `choice` ('allgather',
-    'allreduce' or 'leader', DGCMomentum's `exchange`), or for 'auto' the cheaper of the
-    two exact ones (``choose_sparse_exchange``)."""
+    'allreduce', 'leader' or 'union', DGCMomentum's `exchange`), or for 'auto' the cheaper
+    of the two exact ones (``choose_sparse_exchange``)."""
     if choice != "auto":
         return choice
     return choose_sparse_exchange(selected, elements, nranks)
@@ -76,11 +76,13 @@ def exchange_stats(*, step, stage, sparsity, workers, exchange, selected, small_
     """What one worker sends at `step` against dense float32 gradients (the dict of
     ``DGCMomentum.exchange_stats``).
 
-    `exchange` is "dense" (before compression), "allgather", "allreduce" or
+    `exchange` is "dense" (before compression), "allgather", "allreduce",
     "leader" (the leader's int32 indices broadcast, then the float32 values there
     all-reduced: ``bytes`` counts both buffers, as every worker's, and
-    ``wire_bytes`` the average host's); `selected` the entries the stage selects
-    (sum of k; not sent when dense);
+    ``wire_bytes`` the average host's) or "union" (each worker's selected /
+    workers int32 indices all-gathered, then the float32 values at all of them
+    all-reduced); `selected` the entries the stage applies (sum of k; not sent
+    when dense);
     `small_elements` and `compressed_elements` the elements of the parameters
     always sent dense and of the compressed ones; `signature_bytes` what each
     worker's replica check gathers.  The buffers are the exchange's fused ones:
@@ -89,13 +91,18 @@ def exchange_stats(*, step, stage, sparsity, workers, exchange, selected, small_
     """
     selected = 0 if exchange == "dense" else selected
     gathered = exchange == "allgather"
-    entries = exchange in ("allgather", "leader")  # sent as (index, value) entries
+    entries = exchange in ("allgather", "leader", "union")  # sent as indices and values
     small_bytes = FLOAT32_BYTES * small_elements
     sparse_bytes = (SPARSE_ENTRY_BYTES * selected if entries
                     else FLOAT32_BYTES * compressed_elements)
     sent_bytes = small_bytes + sparse_bytes
     if exchange == "leader":
         sparse_wire = (broadcast_wire_bytes(INDEX_BYTES * selected, workers)
+                       + allreduce_wire_bytes(FLOAT32_BYTES * selected, workers))
+    elif exchange == "union":
+        sparse_bytes = INDEX_BYTES * selected // workers + FLOAT32_BYTES * selected
+        sent_bytes = small_bytes + sparse_bytes
+        sparse_wire = (allgather_wire_bytes(INDEX_BYTES * selected / workers, workers)
                        + allreduce_wire_bytes(FLOAT32_BYTES * selected, workers))
     elif gathered:
         sparse_wire = allgather_wire_bytes(sparse_bytes, workers)

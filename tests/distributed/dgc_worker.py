@@ -8,9 +8,10 @@ Modes:
                  different parameters), then a small network trained with ms.Model on the
                  worker's shard, then a checkpoint resume; writes rank<r>.npz
   data_parallel  DGCMomentum under DATA_PARALLEL must refuse, at construction and at compile
-  leader         the exchange="leader" path: known per-worker gradients straight into the
-                 optimizer (native and ops), then a small network trained with
-                 TrainOneStepCell (the leader chosen on the device); writes rank<r>.npz
+  shared         the exchanges of shared indices ("leader", "union"): known per-worker
+                 gradients straight into the optimizer (native and ops), then a small
+                 network trained with TrainOneStepCell (the leader chosen on the
+                 device); writes rank<r>.npz
   mismatch       rank 1 builds a different model: the first step must fail on both workers
   save           train 6 steps, save DIR/saved<N>/rank<r>.ckpt (N workers)
   resume         load --ckpt (with {rank}), train 3 more steps; the model is written to
@@ -130,36 +131,36 @@ def mode_exchange(rank, nranks, out):
     return "ok"
 
 
-def mode_leader(rank, nranks, out):
+def mode_shared(rank, nranks, out):
     arrays = {}
-    for impl, tag in (("native", ""), ("ops", "ops_")):
-        params = make_params(seed=rank)
-        arrays.update({f"init{i}": p.asnumpy().copy() for i, p in enumerate(params)})
-        opt = ms_optim.DGCMomentum(params, num_trainers=nranks, impl=impl, exchange="leader",
-                                   **CONFIG)
-        for t in range(STEPS):
-            opt(tuple(Tensor(g) for g in known_grads(rank, t)))
-        arrays.update({f"{tag}param{i}": p.asnumpy() for i, p in enumerate(params)})
-        arrays.update({f"{tag}u{i}": u.asnumpy() for i, u in enumerate(opt.u)})
-        arrays.update({f"{tag}v{i}": v.asnumpy() for i, v in enumerate(opt.v)})
-        stats = opt.exchange_stats(STEPS - 1)
-        arrays[f"{tag}exchange"] = np.array(stats["exchange"])
-        arrays[f"{tag}exchange_bytes"] = np.array(stats["bytes"])
+    for exchange in ("leader", "union"):
+        for impl, tag in (("native", f"{exchange}_"), ("ops", f"{exchange}_ops_")):
+            params = make_params(seed=rank)
+            arrays.update({f"init{i}": p.asnumpy().copy() for i, p in enumerate(params)})
+            opt = ms_optim.DGCMomentum(params, num_trainers=nranks, impl=impl, exchange=exchange,
+                                       **CONFIG)
+            for t in range(STEPS):
+                opt(tuple(Tensor(g) for g in known_grads(rank, t)))
+            arrays.update({f"{tag}param{i}": p.asnumpy() for i, p in enumerate(params)})
+            arrays.update({f"{tag}u{i}": u.asnumpy() for i, u in enumerate(opt.u)})
+            arrays.update({f"{tag}v{i}": v.asnumpy() for i, v in enumerate(opt.v)})
+            arrays[f"{tag}exchange_bytes"] = np.array(opt.exchange_stats(STEPS - 1)["bytes"])
 
-    ms.set_seed(rank)  # different initial weights per worker
-    net = make_net()
-    opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.05, momentum=0.9,
-                               rampup_begin_step=2, rampup_step=4, sparsity=[0.9, 0.999],
-                               exchange="leader")
-    cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(
-        sparse=True, reduction="mean")), opt)
-    cell.set_train()
-    x, y = shard(rank, nranks)
-    for t in range(8):
-        lo = (t * 32) % len(x)
-        cell(Tensor(x[lo:lo + 32]), Tensor(y[lo:lo + 32]))
-    arrays.update({f"model{i}": p.asnumpy() for i, p in enumerate(net.trainable_params())})
-    arrays.update({f"model_v{i}": v.asnumpy() for i, v in enumerate(opt.v)})
+        ms.set_seed(rank)  # different initial weights per worker
+        net = make_net()
+        opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.05, momentum=0.9,
+                                   rampup_begin_step=2, rampup_step=4, sparsity=[0.9, 0.999],
+                                   exchange=exchange)
+        cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(
+            sparse=True, reduction="mean")), opt)
+        cell.set_train()
+        x, y = shard(rank, nranks)
+        for t in range(8):
+            lo = (t * 32) % len(x)
+            cell(Tensor(x[lo:lo + 32]), Tensor(y[lo:lo + 32]))
+        arrays.update({f"{exchange}_model{i}": p.asnumpy()
+                       for i, p in enumerate(net.trainable_params())})
+        arrays.update({f"{exchange}_model_v{i}": v.asnumpy() for i, v in enumerate(opt.v)})
     np.savez(os.path.join(out, f"rank{rank}.npz"), **arrays)
     return "ok"
 
@@ -241,7 +242,7 @@ def mode_resume_refused(rank, nranks, out, ckpt):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", required=True,
-                        choices=["exchange", "leader", "data_parallel", "mismatch", "step_mismatch",
+                        choices=["exchange", "shared", "data_parallel", "mismatch", "step_mismatch",
                                  "save", "resume", "resume_refused"])
     parser.add_argument("--out", required=True)
     parser.add_argument("--ckpt", help="resume: the checkpoint to load, {rank} for the rank")

@@ -42,17 +42,20 @@ def test_allreduce_of_sparsified_gradient_gives_the_gathered_bits(impl):
     assert not np.array_equal(gathered[0], _params()[0].asnumpy())  # it trained
 
 
+@pytest.mark.parametrize("shared", ["leader", "union"])
 @pytest.mark.parametrize("impl", ["native", pytest.param("ops", marks=pytest.mark.slow)])
-def test_leader_exchange_on_one_worker_is_the_exact_exchange(impl):
-    """With one worker the leader is that worker: its own top-k, the exact exchange's bits."""
-    exact, leader = _train("allgather", impl), _train("leader", impl)
-    for a, b in zip(exact, leader):
+def test_shared_index_exchanges_on_one_worker_are_the_exact_exchange(impl, shared):
+    """With one worker the shared indices are that worker's own top-k: the exact exchange's
+    bits."""
+    exact, other = _train("allgather", impl), _train(shared, impl)
+    for a, b in zip(exact, other):
         np.testing.assert_array_equal(a, b)
 
 
-def test_leader_exchange_bytes_do_not_grow_with_the_workers():
-    """Per worker: k int32 indices broadcast and k float32 values all-reduced, whatever the
-    number of workers; the wire bytes follow the measured collectives (wire.py)."""
+def test_shared_index_exchange_bytes_do_not_grow_with_the_workers():
+    """Per worker, whatever the number of workers: the leader's k int32 indices broadcast, or
+    its own k / N gathered, and about k float32 values all-reduced; the wire bytes follow the
+    measured collectives (wire.py)."""
     opt = ms_optim.DGCMomentum(_params(), 0.1, 0.9, rampup_begin_step=0, exchange="leader")
     k = int(130 * 129 * 0.001) + int(20000 * 0.001)
     small, control = 21, 4 * 4
@@ -66,6 +69,16 @@ def test_leader_exchange_bytes_do_not_grow_with_the_workers():
     gathered = ms_optim.DGCMomentum(_params(), 0.1, 0.9, rampup_begin_step=0,
                                     exchange="allgather")
     assert gathered.exchange_stats(0, workers=64)["wire_bytes"] > 10 * stats[64]["wire_bytes"]
+    union = ms_optim.DGCMomentum(_params(), 0.1, 0.9, rampup_begin_step=0, exchange="union")
+    for n in (2, 8, 64):  # each worker proposes k // n indices per parameter (at least one)
+        s = union.exchange_stats(0, workers=n)
+        proposed = max(1, 16 // n) + max(1, 20 // n)
+        assert s["exchange"] == "union" and s["selected"] == n * proposed
+        assert s["bytes"] == 4 * proposed + 4 * n * proposed + 4 * small
+        ring = 2 * (n - 1) / n
+        assert s["wire_bytes"] == round(2 * ring * 4 * small + 2 * (n - 1) * control
+                                        + 2 * (n - 1) * 4 * proposed
+                                        + 2 * ring * 4 * n * proposed)
 
 
 def test_exchange_chosen_per_stage_for_the_world_size():

@@ -48,13 +48,33 @@ def _results(out, workers=2):
     return [open(os.path.join(out, f"rank{r}.txt")).read() for r in range(workers)]
 
 
+def _msrun_ok(mode, out, workers=2):
+    """Runs `mode` on `workers` workers, which must all exit 0 with "ok"."""
+    rc, logs = _msrun(mode, out, workers)
+    assert rc == 0, logs[-4000:]
+    assert _results(out, workers) == ["ok"] * workers
+
+
+def _arrays(out, workers):
+    """Every worker's rank<r>.npz."""
+    return [np.load(os.path.join(out, f"rank{r}.npz")) for r in range(workers)]
+
+
+def _reference(init, nranks, exchange):
+    """The numpy rule of worker.CONFIG from the parameters `init` (a worker's npz)."""
+    cfg = worker.CONFIG
+    return reference.DGCReference([init[f"init{i}"].copy() for i in range(4)], cfg["momentum"],
+                                  cfg["rampup_begin_step"], cfg["rampup_step"], cfg["sparsity"],
+                                  nesterov=cfg["use_nesterov"],
+                                  clip_norm=cfg["local_grad_clip_norm"], nranks=nranks,
+                                  exchange=exchange)
+
+
 @pytest.fixture(scope="module")
 def exchange_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("dgc_exchange")
-    rc, logs = _msrun("exchange", out)
-    assert rc == 0, logs[-4000:]
-    assert _results(out) == ["ok", "ok"]
-    return [np.load(os.path.join(out, f"rank{r}.npz")) for r in range(2)]
+    _msrun_ok("exchange", out)
+    return _arrays(out, 2)
 
 
 def test_replicas_identical_after_training(exchange_run):
@@ -71,10 +91,7 @@ def test_aggregate_matches_reference_of_the_exchange(exchange_run):
     """Known per-worker gradients: the result equals the numpy rule of the exchange."""
     a, b = exchange_run
     cfg = worker.CONFIG
-    ref = reference.DGCReference([a[f"init{i}"].copy() for i in range(4)], cfg["momentum"],
-                                 cfg["rampup_begin_step"], cfg["rampup_step"], cfg["sparsity"],
-                                 nesterov=cfg["use_nesterov"], clip_norm=cfg["local_grad_clip_norm"],
-                                 nranks=2)
+    ref = _reference(a, 2, "exact")
     for t in range(worker.STEPS):
         ref.step([worker.known_grads(0, t), worker.known_grads(1, t)], cfg["learning_rate"])
     for tag in ("", "ops_"):  # the native kernels and the plain-ops path
@@ -93,39 +110,42 @@ def test_aggregate_matches_reference_of_the_exchange(exchange_run):
 
 
 @pytest.fixture(scope="module")
-def leader_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dgc_leader")
-    rc, logs = _msrun("leader", out, workers=3)
-    assert rc == 0, logs[-4000:]
-    assert _results(out, 3) == ["ok"] * 3
-    return [np.load(os.path.join(out, f"rank{r}.npz")) for r in range(3)]
+def shared_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dgc_shared")
+    _msrun_ok("shared", out, workers=3)
+    return _arrays(out, 3)
 
 
-def test_leader_exchange_matches_reference_and_keeps_replicas_identical(leader_run):
-    """exchange="leader" with 3 workers: the parameters are bitwise identical on every worker,
-    native and ops alike, and equal the reference's rule (every worker takes its values at
-    worker t % 3's indices); each worker keeps the rest in its own residuals."""
-    runs = leader_run
+@pytest.mark.parametrize("exchange", ["leader", "union"])
+def test_shared_index_exchanges_match_reference_and_keep_replicas_identical(shared_run,
+                                                                            exchange):
+    """exchange="leader" and "union" with 3 workers: the parameters are bitwise identical on
+    every worker, native and ops alike, in a Python loop and in a compiled TrainOneStepCell,
+    and equal the reference's rule; each worker keeps the rest in its own residuals."""
+    runs = shared_run
     cfg = worker.CONFIG
-    ref = reference.DGCReference([runs[0][f"init{i}"].copy() for i in range(4)], cfg["momentum"],
-                                 cfg["rampup_begin_step"], cfg["rampup_step"], cfg["sparsity"],
-                                 nesterov=cfg["use_nesterov"], clip_norm=cfg["local_grad_clip_norm"],
-                                 nranks=3, exchange="leader")
+    ref = _reference(runs[0], 3, exchange)
     for t in range(worker.STEPS):
         ref.step([worker.known_grads(r, t) for r in range(3)], cfg["learning_rate"])
-    for key in runs[0].files:
-        if key.startswith(("param", "ops_param", "model")) and not key.startswith("model_v"):
-            for other in runs[1:]:
-                np.testing.assert_array_equal(runs[0][key], other[key], err_msg=key)
-    assert not np.array_equal(runs[0]["model_v0"], runs[1]["model_v0"])  # residuals differ
-    for tag in ("", "ops_"):
+    same = [key for key in runs[0].files
+            if key.startswith(tuple(f"{exchange}_{what}" for what in ("param", "ops_param",
+                                                                          "model")))
+            and not key.startswith(f"{exchange}_model_v")]
+    assert len(same) == 4 + 4 + 4  # native, ops, the network's 4 parameters
+    for key in same:
+        for other in runs[1:]:
+            np.testing.assert_array_equal(runs[0][key], other[key], err_msg=key)
+    model_v = f"{exchange}_model_v0"
+    assert not np.array_equal(runs[0][model_v], runs[1][model_v])  # residuals differ
+    for tag in (f"{exchange}_", f"{exchange}_ops_"):
         assert_close_to_mindspore([runs[0][f"{tag}param{i}"] for i in range(4)], ref.params)
         for rank, run in enumerate(runs):
             assert_close_to_mindspore([run[f"{tag}u{i}"] for i in range(4)], ref.u[rank])
             assert_close_to_mindspore([run[f"{tag}v0"], run[f"{tag}v1"]], ref.v[rank][:2])
-        # 16 + 20 indices broadcast and as many values summed, 21 + 11 dense floats
-        assert str(runs[0][f"{tag}exchange"]) == "leader"
-        assert int(runs[0][f"{tag}exchange_bytes"]) == 8 * (16 + 20) + 4 * (21 + 11)
+    # 16 + 20 indices (leader: broadcast; union: 5 + 6 of them each worker's, gathered), the
+    # values at them summed, 21 + 11 dense floats
+    want = {"leader": 8 * (16 + 20), "union": 4 * (5 + 6) + 4 * 3 * (5 + 6)}[exchange]
+    assert int(runs[0][f"{exchange}_exchange_bytes"]) == want + 4 * (21 + 11)
 
 
 def test_checkpoint_per_rank_resumes_exactly(exchange_run):
@@ -167,9 +187,7 @@ def test_workers_at_different_steps_fail_cleanly(tmp_path):
 def saved_at_4(tmp_path_factory):
     """One step's checkpoints of a 4-worker run, one per worker."""
     out = tmp_path_factory.mktemp("dgc_saved4")
-    rc, logs = _msrun("save", out, workers=4)
-    assert rc == 0, logs[-4000:]
-    assert _results(out, 4) == ["ok"] * 4
+    _msrun_ok("save", out, workers=4)
     return [str(out / "saved4" / f"rank{r}.ckpt") for r in range(4)]
 
 
@@ -200,7 +218,7 @@ def test_resume_at_another_world_size(saved_at_4, tmp_path, workers):
                       ["--ckpt", str(tmp_path / "resized" / "rank{rank}.ckpt")])
     assert rc == 0, logs[-4000:]
     assert _results(tmp_path / "run", workers) == ["ok"] * workers
-    models = [np.load(tmp_path / "run" / f"rank{r}.npz") for r in range(workers)]
+    models = _arrays(tmp_path / "run", workers)
     for key in models[0].files:  # the parameters stay identical on every worker
         for other in models[1:]:
             np.testing.assert_array_equal(models[0][key], other[key], err_msg=key)

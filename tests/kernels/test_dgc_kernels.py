@@ -201,20 +201,35 @@ def _propose(u, v, g, ks, nesterov):
     return idx
 
 
-def _take(u, v, idx, ks):
-    val = np.zeros(sum(ks), np.float32)
-    testing.call_kernel("ms_optim_dgc_take_multi", u=u, v=v, idx=idx, ks=np.array(ks, np.int32),
-                        val=val)
+def _take(u, v, idx, ks, blocks=1):
+    """The take kernel on `blocks` blocks of the fused buffer `idx` (each parameter's k side
+    by side in each block)."""
+    layout = np.array([blocks] + list(np.cumsum([0] + ks[:-1])) + list(ks), np.int32)
+    val = np.zeros(idx.size, np.float32)
+    testing.call_kernel("ms_optim_dgc_take_multi", u=u, v=v, idx=idx, layout=layout, val=val)
+    return val
+
+
+def _reference_take(u, v, idx, ks, blocks=1):
+    """reference.dgc_take per parameter on its entries of every block, in block order, put
+    back at their positions."""
+    val = np.zeros(idx.size, np.float32)
+    block, offsets = idx.size // blocks, np.cumsum([0] + ks[:-1])
+    for j, k in enumerate(ks):
+        where = np.concatenate([w * block + offsets[j] + np.arange(k) for w in range(blocks)])
+        val[where] = reference.dgc_take(u[j], v[j], idx[where])
     return val
 
 
 @pytest.mark.parametrize("nesterov", [False, True])
 @pytest.mark.parametrize("kind", ["random", "ties"])
-def test_propose_and_take_kernels_match_reference(isa, nesterov, kind):
-    """The leader exchange's halves over tensors of odd sizes, three workers, three steps:
-    every worker's propose is the reference's (indices; u and v updated, nothing masked),
-    and each worker's take at the leader's indices is the reference's (values; u and v
-    masked there)."""
+@pytest.mark.parametrize("shared", ["leader", "union"])
+def test_propose_and_take_kernels_match_reference(isa, nesterov, kind, shared):
+    """The shared-index exchanges' halves over tensors of odd sizes, three workers, three
+    steps: every worker's propose is the reference's (indices; u and v updated, nothing
+    masked), and each worker's take is the reference's (values; u and v masked there) at the
+    leader's indices, or at every worker's proposals side by side (an index two workers
+    propose is taken once)."""
     rng = np.random.default_rng(5)
     sizes = MULTI_SIZES
     workers = 3
@@ -222,6 +237,7 @@ def test_propose_and_take_kernels_match_reference(isa, nesterov, kind):
     v = [[np.zeros(n, np.float32) for n in sizes] for _ in range(workers)]
     ru = [[x.copy() for x in w] for w in u]
     rv = [[x.copy() for x in w] for w in v]
+    repeats = 0
     for step in range(3):
         ks = [max(1, int(n * (1 - WARMUP[step + 2]))) for n in sizes]
         proposals = []
@@ -234,16 +250,21 @@ def test_propose_and_take_kernels_match_reference(isa, nesterov, kind):
             for j in range(len(sizes)):
                 np.testing.assert_array_equal(u[w][j], ru[w][j])
                 np.testing.assert_array_equal(v[w][j], rv[w][j])
-        idx = proposals[reference.dgc_leader(step, workers)]
-        offsets = np.cumsum([0] + ks)
+        if shared == "leader":
+            idx, blocks = proposals[reference.dgc_leader(step, workers)], 1
+        else:
+            idx, blocks = np.concatenate(proposals), workers
+            offsets = np.cumsum([0] + ks)
+            repeats += sum(workers * ks[j] - np.unique(np.concatenate(
+                [p[offsets[j]:offsets[j + 1]] for p in proposals])).size for j in range(len(ks)))
         for w in range(workers):
-            val = _take(u[w], v[w], idx, ks)
-            want = [reference.dgc_take(ru[w][j], rv[w][j], idx[offsets[j]:offsets[j + 1]])
-                    for j in range(len(sizes))]
-            np.testing.assert_array_equal(val, np.concatenate(want))
+            val = _take(u[w], v[w], idx, ks, blocks)
+            np.testing.assert_array_equal(val, _reference_take(ru[w], rv[w], idx, ks, blocks))
             for j in range(len(sizes)):
                 np.testing.assert_array_equal(u[w][j], ru[w][j])
                 np.testing.assert_array_equal(v[w][j], rv[w][j])
+    if shared == "union" and kind == "ties":
+        assert repeats > 0  # indices two workers proposed: taken once
 
 
 def test_propose_then_take_is_select(isa):
@@ -266,28 +287,29 @@ def test_propose_then_take_is_select(isa):
 
 
 def test_take_kernel_rejects_bad_indices_before_writing():
-    """An index outside a tensor, or twice in one tensor, fails before any residual changes;
-    so do a wrong dtype and a length that does not match the ks."""
+    """An index outside its tensor fails before any residual changes; so do a wrong dtype, a
+    layout that does not fit and a val that is not idx's length."""
     take = "ms_optim_dgc_take_multi"
     u = [np.ones(10, np.float32), np.ones(5, np.float32)]
     v = [np.full(10, 2.0, np.float32), np.full(5, 3.0, np.float32)]
-    ks = np.array([2, 1], np.int32)
+    layout = np.array([1, 0, 2, 2, 1], np.int32)
 
     def call(**bad):
         good = dict(u=[x.copy() for x in u], v=[x.copy() for x in v],
-                    idx=np.array([3, 4, 2], np.int32), ks=ks, val=np.zeros(3, np.float32))
+                    idx=np.array([3, 4, 2], np.int32), layout=layout, val=np.zeros(3, np.float32))
         return {**good, **bad}
 
     for bad, message in [
             (np.array([3, 4, 5], np.int32), r"^param1: index 5 of worker 0 outside \[0, 5\)$"),
-            (np.array([3, -1, 2], np.int32), r"^param0: index -1 of worker 0 outside \[0, 10\)$"),
-            (np.array([4, 4, 2], np.int32), "^param0: index 4 appears twice$")]:
+            (np.array([3, -1, 2], np.int32), r"^param0: index -1 of worker 0 outside \[0, 10\)$")]:
         args = call(idx=bad)
         rejects(take, "MSOPT_ERR_VALUE", message, **args)
         for got, want in zip(args["u"] + args["v"], u + v):
             np.testing.assert_array_equal(got, want)
-    rejects(take, "MSOPT_ERR_SIZE", "^the ks sum to 3, idx holds 2$", slot="ks",
-            **call(idx=np.array([3, 4], np.int32), val=np.zeros(2, np.float32)))
+    rejects(take, "MSOPT_ERR_VALUE", r"^param1's entries \(offset 2, k 2\) do not fit a block of 3$",
+            **call(layout=np.array([1, 0, 2, 2, 2], np.int32)))
+    rejects(take, "MSOPT_ERR_VALUE", "^layout\\[0\\] = 2 workers do not divide the 3 entries$",
+            **call(layout=np.array([2, 0, 2, 2, 1], np.int32)))
     rejects(take, "MSOPT_ERR_SIZE", "^idx and val must have the same length, got 3 and 2$",
             **call(val=np.zeros(2, np.float32)))
     rejects(take, "MSOPT_ERR_DTYPE", "^v1 must be float32, got float64$", slot="v",

@@ -263,11 +263,40 @@ int propose_body(const AotCall &c) {
   return accumulate_topk<S>(c, kk, off, c.ptr<int32_t>(S::idx), val.data());
 }
 
-// u, v float32 (tensor j of n_j elements), idx int32[L], ks int32[K] -> val
-// float32[L]: the select's second half at given indices: val = v at tensor
-// j's entries idx[off_j .. off_j + k_j), then u and v set to 0 there.  Every
-// index is checked to lie in [0, n_j) and to appear once per tensor before
-// anything is written.
+// The layout of R blocks of entries (ms_optim_dgc_take_multi, ms_optim_dgc_apply_multi):
+// layout int32[1 + 2K] = (R, offset_0.., k_0..) over `total` entries; tensor j's
+// k_j entries start at r * block + offset_j in block r, block = total / R, and
+// every index lies in [0, n_j) (n: the elements of slot `tensors`, tensor j).
+int check_blocks(const AotCall &c, int tensors, int layout_slot, int64_t total,
+                 const int32_t *idx, int64_t *r, int64_t *block) {
+  const int K = c.K();
+  MSOPT_TRY(c.require_dtype(layout_slot, "int32"));
+  MSOPT_CHECK(c, c.numel(layout_slot) == 1 + 2 * K, kErrSize,
+              "layout must have 1 + 2K = %d elements, got %lld", 1 + 2 * K,
+              static_cast<long long>(c.numel(layout_slot)));
+  const int32_t *layout = c.ptr<int32_t>(layout_slot);
+  *r = layout[0];
+  MSOPT_CHECK(c, *r >= 1 && total % *r == 0, kErrValue,
+              "layout[0] = %lld workers do not divide the %lld entries",
+              static_cast<long long>(*r), static_cast<long long>(total));
+  *block = total / *r;
+  for (int j = 0; j < K; ++j) {
+    const int64_t offset = layout[1 + j], k = layout[1 + K + j];
+    MSOPT_CHECK(c, offset >= 0 && k >= 0 && offset + k <= *block, kErrValue,
+                "param%d's entries (offset %lld, k %lld) do not fit a block of %lld", j,
+                static_cast<long long>(offset), static_cast<long long>(k),
+                static_cast<long long>(*block));
+    MSOPT_TRY(check_entry_indices(c, idx, *r, *block, offset, k, c.numel(tensors, j), j));
+  }
+  return kOk;
+}
+
+// u, v float32 (tensor j of n_j elements), idx int32[R*L], layout (R,
+// offsets, counts) -> val float32[R*L]: the select's second half at shared
+// indices.  Block by block, tensor by tensor, entry by entry: val = v at the
+// index, then u and v set to 0 there, so an index that repeats (in two
+// workers' proposals) takes its value once, at its first entry, and 0 after.
+// Every index is checked before anything is written.
 int take_body(const AotCall &c) {
   using S = sig::ms_optim_dgc_take_multi;
   MSOPT_TRY(c.require_dtype(S::u, "float32"));
@@ -275,26 +304,27 @@ int take_body(const AotCall &c) {
   MSOPT_TRY(c.require_same_numel(S::u, {S::v}));
   MSOPT_TRY(c.require_dtype(S::idx, "int32"));
   MSOPT_TRY(c.require_dtype(S::val, "float32"));
-  MSOPT_CHECK(c, c.numel(S::val) == c.numel(S::idx), kErrSize,
+  const int64_t total = c.numel(S::idx);
+  MSOPT_CHECK(c, c.numel(S::val) == total, kErrSize,
               "idx and val must have the same length, got %lld and %lld",
-              static_cast<long long>(c.numel(S::idx)), static_cast<long long>(c.numel(S::val)));
-  std::vector<int64_t> kk, off;
-  MSOPT_TRY(bucket_layout(c, S::u, S::ks, c.numel(S::idx), &kk, &off));
+              static_cast<long long>(total), static_cast<long long>(c.numel(S::val)));
   const int32_t *idx = c.ptr<int32_t>(S::idx);
-  for (int j = 0; j < c.K(); ++j) {
-    MSOPT_TRY(check_entry_indices(c, idx, 1, 0, off[j], kk[j], c.numel(S::u, j), j));
-    std::vector<int32_t> run(idx + off[j], idx + off[j] + kk[j]);
-    std::sort(run.begin(), run.end());
-    const auto dup = std::adjacent_find(run.begin(), run.end());
-    MSOPT_CHECK(c, dup == run.end(), kErrValue, "param%d: index %d appears twice", j,
-                dup == run.end() ? 0 : *dup);
-  }
+  int64_t r = 0, block = 0;
+  MSOPT_TRY(check_blocks(c, S::u, S::layout, total, idx, &r, &block));
+  const int32_t *layout = c.ptr<int32_t>(S::layout);
+  const int K = c.K();
   float *val = c.ptr<float>(S::val);
-  for (int j = 0; j < c.K(); ++j) {
-    const float *v = c.ptr<float>(S::v, j);
-    for (int64_t e = off[j]; e < off[j] + kk[j]; ++e) val[e] = v[idx[e]];
-  }
-  mask_entries<S>(c, idx, kk, off);
+  for (int64_t e = 0; e < total; ++e) val[e] = 0.0f;  // entries no tensor claims
+  for (int64_t w = 0; w < r; ++w)
+    for (int j = 0; j < K; ++j) {
+      float *u = c.ptr<float>(S::u, j), *v = c.ptr<float>(S::v, j);
+      const int64_t lo = w * block + layout[1 + j], hi = lo + layout[1 + K + j];
+      for (int64_t e = lo; e < hi; ++e) {
+        val[e] = v[idx[e]];
+        u[idx[e]] = 0.0f;
+        v[idx[e]] = 0.0f;
+      }
+    }
   return kOk;
 }
 
@@ -314,31 +344,16 @@ int apply_body(const AotCall &c) {
   MSOPT_TRY(c.require_dtype(S::idx, "int32"));
   MSOPT_TRY(c.require_dtype(S::val, "float32"));
   MSOPT_TRY(c.require_f32(S::lr, 1, K));
-  MSOPT_TRY(c.require_dtype(S::layout, "int32"));
   MSOPT_TRY(c.require_f32(S::done, 1));
   const int64_t total = c.numel(S::idx);
   MSOPT_CHECK(c, c.numel(S::val) == total, kErrSize, "idx and val must have the same length, "
               "got %lld and %lld", static_cast<long long>(total),
               static_cast<long long>(c.numel(S::val)));
-  MSOPT_CHECK(c, c.numel(S::layout) == 1 + 2 * K, kErrSize,
-              "layout must have 1 + 2K = %d elements, got %lld", 1 + 2 * K,
-              static_cast<long long>(c.numel(S::layout)));
-  const int32_t *layout = c.ptr<int32_t>(S::layout);
-  const int64_t r = layout[0];
-  MSOPT_CHECK(c, r >= 1 && total % r == 0, kErrValue,
-              "layout[0] = %lld workers do not divide the %lld entries", static_cast<long long>(r),
-              static_cast<long long>(total));
-  const int64_t block = total / r;
   const int32_t *idx = c.ptr<int32_t>(S::idx);
+  int64_t r = 0, block = 0;
+  MSOPT_TRY(check_blocks(c, S::param, S::layout, total, idx, &r, &block));
+  const int32_t *layout = c.ptr<int32_t>(S::layout);
   const float *val = c.ptr<float>(S::val), *lr = c.ptr<float>(S::lr);
-  for (int j = 0; j < K; ++j) {
-    const int64_t offset = layout[1 + j], k = layout[1 + K + j];
-    MSOPT_CHECK(c, offset >= 0 && k >= 0 && offset + k <= block, kErrValue,
-                "param%d's entries (offset %lld, k %lld) do not fit a block of %lld", j,
-                static_cast<long long>(offset), static_cast<long long>(k),
-                static_cast<long long>(block));
-    MSOPT_TRY(check_entry_indices(c, idx, r, block, offset, k, c.numel(S::param, j), j));
-  }
   for (int j = 0; j < K; ++j) {
     const int64_t offset = layout[1 + j], k = layout[1 + K + j], n = c.numel(S::param, j);
     const float lr_j = lr[c.numel(S::lr) == 1 ? 0 : j];

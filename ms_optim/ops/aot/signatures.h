@@ -74,15 +74,15 @@ struct Slot {
   IN(u, kEach) IN(v, kEach) IN(grad, kEach) IN(consts, kOne) IN(ks, kCountK)              \
   OUT(idx, kOne) OUT(val, kOne)
 
-// The two halves of the select, for an exchange whose indices one worker
-// chooses for all: propose (the residual update and this worker's top-k
-// indices, nothing masked) and take (the values at the chosen indices, u and
-// v masked there).
+// The two halves of the select, for exchanges whose indices every worker
+// shares: propose (the residual update and this worker's top-k indices,
+// nothing masked) and take (the values at the shared indices, u and v masked
+// there); layout as the apply's.
 #define MSOPT_AOT_DGC_PROPOSE_MULTI(IN, OUT)                                              \
   IN(u, kEach) IN(v, kEach) IN(grad, kEach) IN(consts, kOne) IN(ks, kCountK) OUT(idx, kOne)
 
 #define MSOPT_AOT_DGC_TAKE_MULTI(IN, OUT) \
-  IN(u, kEach) IN(v, kEach) IN(idx, kOne) IN(ks, kCountK) OUT(val, kOne)
+  IN(u, kEach) IN(v, kEach) IN(idx, kOne) IN(layout, kOne) OUT(val, kOne)
 
 // DGC's apply of every worker's selections: layout = (R, offsets[K], counts[K]).
 #define MSOPT_AOT_DGC_APPLY_MULTI(IN, OUT)                                                \
