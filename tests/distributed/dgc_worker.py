@@ -83,22 +83,30 @@ def train_net(rank, nranks, start, stop, seed, ckpt_load=None, ckpt_save=None):
     return state + [u.asnumpy() for u in opt.u] + [v.asnumpy() for v in opt.v]
 
 
+def known_steps(rank, nranks, impl, exchange, tag):
+    """STEPS of known gradients straight into the optimizer, from parameters that differ on
+    every worker until the first step's broadcast: the initial parameters ("init<i>") and,
+    each name led by `tag`, the parameters, residuals and the last step's exchange bytes."""
+    params = make_params(seed=rank)
+    arrays = {f"init{i}": p.asnumpy().copy() for i, p in enumerate(params)}
+    opt = ms_optim.DGCMomentum(params, num_trainers=nranks, impl=impl, exchange=exchange,
+                               **CONFIG)
+    for t in range(STEPS):
+        opt(tuple(Tensor(g) for g in known_grads(rank, t)))
+    arrays.update({f"{tag}param{i}": p.asnumpy() for i, p in enumerate(params)})
+    arrays.update({f"{tag}u{i}": u.asnumpy() for i, u in enumerate(opt.u)})
+    arrays.update({f"{tag}v{i}": v.asnumpy() for i, v in enumerate(opt.v)})
+    arrays[f"{tag}exchange_bytes"] = np.array(opt.exchange_stats(STEPS - 1)["bytes"])
+    return arrays
+
+
 def mode_exchange(rank, nranks, out):
     arrays = {}
     # the native kernels and the plain-ops path with the gathered selections, and the
     # native selection with a dense all-reduce of the sparsified gradient
     for impl, exchange, tag in (("native", "allgather", ""), ("ops", "allgather", "ops_"),
                                 ("native", "allreduce", "ar_")):
-        params = make_params(seed=rank)  # different on every worker until the broadcast
-        arrays.update({f"init{i}": p.asnumpy().copy() for i, p in enumerate(params)})
-        opt = ms_optim.DGCMomentum(params, num_trainers=nranks, impl=impl, exchange=exchange,
-                                   **CONFIG)
-        for t in range(STEPS):
-            opt(tuple(Tensor(g) for g in known_grads(rank, t)))
-        arrays.update({f"{tag}param{i}": p.asnumpy() for i, p in enumerate(params)})
-        arrays.update({f"{tag}u{i}": u.asnumpy() for i, u in enumerate(opt.u)})
-        arrays.update({f"{tag}v{i}": v.asnumpy() for i, v in enumerate(opt.v)})
-        arrays[f"{tag}exchange_bytes"] = np.array(opt.exchange_stats(STEPS - 1)["bytes"])
+        arrays.update(known_steps(rank, nranks, impl, exchange, tag))
 
     # the user's path: ms.Model on the worker's shard of a dataset
     from mindspore import dataset as ds
@@ -135,16 +143,7 @@ def mode_shared(rank, nranks, out):
     arrays = {}
     for exchange in ("leader", "union"):
         for impl, tag in (("native", f"{exchange}_"), ("ops", f"{exchange}_ops_")):
-            params = make_params(seed=rank)
-            arrays.update({f"init{i}": p.asnumpy().copy() for i, p in enumerate(params)})
-            opt = ms_optim.DGCMomentum(params, num_trainers=nranks, impl=impl, exchange=exchange,
-                                       **CONFIG)
-            for t in range(STEPS):
-                opt(tuple(Tensor(g) for g in known_grads(rank, t)))
-            arrays.update({f"{tag}param{i}": p.asnumpy() for i, p in enumerate(params)})
-            arrays.update({f"{tag}u{i}": u.asnumpy() for i, u in enumerate(opt.u)})
-            arrays.update({f"{tag}v{i}": v.asnumpy() for i, v in enumerate(opt.v)})
-            arrays[f"{tag}exchange_bytes"] = np.array(opt.exchange_stats(STEPS - 1)["bytes"])
+            arrays.update(known_steps(rank, nranks, impl, exchange, tag))
 
         ms.set_seed(rank)  # different initial weights per worker
         net = make_net()
