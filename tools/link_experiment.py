@@ -26,7 +26,9 @@ the first step's time (the workers meet at a barrier before it, so it holds only
 the graph's first launch), the median step time overall and from the first step
 at the last sparsity stage, the median bytes each host sent per step (same two
 spans), the final test accuracy, the training time until the first eval at or
-above the dense run's final accuracy, and the speed-up over dense in that time.
+above the dense run's final accuracy, and the speed-up in that time over dense
+float32 and over dense float16 (`dense-fp16`: the gradients all-reduced in
+float16) when those runs are among the runs.
 
 Exit code: 0 when every run finished with identical replicas (or, with a fault,
 behaved as reported without hanging), 1 otherwise, 2 when the lab could not be
@@ -237,8 +239,10 @@ def time_to(evals, target):
     return next((e["train_time_s"] for e in evals if e["test_acc"] >= target), None)
 
 
-def summarize(job, dense_final=None, dense_tta=None):
-    """The summary numbers of one finished job (None for a job without results)."""
+def summarize(job, dense_final=None, dense_tta=None, fp16_tta=None):
+    """The summary numbers of one finished job (None for a job without results): against
+    the dense float32 run's final accuracy, the time to reach it and the speed-up over the
+    dense float32 run (`dense_tta`) and the dense float16 one (`fp16_tta`)."""
     results = job["results"]
     if any(r is None for r in results):
         return None
@@ -261,6 +265,7 @@ def summarize(job, dense_final=None, dense_tta=None):
         "compile_s": [r["compile_s"] for r in results],
         "time_to_dense_acc_s": tta,
         "speedup_over_dense": None if tta is None or dense_tta is None else dense_tta / tta,
+        "speedup_over_dense_fp16": None if tta is None or fp16_tta is None else fp16_tta / tta,
         "replicas_identical": len({r["sha256"] for r in results}) == 1,
     }
 
@@ -296,7 +301,8 @@ def _fmt(value, spec):
 def summary_table(records):
     """Plain-text table of the runs' summaries."""
     header = ("run", "1st step s", "step s", "step s (last stage)", "tx MB/step per host",
-              "(last stage)", "final acc", "to dense acc (s)", "speed-up", "replicas")
+              "(last stage)", "final acc", "to dense acc (s)", "speed-up", "over fp16",
+              "replicas")
     rows = []
     for name, rec in records.items():
         s = rec.get("summary")
@@ -304,13 +310,14 @@ def summary_table(records):
             rows.append((name,) + ("-",) * (len(header) - 2)
                         + (f"no result: {rec['ended']}, exit {rec['exit_codes']}",))
             continue
-        speedup = s["speedup_over_dense"]
+        speedup, over_fp16 = s["speedup_over_dense"], s["speedup_over_dense_fp16"]
         rows.append((name, _fmt(s["first_step_s"], ".2f"), _fmt(s["median_step_s"], ".4f"),
                      _fmt(s["median_step_s_last_stage"], ".4f"),
                      " / ".join(_fmt(v, ".4f") for v in s["median_tx_mb_per_host"]),
                      " / ".join(_fmt(v, ".4f") for v in s["median_tx_mb_per_host_last_stage"]),
                      _fmt(s["final_test_acc"], ".4f"), _fmt(s["time_to_dense_acc_s"], ".2f"),
                      _fmt(speedup, ".2f") + ("x" if speedup else ""),
+                     _fmt(over_fp16, ".2f") + ("x" if over_fp16 else ""),
                      "identical" if s["replicas_identical"] else "DIFFER"))
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in [header] + rows]
@@ -445,7 +452,9 @@ def experiment(args):
     dense = summarize(jobs["dense"]) if "dense" in jobs else None
     dense_final = dense and dense["final_test_acc"]
     dense_tta = dense and time_to(jobs["dense"]["results"][0]["evals"], dense_final)
-    return {run: dict(run_record(job), summary=summarize(job, dense_final, dense_tta))
+    fp16_tta = (time_to(jobs["dense-fp16"]["results"][0]["evals"], dense_final)
+                if dense and "dense-fp16" in jobs and summarize(jobs["dense-fp16"]) else None)
+    return {run: dict(run_record(job), summary=summarize(job, dense_final, dense_tta, fp16_tta))
             for run, job in jobs.items()}
 
 
