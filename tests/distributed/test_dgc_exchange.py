@@ -52,6 +52,16 @@ def test_shared_index_exchanges_on_one_worker_are_the_exact_exchange(impl, share
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("shared", ["leader", "union"])
+def test_shared_index_exchanges_across_several_buckets(monkeypatch, shared):
+    """One compressed parameter per multi-tensor op: each take op fills its parameters'
+    entries of the one value buffer, and the step keeps the exact exchange's bits."""
+    exact = _train("allgather", "native")
+    monkeypatch.setattr(ms_optim.aot, "MAX_TENSORS", 1)
+    for a, b in zip(exact, _train(shared, "native")):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_shared_index_exchange_bytes_do_not_grow_with_the_workers():
     """Per worker, whatever the number of workers: the leader's k int32 indices broadcast, or
     its own k / N gathered, and about k float32 values all-reduced; the wire bytes follow the
