@@ -304,7 +304,7 @@ def _dgc_bucket_op(entry, ks, slots, outs):
                    out_dtype=lambda *dts: tuple(outs) if len(outs) > 1 else outs[0],
                    inplace=True)
     # Ops that differ only in their output-shape function compare equal, and under msrun
-    # MindSpore merged two of them (the second's k used for both): the ks become an attribute.
+    # MindSpore merges two such ops (the second's k used for both): the ks are an attribute.
     op.add_prim_attr("ms_optim_ks", tuple(int(k) for k in ks))
     return op
 

@@ -387,6 +387,8 @@ class DGCReference:
     def __init__(self, params, momentum, rampup_begin_step, rampup_step=1, sparsity=(0.999,),
                  nesterov=False, clip_norm=None, l1=0.0, wd=None, nranks=1, loss_scale=1.0,
                  min_numel=dgc_plan.MIN_COMPRESSED_NUMEL, exchange="exact"):
+        if exchange not in ("exact", "leader", "union"):
+            raise ValueError(f"exchange must be 'exact', 'leader' or 'union', got {exchange!r}")
         self.params = params
         self.exchange = exchange
         self.momentum, self.nesterov = f32(momentum), nesterov

@@ -12,9 +12,10 @@
   stage).
 - ``SharedExchange``: every worker takes its values at shared indices, the
   leader's (``step % N``; its fused index buffer broadcast) or every worker's
-  proposals (the fused index buffers all-gathered, each of about k / N
-  entries), and the values there are all-reduced (sum).  What a worker sends
-  does not grow with the number of workers.
+  proposals (the fused index buffers all-gathered, each of max(1, k // N)
+  entries per parameter), and the values there are all-reduced (sum).  What a
+  worker sends does not grow with the number of workers (for the union, while
+  every parameter's k is at least N).
 - ``ReplicaSync``: before anything else is exchanged, every worker's model
   signature and step are all-gathered and compared (a mismatched worker fails
   with a clear error instead of hanging in, or corrupting, a collective).  On

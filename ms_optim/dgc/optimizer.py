@@ -100,12 +100,13 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             worker's own top-k applied: ``"allgather"`` of the (index, value) entries,
             ``"allreduce"`` of the sparsified gradient, or ``"auto"``: per stage, whichever
             sends fewer bytes for the number of workers.  Shared indices, a worker
-            sending about :math:`8k` bytes whatever :math:`N` (docs/dgc.md):
-            ``"union"``, every worker proposes its top :math:`k / N` indices
-            (AllGather) and every worker's values at all of them are summed
-            (AllReduce); ``"leader"``, every worker takes its values at worker
-            :math:`t \bmod N`'s top-k indices (Broadcast; ScaleCom's cyclic leader).
-            What a worker does not send stays in its residuals.  Default: ``"auto"``.
+            putting about :math:`4k/N + 4k` (union) or :math:`8k` (leader) bytes into
+            the collectives whatever :math:`N` (docs/dgc.md): ``"union"``, every worker
+            proposes its top :math:`\max(1, k // N)` indices per parameter (AllGather)
+            and every worker's values at all of them are summed (AllReduce);
+            ``"leader"``, every worker takes its values at worker :math:`t \bmod N`'s
+            top-k indices (Broadcast; ScaleCom's cyclic leader).  What a worker does
+            not send stays in its residuals.  Default: ``"auto"``.
 
     Inputs:
         - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
@@ -313,8 +314,9 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         return self.plan.stage(step)
 
     def _plan_exchange(self, stage, workers):
-        """How stage `stage`'s selections cross `workers` workers: 'allgather' of
-        the (index, value) entries or 'allreduce' of the sparsified gradient."""
+        """How stage `stage`'s selections cross `workers` workers: the `exchange` asked
+        for, or for "auto" 'allgather' of the (index, value) entries or 'allreduce' of the
+        sparsified gradient, whichever sends fewer bytes."""
         return wire.stage_exchange(self.exchange, sum(self.stage_k[stage]),
                                    self.warmup_exchange.send_elements, workers)
 
@@ -325,8 +327,10 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         workers at that step: "dense" before ``rampup_begin_step``, then per
         warm-up stage "allgather" (k int32 indices and k float32 values per
         parameter) or "allreduce" (the sparsified gradient, 4 bytes per
-        element), the cheaper one for the number of workers (see
-        ``wire.choose_sparse_exchange``).  ``bytes`` is what the worker puts
+        element), with ``exchange="auto"`` the cheaper one for the number of
+        workers (see ``wire.choose_sparse_exchange``); or "union" or "leader"
+        when asked for (``selected`` is then the entries applied:
+        ``workers * max(1, k // workers)`` per parameter for "union").  ``bytes`` is what the worker puts
         into the collectives' buffers; ``wire_bytes`` is the payload one host
         sends for them with MindSpore's CPU collectives (``wire.WIRE_FACTOR``;
         headers of the network protocols not included).  `workers` (default:

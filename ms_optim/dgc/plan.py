@@ -58,7 +58,7 @@ class Entries(NamedTuple):
     of compressed parameter j at stage s (the plan's k; with the union exchange
     ``union_k(k, nranks)`` indices), starting at ``stage_offsets[s][j]`` in its block of
     ``block[s]``; ``blocks[s]``, the blocks the applied buffer holds (the workers', or one
-    with the leader exchange's summed values)."""
+    with the leader exchange's means)."""
     stage_k: tuple
     stage_offsets: tuple
     block: tuple

@@ -3,9 +3,9 @@
 - ``DenseMomentum``: one group of parameters (a ``plan.MomentumGroup``) exchanged
   dense and stepped by plain momentum;
 - ``NativeStep`` and ``OpsStep``: the compressed parameters' step at one warm-up
-  stage (select, exchange, apply; with the leader exchange propose, the leader's
-  indices, take, sum, apply), by the multi-tensor native kernels or by MindSpore
-  ops (``ops.topk``).
+  stage (select, exchange, apply; with shared indices propose, the shared
+  indices, take, the workers' values summed, apply their mean), by the
+  multi-tensor native kernels or by MindSpore ops (``ops.topk``).
 
 Every native DGC kernel (``aot.dgc_select_multi_op``, ``dgc_propose_multi_op``,
 ``dgc_take_multi_op``, ``dgc_apply_multi_op``, ``dgc_momentum_op``) is built and
@@ -285,7 +285,7 @@ class NativeStep(_SparseStep):
 
     def apply(self, stage, lrs, idx_all, val_all):
         """One apply op per bucket of compressed parameters of one dtype, over the blocks of
-        the exchanged buffers (every worker's, or the one of summed values)."""
+        the exchanged buffers (every worker's, or the leader exchange's one of means)."""
         done = True
         for b in range(len(self.apply_ranges)):
             lo, hi = self.apply_ranges[b]

@@ -81,8 +81,8 @@ def exchange_stats(*, step, stage, sparsity, workers, exchange, selected, small_
     all-reduced: ``bytes`` counts both buffers, as every worker's, and
     ``wire_bytes`` the average host's) or "union" (each worker's selected /
     workers int32 indices all-gathered, then the float32 values at all of them
-    all-reduced); `selected` the entries the stage applies (sum of k; not sent
-    when dense);
+    all-reduced); `selected` the entries the stage applies (the sum of k, for
+    "union" of workers * max(1, k // workers); not sent when dense);
     `small_elements` and `compressed_elements` the elements of the parameters
     always sent dense and of the compressed ones; `signature_bytes` what each
     worker's replica check gathers.  The buffers are the exchange's fused ones:

@@ -1,6 +1,7 @@
 """DGC's exchange: the per-stage choice between gathering the selections and
-all-reducing the sparsified gradient, the leader exchange, their byte model, and
-the parameter digest that spares the first step's broadcast."""
+all-reducing the sparsified gradient, the shared-index exchanges (union and
+leader), their byte model, and the parameter digest that spares the first
+step's broadcast."""
 import numpy as np
 import pytest
 
@@ -62,10 +63,11 @@ def test_shared_index_exchanges_across_several_buckets(monkeypatch, shared):
         np.testing.assert_array_equal(a, b)
 
 
-def test_shared_index_exchange_bytes_do_not_grow_with_the_workers():
-    """Per worker, whatever the number of workers: the leader's k int32 indices broadcast, or
-    its own k / N gathered, and about k float32 values all-reduced; the wire bytes follow the
-    measured collectives (wire.py)."""
+def test_shared_index_exchange_bytes():
+    """Per worker: the leader's k int32 indices broadcast and k float32 values all-reduced,
+    whatever the number of workers; the union's max(1, k // N) indices per parameter gathered
+    and the values at every worker's all-reduced, which stays near k while k >= N and grows
+    past it; the wire bytes follow the measured collectives (wire.py)."""
     opt = ms_optim.DGCMomentum(_params(), 0.1, 0.9, rampup_begin_step=0, exchange="leader")
     k = int(130 * 129 * 0.001) + int(20000 * 0.001)
     small, control = 21, 4 * 4

@@ -1,5 +1,6 @@
-"""DGCMomentum's native kernels (top-k, selection and residuals, the leader exchange's propose
-and take, apply, dense momentum, the replica check) against the numpy reference, per ISA."""
+"""DGCMomentum's native kernels (top-k, selection and residuals, the shared-index exchanges'
+propose and take, apply, dense momentum, the replica check) against the numpy reference, per
+ISA."""
 import numpy as np
 import pytest
 
@@ -300,15 +301,15 @@ def test_take_kernel_rejects_bad_indices_before_writing():
         return {**good, **bad}
 
     for bad, message in [
-            (np.array([3, 4, 5], np.int32), r"^param1: index 5 of worker 0 outside \[0, 5\)$"),
-            (np.array([3, -1, 2], np.int32), r"^param0: index -1 of worker 0 outside \[0, 10\)$")]:
+            (np.array([3, 4, 5], np.int32), r"^param1: index 5 of block 0 outside \[0, 5\)$"),
+            (np.array([3, -1, 2], np.int32), r"^param0: index -1 of block 0 outside \[0, 10\)$")]:
         args = call(idx=bad)
         rejects(take, "MSOPT_ERR_VALUE", message, **args)
         for got, want in zip(args["u"] + args["v"], u + v):
             np.testing.assert_array_equal(got, want)
     rejects(take, "MSOPT_ERR_VALUE", r"^param1's entries \(offset 2, k 2\) do not fit a block of 3$",
             **call(layout=np.array([1, 0, 2, 2, 2], np.int32)))
-    rejects(take, "MSOPT_ERR_VALUE", "^layout\\[0\\] = 2 workers do not divide the 3 entries$",
+    rejects(take, "MSOPT_ERR_VALUE", "^layout\\[0\\] = 2 blocks do not divide the 3 entries$",
             **call(layout=np.array([2, 0, 2, 2, 1], np.int32)))
     rejects(take, "MSOPT_ERR_SIZE", "^idx and val must have the same length, got 3 and 2$",
             **call(val=np.zeros(2, np.float32)))
@@ -419,13 +420,13 @@ def test_multi_kernels_reject_bad_input():
                     layout=np.array([1, 0, 0, 1, 0], np.int32)))
     rejects(app, "MSOPT_ERR_DTYPE", "^param0 must be float32, got float64$", slot="param",
             **apply(param=[np.zeros(10)]))
-    rejects(app, "MSOPT_ERR_VALUE", r"^param0: index 10 of worker 0 outside \[0, 10\)$",
+    rejects(app, "MSOPT_ERR_VALUE", r"^param0: index 10 of block 0 outside \[0, 10\)$",
             slot="param", **apply(idx=np.array([10], np.int32)))
     rejects(app, "MSOPT_ERR_VALUE", r"^param0's entries \(offset 1, k 2\) do not fit a block of 2$",
             slot="param",
             **apply(idx=np.array([1, 2], np.int32), val=np.ones(2, np.float32),
                     layout=np.array([1, 1, 2], np.int32)))
-    rejects(app, "MSOPT_ERR_VALUE", r"^layout\[0\] = 2 workers do not divide the 3 entries$",
+    rejects(app, "MSOPT_ERR_VALUE", r"^layout\[0\] = 2 blocks do not divide the 3 entries$",
             slot="layout", **apply(idx=np.array([1, 2, 3], np.int32), val=np.ones(3, np.float32),
                                    layout=np.array([2, 0, 1], np.int32)))
     rejects(app, "MSOPT_ERR_SIZE", r"^lr must have 1 element\(s\), got 3$", slot="lr",

@@ -107,9 +107,9 @@ def _select_call(ks, k_total):
     ("ms_optim_topk_abs", dict(x=_f32(4), idx=np.zeros(2, np.int32), val=_f32(3)),
      "MSOPT_ERR_SIZE", "idx and val must have the same length, got 2 and 3"),
     ("ms_optim_dgc_apply_multi", _apply_call([3, 10], [1, 0, 2]), "MSOPT_ERR_VALUE",
-     r"param0: index 10 of worker 0 outside \[0, 10\)"),
+     r"param0: index 10 of block 0 outside \[0, 10\)"),
     ("ms_optim_dgc_apply_multi", _apply_call([3, 4], [3, 0, 2]), "MSOPT_ERR_VALUE",
-     "layout.0. = 3 workers do not divide the 2 entries"),
+     "layout.0. = 3 blocks do not divide the 2 entries"),
     ("ms_optim_dgc_apply_multi", _apply_call([3, 4], [1, 0, 2, 5]), "MSOPT_ERR_SIZE",
      "layout must have 1 . 2K = 3 elements, got 4"),
     ("ms_optim_dgc_select_multi", _select_call([5], 5), "MSOPT_ERR_VALUE",
@@ -156,4 +156,4 @@ def test_a_failing_op_inside_mindspore_leaves_its_message_for_last_native_error(
     with pytest.raises(RuntimeError):
         op(*args).asnumpy()
     assert ms_optim.last_native_error() == (
-        "ms_optim_dgc_apply_multi: param0: index 12 of worker 0 outside [0, 10)")
+        "ms_optim_dgc_apply_multi: param0: index 12 of block 0 outside [0, 10)")

@@ -149,14 +149,14 @@ void dgc_apply_entries(const Param &p, const int32_t *idx, const float *val, int
   }
 }
 
-// Every index of tensor j's k entries, in each of the r workers' blocks, lies in
-// [0, n): checked for all tensors before any is updated.
+// Every index of tensor j's k entries, in each of the r blocks, lies in [0, n):
+// checked for all tensors before any is updated.
 int check_entry_indices(const AotCall &c, const int32_t *idx, int64_t r, int64_t block,
                         int64_t offset, int64_t k, int64_t n, int j) {
   for (int64_t w = 0; w < r; ++w)
     for (int64_t e = 0; e < k; ++e) {
       const int32_t i = idx[w * block + offset + e];
-      MSOPT_CHECK(c, i >= 0 && i < n, kErrValue, "param%d: index %d of worker %lld outside [0, %lld)",
+      MSOPT_CHECK(c, i >= 0 && i < n, kErrValue, "param%d: index %d of block %lld outside [0, %lld)",
                   j, i, static_cast<long long>(w), static_cast<long long>(n));
     }
   return kOk;
@@ -277,7 +277,7 @@ int check_blocks(const AotCall &c, int tensors, int layout_slot, int64_t total,
   const int32_t *layout = c.ptr<int32_t>(layout_slot);
   *r = layout[0];
   MSOPT_CHECK(c, *r >= 1 && total % *r == 0, kErrValue,
-              "layout[0] = %lld workers do not divide the %lld entries",
+              "layout[0] = %lld blocks do not divide the %lld entries",
               static_cast<long long>(*r), static_cast<long long>(total));
   *block = total / *r;
   for (int j = 0; j < K; ++j) {
@@ -329,11 +329,12 @@ int take_body(const AotCall &c) {
 }
 
 // param (all float32 or all float16), idx int32[R*L] and val float32[R*L]
-// (every worker's fused selection buffer, gathered in rank order), lr
-// float32[1] or float32[K], layout int32[1 + 2K] = (R, offset_0.., k_0..):
-// tensor j's k_j entries start at r*L + offset_j in worker r's block -> done
-// float32[1].  Per tensor, param -= lr * G with G = scatter_add(0, idx, val) / R:
-// per index the values are summed in rank order, then divided by R.  A
+// (R blocks: every worker's fused selection buffer, gathered in rank order, or
+// the one buffer of an exchange of shared indices), lr float32[1] or
+// float32[K], layout int32[1 + 2K] = (R, offset_0.., k_0..): tensor j's k_j
+// entries start at r*L + offset_j in block r -> done float32[1].  Per tensor,
+// param -= lr * G with G = scatter_add(0, idx, val) / R: per index the values
+// are summed in block order, then divided by R.  A
 // float16 param is updated in float32 and rounded once to float16 (nearest
 // even) per touched element.
 int apply_body(const AotCall &c) {
