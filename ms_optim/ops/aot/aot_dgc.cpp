@@ -220,15 +220,18 @@ int accumulate_topk(const AotCall &c, const std::vector<int64_t> &kk,
   return topk_abs_multi(srcs.data(), n.data(), kk.data(), off.data(), K, idx, val);
 }
 
-// Momentum factor masking at the chosen entries (S: a kernel with slots u and
-// v): tensor j's u and v set to 0 at idx[off_j .. off_j + k_j).  The indices
-// are in range (the callers check them or chose them).
+// The second half of DGC's local step at chosen entries (S: a kernel with
+// slots u and v): tensor j's entries idx[base + off[j] .. + kk[j]), entry by
+// entry, val = v at the index, then u and v set to 0 there (momentum factor
+// masking), so an index that repeats takes its value at its first entry and 0
+// after.  The indices are in range (the callers check them or chose them).
 template <class S>
-void mask_entries(const AotCall &c, const int32_t *idx, const std::vector<int64_t> &kk,
-                  const std::vector<int64_t> &off) {
+void take_entries(const AotCall &c, const int32_t *idx, float *val, int64_t base,
+                  const int64_t *kk, const int64_t *off) {
   for (int j = 0; j < c.K(); ++j) {
     float *u = c.ptr<float>(S::u, j), *v = c.ptr<float>(S::v, j);
-    for (int64_t e = off[j]; e < off[j] + kk[j]; ++e) {
+    for (int64_t e = base + off[j]; e < base + off[j] + kk[j]; ++e) {
+      val[e] = v[idx[e]];
       u[idx[e]] = 0.0f;
       v[idx[e]] = 0.0f;
     }
@@ -236,7 +239,7 @@ void mask_entries(const AotCall &c, const int32_t *idx, const std::vector<int64_
 }
 
 // u, v, grad, consts, ks int32[K] -> idx int32[L], val float32[L], L =
-// sum(ks): DGC's local step (accumulate_topk, then mask_entries), tensor j's
+// sum(ks): DGC's local step (accumulate_topk, then take_entries), tensor j's
 // k_j selections side by side, so the outputs are the bucket's block of the
 // fused exchange buffer (indices local to each tensor).  u, v in place.
 int select_body(const AotCall &c) {
@@ -245,15 +248,15 @@ int select_body(const AotCall &c) {
   std::vector<int64_t> kk, off;
   MSOPT_TRY(bucket_layout(c, S::u, S::ks, c.numel(S::idx), &kk, &off));
   int32_t *idx = c.ptr<int32_t>(S::idx);
-  MSOPT_TRY(accumulate_topk<S>(c, kk, off, idx, c.ptr<float>(S::val)));
-  mask_entries<S>(c, idx, kk, off);
+  float *val = c.ptr<float>(S::val);
+  MSOPT_TRY(accumulate_topk<S>(c, kk, off, idx, val));
+  take_entries<S>(c, idx, val, 0, kk.data(), off.data());
   return kOk;
 }
 
 // The same inputs -> idx int32[L]: the select's first half (accumulate_topk),
-// nothing masked.  With ms_optim_dgc_take_multi at the indices one worker
-// proposes (the leader exchange), every worker steps as the select would on
-// that worker.
+// nothing masked.  ms_optim_dgc_take_multi is the second half, at the indices
+// every worker shares (the leader's proposals, or every worker's).
 int propose_body(const AotCall &c) {
   using S = sig::ms_optim_dgc_propose_multi;
   MSOPT_TRY(c.require_dtype(S::idx, "int32"));
@@ -313,18 +316,10 @@ int take_body(const AotCall &c) {
   MSOPT_TRY(check_blocks(c, S::u, S::layout, total, idx, &r, &block));
   const int32_t *layout = c.ptr<int32_t>(S::layout);
   const int K = c.K();
+  std::vector<int64_t> off(layout + 1, layout + 1 + K), kk(layout + 1 + K, layout + 1 + 2 * K);
   float *val = c.ptr<float>(S::val);
   for (int64_t e = 0; e < total; ++e) val[e] = 0.0f;  // entries no tensor claims
-  for (int64_t w = 0; w < r; ++w)
-    for (int j = 0; j < K; ++j) {
-      float *u = c.ptr<float>(S::u, j), *v = c.ptr<float>(S::v, j);
-      const int64_t lo = w * block + layout[1 + j], hi = lo + layout[1 + K + j];
-      for (int64_t e = lo; e < hi; ++e) {
-        val[e] = v[idx[e]];
-        u[idx[e]] = 0.0f;
-        v[idx[e]] = 0.0f;
-      }
-    }
+  for (int64_t w = 0; w < r; ++w) take_entries<S>(c, idx, val, w * block, kk.data(), off.data());
   return kOk;
 }
 
