@@ -231,34 +231,33 @@ class NativeStep(_SparseStep):
             self.propose_order = aot.call_order("ms_optim_dgc_propose_multi")
             self.take_order = aot.call_order("ms_optim_dgc_take_multi")
 
-    def select(self, stage, grads):
-        """One select op per bucket, on the compressed parameters' gradients alone (not the
-        whole tuple with indices as the dense momentum takes it: MindSpore runs a step ten
-        times slower when two in-place ops take the same gradient Parameters): the (idx,
-        val) outputs, in order, are this worker's block of the fused buffer."""
+    def _local(self, stage, grads, order, stage_ops):
+        """One op of ``stage_ops[stage]`` (select or propose ops, of call order `order`) per
+        bucket, on the compressed parameters' gradients alone (not the whole tuple with
+        indices as the dense momentum takes it: MindSpore runs a step ten times slower when
+        two in-place ops take the same gradient Parameters): the outputs, bucket by
+        bucket, in the order of this worker's block of the fused buffer."""
         comp_grads = self.comp_grads(grads)
-        idxs, vals = (), ()
+        outs = ()
         for b in range(len(self.select_ranges)):
             lo, hi = self.select_ranges[b]
-            args = aot.arrange(self.select_order, u=self.us[lo:hi], v=self.v[lo:hi],
+            args = aot.arrange(order, u=self.us[lo:hi], v=self.v[lo:hi],
                                grad=comp_grads[lo:hi], consts=self.consts,
                                ks=self.select_ks[stage][b])
-            idx, val = self.select_ops[stage][b](*args)
+            outs = outs + (stage_ops[stage][b](*args),)
+        return outs
+
+    def select(self, stage, grads):
+        """One select op per bucket: the (idx, val) outputs, bucket by bucket."""
+        idxs, vals = (), ()
+        for idx, val in self._local(stage, grads, self.select_order, self.select_ops):
             idxs = idxs + (idx,)
             vals = vals + (val,)
         return idxs, vals
 
     def propose(self, stage, grads):
         """One propose op per bucket: this worker's indices, as one fused buffer."""
-        comp_grads = self.comp_grads(grads)
-        idxs = ()
-        for b in range(len(self.select_ranges)):
-            lo, hi = self.select_ranges[b]
-            args = aot.arrange(self.propose_order, u=self.us[lo:hi], v=self.v[lo:hi],
-                               grad=comp_grads[lo:hi], consts=self.consts,
-                               ks=self.select_ks[stage][b])
-            idxs = idxs + (self.propose_ops[stage][b](*args),)
-        return _fused(idxs)
+        return _fused(self._local(stage, grads, self.propose_order, self.propose_ops))
 
     def take(self, stage, idx):
         """One take op per bucket, each reading its parameters' entries of the exchanged

@@ -90,24 +90,23 @@ def exchange_stats(*, step, stage, sparsity, workers, exchange, selected, small_
     compressed ones in float32, selections as index + value.
     """
     selected = 0 if exchange == "dense" else selected
-    gathered = exchange == "allgather"
     entries = exchange in ("allgather", "leader", "union")  # sent as indices and values
     small_bytes = FLOAT32_BYTES * small_elements
-    sparse_bytes = (SPARSE_ENTRY_BYTES * selected if entries
-                    else FLOAT32_BYTES * compressed_elements)
+    index_bytes, value_bytes = INDEX_BYTES * selected, FLOAT32_BYTES * selected
+    if exchange == "union":  # each worker's share of the indices, gathered
+        index_bytes //= workers
+        sparse_wire = (allgather_wire_bytes(index_bytes, workers)
+                       + allreduce_wire_bytes(value_bytes, workers))
+    elif exchange == "leader":
+        sparse_wire = (broadcast_wire_bytes(index_bytes, workers)
+                       + allreduce_wire_bytes(value_bytes, workers))
+    elif exchange == "allgather":
+        sparse_wire = allgather_wire_bytes(index_bytes + value_bytes, workers)
+    else:  # dense, or the sparsified gradient: the compressed parameters in float32
+        index_bytes, value_bytes = 0, FLOAT32_BYTES * compressed_elements
+        sparse_wire = allreduce_wire_bytes(value_bytes, workers)
+    sparse_bytes = index_bytes + value_bytes
     sent_bytes = small_bytes + sparse_bytes
-    if exchange == "leader":
-        sparse_wire = (broadcast_wire_bytes(INDEX_BYTES * selected, workers)
-                       + allreduce_wire_bytes(FLOAT32_BYTES * selected, workers))
-    elif exchange == "union":
-        sparse_bytes = INDEX_BYTES * selected // workers + FLOAT32_BYTES * selected
-        sent_bytes = small_bytes + sparse_bytes
-        sparse_wire = (allgather_wire_bytes(INDEX_BYTES * selected / workers, workers)
-                       + allreduce_wire_bytes(FLOAT32_BYTES * selected, workers))
-    elif gathered:
-        sparse_wire = allgather_wire_bytes(sparse_bytes, workers)
-    else:
-        sparse_wire = allreduce_wire_bytes(sparse_bytes, workers)
     wire = (allreduce_wire_bytes(small_bytes, workers)
             + allgather_wire_bytes(signature_bytes, workers) + sparse_wire)
     dense_elements = small_elements + compressed_elements
