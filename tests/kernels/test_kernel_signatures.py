@@ -135,10 +135,6 @@ def _select_call(ks, k_total):
                                      width=np.array([2], np.int32),
                                      world=np.array([4, 2], np.int32), ok=np.zeros(1, np.int32)),
      "MSOPT_ERR_REPLICA", "holds the residuals of 4 worker"),
-    ("ms_optim_check_replicas", dict(signatures=np.array([1, 2, 1], np.int32),
-                                     width=np.array([2], np.int32),
-                                     world=np.array([2, 2], np.int32), ok=np.zeros(1, np.int32)),
-     "MSOPT_ERR_VALUE", "3 signature values are not rows of width 2"),
 ])
 def test_each_check_has_its_own_code_and_message(entry, call, code, message, capfd):
     what = rejects(entry, code, message, **call)
