@@ -9,9 +9,12 @@
 - ``exchange``: what crosses the workers;
 - ``wire``: the bytes on the wire and ``exchange_stats``' arithmetic, plain Python;
 - ``checkpoints``: ``resize_checkpoints``, one step's per-worker checkpoints converted
-  for another number of workers.
+  for another number of workers;
+- ``density``: ``choose_sparsity``, the densest sparsity whose exchange fits a share of
+  the step on a given link.
 """
 from .checkpoints import resize_checkpoints
+from .density import choose_sparsity
 from .optimizer import DGCMomentum
 
-__all__ = ["DGCMomentum", "resize_checkpoints"]
+__all__ = ["DGCMomentum", "choose_sparsity", "resize_checkpoints"]

@@ -137,7 +137,7 @@ def test_c_library_example_builds_with_its_gcc_line_and_runs(tmp_path):
 
 DOCTEST_MODULES = ["ms_optim.adam_offload", "ms_optim.lamb", "ms_optim.dgc.optimizer",
                    "ms_optim.clip", "ms_optim.regularizer", "ms_optim.capi", "ms_optim.dgc_plan",
-                   "ms_optim.dgc.wire"]
+                   "ms_optim.dgc.wire", "ms_optim.dgc.density"]
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow)

@@ -1,0 +1,112 @@
+"""How dense DGC's selection can be on a given link: ``choose_sparsity``.
+
+Denser selections train in fewer steps (the residuals hold less gradient back);
+sparser ones send fewer bytes.  The right sparsity is the densest one whose
+exchange stays a small part of a step, which depends on the link, the model and
+the step's compute time.  ``choose_sparsity`` reads that off DGCMomentum's wire
+model (``wire.exchange_stats``: the bytes MindSpore's CPU collectives send per
+host) and the link's rate.
+
+Examples:
+    >>> from ms_optim.dgc import choose_sparsity
+    >>> sizes = [64 * 4096, 4096, 4096 * 4096, 4096, 4096 * 10, 10]   # a 17.1M MLP
+    >>> choose_sparsity(sizes, workers=2, link_gbit_s=1.0, step_s=0.09)
+    0.98
+    >>> choose_sparsity(sizes, workers=2, link_gbit_s=0.1, step_s=0.09)
+    0.999
+"""
+import numbers
+
+from .. import _checks
+from ..dgc_plan import MIN_COMPRESSED_NUMEL, selected_k
+from . import wire
+
+# the sparsities choose_sparsity picks from, densest first
+SPARSITY_CHOICES = (0.9, 0.95, 0.98, 0.99, 0.995, 0.999)
+_NAME = "choose_sparsity"
+
+
+def exchange_seconds(sizes, sparsity, *, workers, link_gbit_s, exchange="auto"):
+    """Seconds one host needs to send its share of a DGC step's exchange at `sparsity`
+    among `workers` hosts, on a link of `link_gbit_s` Gbit/s per direction: the wire
+    bytes of ``wire.exchange_stats`` (compressed parameters: those of at least
+    ``MIN_COMPRESSED_NUMEL`` elements; the others sent dense) over the rate."""
+    comp = [n for n in sizes if n >= MIN_COMPRESSED_NUMEL]
+    small = sum(n for n in sizes if n < MIN_COMPRESSED_NUMEL)
+    selected = sum(selected_k(n, sparsity) for n in comp)
+    how = wire.stage_exchange(exchange, selected, sum(comp), workers)
+    if how == "union":
+        selected = sum(workers * max(1, selected_k(n, sparsity) // workers) for n in comp)
+    stats = wire.exchange_stats(step=0, stage=0, sparsity=sparsity, workers=workers,
+                                exchange=how, selected=selected, small_elements=small,
+                                compressed_elements=sum(comp), signature_bytes=0)
+    return stats["wire_bytes"] * 8 / (link_gbit_s * 1e9)
+
+
+def _sizes(params):
+    """Elements per parameter, from Parameters (their ``size``) or ints."""
+    if isinstance(params, (str, bytes)) or not hasattr(params, "__iter__"):
+        raise TypeError(f"For '{_NAME}', the 'params' must be a list of Parameters or of "
+                        f"element counts, but got {type(params).__name__}.")
+    sizes = []
+    for p in params:
+        n = getattr(p, "size", p)
+        if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1:
+            raise TypeError(f"For '{_NAME}', every entry of 'params' must be a Parameter or a "
+                            f"positive int, but got {type(p).__name__}: {p!r}.")
+        sizes.append(int(n))
+    if not sizes:
+        raise ValueError(f"For '{_NAME}', the 'params' must not be empty.")
+    return sizes
+
+
+def choose_sparsity(params, *, workers, link_gbit_s, step_s, budget=0.5,
+                    exchange="auto", choices=SPARSITY_CHOICES):
+    """The densest sparsity of `choices` whose exchange takes at most `budget` times the
+    step's compute time on the given link (the sparsest of them when none does).
+
+    Args:
+        params (list): The parameters DGCMomentum will step (``net.trainable_params()``), or
+            their numbers of elements.
+        workers (int): The number of workers (hosts) exchanging.
+        link_gbit_s (float): The link's rate per direction, in Gbit/s.
+        step_s (float): One step's compute time on one worker, in seconds: forward,
+            backward and the optimizer, without the exchange (time a few steps of the
+            single-process model).
+        budget (float): The share of `step_s` the exchange may take.  Default: ``0.5``.
+        exchange (str): DGCMomentum's `exchange`, whose bytes are modeled.  Default:
+            ``"auto"``.
+        choices (tuple[float]): The sparsities to pick from.  Default:
+            ``SPARSITY_CHOICES``, 0.9 to 0.999.
+
+    Returns:
+        float, an entry of `choices`, to pass as ``DGCMomentum(sparsity=[...])``.
+
+    Raises:
+        TypeError: If an argument has the wrong type.
+        ValueError: If `workers` < 1, `link_gbit_s`, `step_s` or `budget` is not
+            positive, `exchange` is not one of ``wire.EXCHANGES``, or `choices` is empty
+            or holds a value outside [0, 1).
+    """
+    sizes = _sizes(params)
+    workers = _checks.check_int(_NAME, "workers", workers)
+    if workers < 1:
+        raise ValueError(f"For '{_NAME}', the 'workers' must be >= 1, but got {workers}.")
+    for name, value in (("link_gbit_s", link_gbit_s), ("step_s", step_s), ("budget", budget)):
+        _checks.check_finite(_NAME, name, _checks.check_float(_NAME, name, value,
+                                                             allow_int=True))
+        _checks.check_positive(_NAME, name, value)
+    _checks.check_choice(_NAME, "exchange", exchange, wire.EXCHANGES)
+    if isinstance(choices, (str, bytes)) or not isinstance(choices, (list, tuple)) \
+            or not choices:
+        raise ValueError(f"For '{_NAME}', the 'choices' must be a non-empty list or tuple "
+                         f"of sparsities, but got {choices!r}.")
+    for s in choices:
+        _checks.check_open_unit(_NAME, "choices", _checks.check_float(
+            _NAME, "choices", s, allow_int=True), include_zero=True)
+    ordered = sorted(float(s) for s in choices)
+    for s in ordered:
+        if exchange_seconds(sizes, s, workers=workers, link_gbit_s=link_gbit_s,
+                            exchange=exchange) <= budget * step_s:
+            return s
+    return ordered[-1]

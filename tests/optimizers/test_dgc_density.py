@@ -1,0 +1,80 @@
+"""ms_optim.dgc.choose_sparsity: the densest sparsity whose modeled exchange fits the budget."""
+import numpy as np
+import pytest
+from mindspore import Parameter, Tensor
+
+import ms_optim
+from ms_optim.dgc import choose_sparsity, density, wire
+
+MLP = [64 * 4096, 4096, 4096 * 4096, 4096, 4096 * 10, 10]   # the link experiment's big MLP
+
+
+def test_densest_choice_within_the_budget():
+    """The pick's exchange fits budget * step_s; every denser choice's does not."""
+    for gbit in (0.1, 1.0, 10.0):
+        for step_s in (0.01, 0.09, 1.0):
+            s = choose_sparsity(MLP, workers=2, link_gbit_s=gbit, step_s=step_s, budget=0.5)
+            cost = lambda x: density.exchange_seconds(MLP, x, workers=2, link_gbit_s=gbit)
+            denser = [c for c in density.SPARSITY_CHOICES if c < s]
+            assert all(cost(c) > 0.5 * step_s for c in denser)
+            assert cost(s) <= 0.5 * step_s or s == max(density.SPARSITY_CHOICES)
+
+
+def test_faster_link_or_longer_step_is_never_sparser():
+    picks = [choose_sparsity(MLP, workers=2, link_gbit_s=g, step_s=0.09)
+             for g in (0.01, 0.1, 1.0, 10.0, 100.0)]
+    assert picks == sorted(picks, reverse=True) and picks[0] == 0.999 and picks[-1] == 0.9
+    picks = [choose_sparsity(MLP, workers=2, link_gbit_s=1.0, step_s=t)
+             for t in (0.001, 0.09, 10.0)]
+    assert picks == [0.999, 0.98, 0.9]
+
+
+def test_nothing_fits_gives_the_sparsest_choice():
+    assert choose_sparsity(MLP, workers=2, link_gbit_s=1e-6, step_s=1e-3,
+                           choices=[0.99, 0.9]) == 0.99
+
+
+def test_seconds_are_the_optimizers_wire_bytes_over_the_rate():
+    """exchange_seconds models what DGCMomentum.exchange_stats reports, for each exchange
+    and number of workers (less the replica check's signature gather)."""
+    shapes = [(130, 129), (20000,), (7, 3)]
+    params = [Parameter(Tensor(np.zeros(s, np.float32)), name=f"w{i}")
+              for i, s in enumerate(shapes)]
+    for exchange in ("auto", "allgather", "allreduce", "union", "leader"):
+        opt = ms_optim.DGCMomentum(params, 0.1, 0.9, rampup_begin_step=0, sparsity=[0.99],
+                                   exchange=exchange)
+        for workers in (2, 4, 32):
+            stats = opt.exchange_stats(0, workers=workers)
+            signature = wire.allgather_wire_bytes(16, workers)
+            seconds = density.exchange_seconds([p.size for p in params], 0.99,
+                                               workers=workers, link_gbit_s=2.0,
+                                               exchange=exchange)
+            assert seconds * 2e9 / 8 == pytest.approx(stats["wire_bytes"] - signature, abs=1)
+
+
+def test_takes_parameters():
+    params = [Parameter(Tensor(np.zeros((4096, 4096), np.float32)), name="w"),
+              Parameter(Tensor(np.zeros(10, np.float32)), name="b")]
+    assert (choose_sparsity(params, workers=2, link_gbit_s=1.0, step_s=0.09)
+            == choose_sparsity([4096 * 4096, 10], workers=2, link_gbit_s=1.0, step_s=0.09))
+
+
+@pytest.mark.parametrize("kwargs, error, name", [
+    ({"params": "w"}, TypeError, "'params'"),
+    ({"params": []}, ValueError, "'params'"),
+    ({"params": [1.5]}, TypeError, "'params'"),
+    ({"workers": 0}, ValueError, "'workers'"),
+    ({"workers": 2.0}, TypeError, "'workers'"),
+    ({"link_gbit_s": 0}, ValueError, "'link_gbit_s'"),
+    ({"link_gbit_s": "1"}, TypeError, "'link_gbit_s'"),
+    ({"step_s": float("nan")}, ValueError, "'step_s'"),
+    ({"budget": -0.5}, ValueError, "'budget'"),
+    ({"exchange": "ring"}, ValueError, "'exchange'"),
+    ({"choices": []}, ValueError, "'choices'"),
+    ({"choices": [0.9, 1.0]}, ValueError, "'choices'"),
+])
+def test_bad_arguments_are_named(kwargs, error, name):
+    args = dict(params=MLP, workers=2, link_gbit_s=1.0, step_s=0.09)
+    args.update(kwargs)
+    with pytest.raises(error, match=name):
+        choose_sparsity(**args)
