@@ -25,10 +25,12 @@ workers' files and msrun logs.  A summary table is printed at the end: per run
 the first step's time (the workers meet at a barrier before it, so it holds only
 the graph's first launch), the median step time overall and from the first step
 at the last sparsity stage, the median bytes each host sent per step (same two
-spans), the final test accuracy, the training time until the first eval at or
-above the dense run's final accuracy, and the speed-up in that time over dense
-float32 and over dense float16 (`dense-fp16`: the gradients all-reduced in
-float16) when those runs are among the runs.
+spans), the final test accuracy, and for two accuracies, the dense float32 run's
+final one and --target (0.93 unless told): the step and training time of the first
+eval at or above it, the steps as a multiple of the dense float32 run's, and how
+many times sooner in training time than dense float32 and dense float16
+(`dense-fp16`: the gradients all-reduced in float16) it is reached, when those
+runs are among the runs.
 
 Exit code: 0 when every run finished with identical replicas (or, with a fault,
 behaved as reported without hanging), 1 otherwise, 2 when the lab could not be
@@ -234,15 +236,33 @@ def median_at(values, idx):
     return statistics.median(values[i] for i in idx) if idx else None
 
 
-def time_to(evals, target):
-    """Training time of the first eval at or above `target` accuracy (None: never)."""
-    return next((e["train_time_s"] for e in evals if e["test_acc"] >= target), None)
+def first_eval(evals, target):
+    """The first eval at or above `target` accuracy (None: never)."""
+    return next((e for e in evals if e["test_acc"] >= target), None)
 
 
-def summarize(job, dense_final=None, dense_tta=None, fp16_tta=None):
-    """The summary numbers of one finished job (None for a job without results): against
-    the dense float32 run's final accuracy, the time to reach it and the speed-up over the
-    dense float32 run (`dense_tta`) and the dense float16 one (`fp16_tta`)."""
+def reach(evals, target, baselines):
+    """How `evals` reach accuracy `target`: the steps and training time of the first eval
+    at or above it, the steps as a multiple of the dense float32 run's steps to it, and
+    the speed-up in training time over each run of `baselines` ({name: evals}) that
+    reaches it (None where a run never does)."""
+    e = first_eval(evals, target)
+    out = {"target": target, "steps": e and e["step"], "time_s": e and e["train_time_s"],
+           "steps_over_dense": None, "speedup": {}}
+    for name, base_evals in baselines.items():
+        b = first_eval(base_evals, target)
+        out["speedup"][name] = (None if e is None or b is None or not e["train_time_s"]
+                                else b["train_time_s"] / e["train_time_s"])
+        if name == "dense" and e is not None and b is not None and b["step"]:
+            out["steps_over_dense"] = e["step"] / b["step"]
+    return out
+
+
+def summarize(job, dense_final=None, target=None, baselines=None):
+    """The summary numbers of one finished job (None for a job without results).  With
+    the dense float32 run's final accuracy `dense_final`, and the accuracy `target`: how
+    the run reaches each (``reach``) against `baselines` ({run: evals} of the dense
+    float32 run and of the dense float16 one)."""
     results = job["results"]
     if any(r is None for r in results):
         return None
@@ -250,7 +270,9 @@ def summarize(job, dense_final=None, dense_tta=None, fp16_tta=None):
     log = r0["steps_log"]
     warm = last_stage_steps(r0)
     every = list(range(len(log["time_s"])))
-    tta = None if dense_final is None else time_to(r0["evals"], dense_final)
+    baselines = baselines or {}
+    to_dense = None if dense_final is None else reach(r0["evals"], dense_final, baselines)
+    to_target = None if target is None else reach(r0["evals"], target, baselines)
     return {
         "first_step_s": log["time_s"][0],
         "median_step_s": median_at(log["time_s"], every),
@@ -263,9 +285,11 @@ def summarize(job, dense_final=None, dense_tta=None, fp16_tta=None):
         "final_test_acc": r0["final_test_acc"],
         "train_time_s": r0["train_time_s"],
         "compile_s": [r["compile_s"] for r in results],
-        "time_to_dense_acc_s": tta,
-        "speedup_over_dense": None if tta is None or dense_tta is None else dense_tta / tta,
-        "speedup_over_dense_fp16": None if tta is None or fp16_tta is None else fp16_tta / tta,
+        "to_dense_acc": to_dense,
+        "to_target": to_target,
+        "time_to_dense_acc_s": to_dense and to_dense["time_s"],
+        "speedup_over_dense": to_dense and to_dense["speedup"].get("dense"),
+        "speedup_over_dense_fp16": to_dense and to_dense["speedup"].get("dense-fp16"),
         "replicas_identical": len({r["sha256"] for r in results}) == 1,
     }
 
@@ -298,11 +322,21 @@ def _fmt(value, spec):
     return "-" if value is None else format(value, spec)
 
 
+def _reach_cells(r):
+    """Table cells of a ``reach``: 'steps (x dense's steps)', 'seconds', 'fp32x / fp16x'."""
+    if r is None or r["steps"] is None:
+        return "-", "-", "-"
+    ratio = r["steps_over_dense"]
+    speed = [r["speedup"].get(name) for name in ("dense", "dense-fp16")]
+    return (f"{r['steps']}" + ("" if ratio is None else f" ({ratio:.2f}x)"),
+            _fmt(r["time_s"], ".2f"), " / ".join(_fmt(v, ".1f") + "x" for v in speed))
+
+
 def summary_table(records):
     """Plain-text table of the runs' summaries."""
     header = ("run", "1st step s", "step s", "step s (last stage)", "tx MB/step per host",
-              "(last stage)", "final acc", "to dense acc (s)", "speed-up", "over fp16",
-              "replicas")
+              "(last stage)", "final acc", "to dense acc: steps", "s", "sooner fp32 / fp16",
+              "to target: steps", "s", "sooner fp32 / fp16", "replicas")
     rows = []
     for name, rec in records.items():
         s = rec.get("summary")
@@ -310,15 +344,13 @@ def summary_table(records):
             rows.append((name,) + ("-",) * (len(header) - 2)
                         + (f"no result: {rec['ended']}, exit {rec['exit_codes']}",))
             continue
-        speedup, over_fp16 = s["speedup_over_dense"], s["speedup_over_dense_fp16"]
         rows.append((name, _fmt(s["first_step_s"], ".2f"), _fmt(s["median_step_s"], ".4f"),
                      _fmt(s["median_step_s_last_stage"], ".4f"),
                      " / ".join(_fmt(v, ".4f") for v in s["median_tx_mb_per_host"]),
                      " / ".join(_fmt(v, ".4f") for v in s["median_tx_mb_per_host_last_stage"]),
-                     _fmt(s["final_test_acc"], ".4f"), _fmt(s["time_to_dense_acc_s"], ".2f"),
-                     _fmt(speedup, ".2f") + ("x" if speedup else ""),
-                     _fmt(over_fp16, ".2f") + ("x" if over_fp16 else ""),
-                     "identical" if s["replicas_identical"] else "DIFFER"))
+                     _fmt(s["final_test_acc"], ".4f"))
+                    + _reach_cells(s["to_dense_acc"]) + _reach_cells(s["to_target"])
+                    + ("identical" if s["replicas_identical"] else "DIFFER",))
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in [header] + rows]
     return "\n".join([lines[0], "-" * len(lines[0])] + lines[1:])
@@ -398,6 +430,9 @@ def parse_args(argv=None):
                              "(e.g. 100,dense=60)")
     parser.add_argument("--eval-every", type=int, default=5, help="evaluate every this many steps")
     parser.add_argument("--lr", type=float, default=0.05, help="peak learning rate, every run")
+    parser.add_argument("--target", type=float, default=0.93,
+                        help="test accuracy whose steps and time to reach the summary reports, "
+                             "beside the dense float32 run's final accuracy")
     parser.add_argument("--lr-schedule", default="cosine", choices=["cosine", "constant"],
                         help="cosine: from --lr down to 0 at each run's last step")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights, data and batch order")
@@ -421,6 +456,8 @@ def parse_args(argv=None):
             raise ValueError(f"--hosts must be >= 2, got {args.hosts}")
         if args.eval_every < 1 or args.timeout <= 0 or args.hang_bound <= 0 or args.lr <= 0:
             raise ValueError("--eval-every, --lr, --timeout and --hang-bound must be positive")
+        if not 0 < args.target <= 1:
+            raise ValueError(f"--target must be in (0, 1], got {args.target}")
         netlab.parse_rate(args.rate)
         netlab.parse_delay(args.delay)
         args.steps = parse_steps(args.steps, args.runs)
@@ -449,12 +486,11 @@ def experiment(args):
                                 log=lambda line: print(line, flush=True))
         print(f"   exit codes {jobs[run]['exit_codes']} ({jobs[run]['ended']}), "
               f"{jobs[run]['wall_s']:.1f} s", flush=True)
-    dense = summarize(jobs["dense"]) if "dense" in jobs else None
-    dense_final = dense and dense["final_test_acc"]
-    dense_tta = dense and time_to(jobs["dense"]["results"][0]["evals"], dense_final)
-    fp16_tta = (time_to(jobs["dense-fp16"]["results"][0]["evals"], dense_final)
-                if dense and "dense-fp16" in jobs and summarize(jobs["dense-fp16"]) else None)
-    return {run: dict(run_record(job), summary=summarize(job, dense_final, dense_tta, fp16_tta))
+    baselines = {name: jobs[name]["results"][0]["evals"] for name in ("dense", "dense-fp16")
+                 if name in jobs and summarize(jobs[name])}
+    dense_final = baselines["dense"][-1]["test_acc"] if "dense" in baselines else None
+    return {run: dict(run_record(job), summary=summarize(job, dense_final, args.target,
+                                                         baselines))
             for run, job in jobs.items()}
 
 
@@ -477,7 +513,7 @@ def main():
         json.dump({"config": config, "runs": records}, fh, indent=1)
     png = os.path.join(args.out, "link_results.png")
     plot(records, png, f"{args.hosts} hosts, {args.rate} per direction, delay {args.delay}, "
-                       f"{args.model} MLP on {args.data}")
+                       f"{args.model} model on {args.data}")
     print()
     print(summary_table(records))
     for line in fault_lines(records):

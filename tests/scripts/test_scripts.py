@@ -421,3 +421,38 @@ def test_train_plot_has_a_zoomed_panel(tmp_path):
     path = tmp_path / "curves.png"
     train.plot_curves([fake_result("Momentum (baseline)", [0.6, 0.9, 0.975, 0.978])], str(path))
     assert path.stat().st_size > 0
+
+
+def test_link_reach_counts_steps_time_and_speedups():
+    """The link experiment's summary of how a run reaches an accuracy: the first eval at or
+    above it, its steps over the dense float32 run's, its time against each baseline's."""
+    exp = module("tools.link_experiment")
+    evals = lambda *rows: [{"step": s, "train_time_s": t, "test_acc": a} for s, t, a in rows]
+    dense = evals((0, 0.0, 0.1), (10, 15.0, 0.92), (20, 30.0, 0.95))
+    fp16 = evals((0, 0.0, 0.1), (10, 10.0, 0.92), (20, 20.0, 0.95))
+    dgc = evals((0, 0.0, 0.1), (10, 1.0, 0.90), (20, 2.0, 0.93), (30, 3.0, 0.96))
+    r = exp.reach(dgc, 0.95, {"dense": dense, "dense-fp16": fp16})
+    assert (r["steps"], r["time_s"], r["steps_over_dense"]) == (30, 3.0, 1.5)
+    assert r["speedup"] == {"dense": 10.0, "dense-fp16": pytest.approx(20.0 / 3.0)}
+    never = exp.reach(dgc, 0.99, {"dense": dense})
+    assert never["steps"] is None and never["speedup"] == {"dense": None}
+    assert exp._reach_cells(r) == ("30 (1.50x)", "3.00", "10.0x / 6.7x")
+    assert exp._reach_cells(never) == ("-", "-", "-")
+
+
+def test_link_experiment_refuses_a_target_outside_0_1():
+    res = run_module("tools.link_experiment", "--target", "1.5")
+    assert res.returncode == 2 and "--target must be in (0, 1]" in res.stderr
+
+
+def test_link_convnet_has_batchnorm_and_two_compressed_tensors():
+    import mindspore as ms
+    import ms_optim
+    worker = module("tools.link_worker")
+    net = worker.model("convnet")
+    assert sum(isinstance(c, ms.nn.BatchNorm2d) for _, c in net.cells_and_names()) == 2
+    assert sum(p.size for p in net.trainable_params()) == 601802
+    opt = ms_optim.DGCMomentum(net.trainable_params(), 0.05, 0.9, rampup_begin_step=0)
+    assert opt.compressed_params == ["features.3.weight", "head.0.weight"]
+    x = ms.Tensor(np.zeros((3, 64), np.float32))
+    assert net(x).shape == (3, 10)
