@@ -287,9 +287,6 @@ def summarize(job, dense_final=None, target=None, baselines=None):
         "compile_s": [r["compile_s"] for r in results],
         "to_dense_acc": to_dense,
         "to_target": to_target,
-        "time_to_dense_acc_s": to_dense and to_dense["time_s"],
-        "speedup_over_dense": to_dense and to_dense["speedup"].get("dense"),
-        "speedup_over_dense_fp16": to_dense and to_dense["speedup"].get("dense-fp16"),
         "replicas_identical": len({r["sha256"] for r in results}) == 1,
     }
 
