@@ -5,7 +5,8 @@ sparser ones send fewer bytes.  The right sparsity is the densest one whose
 exchange stays a small part of a step, which depends on the link, the model and
 the step's compute time.  ``choose_sparsity`` reads that off DGCMomentum's wire
 model (``wire.exchange_stats``: the bytes MindSpore's CPU collectives send per
-host) and the link's rate.
+host) and the link's rate, for the parameters DGCMomentum would compress (float32
+or float16, at least 16384 elements).
 
 Examples:
     >>> from ms_optim.dgc import choose_sparsity
@@ -18,46 +19,52 @@ Examples:
 import numbers
 
 from .. import _checks
-from ..dgc_plan import MIN_COMPRESSED_NUMEL, selected_k
+from ..dgc_plan import DGCPlan, union_k
 from . import wire
+from .optimizer import COMPRESSED_DTYPES
 
 # the sparsities choose_sparsity picks from, densest first
 SPARSITY_CHOICES = (0.9, 0.95, 0.98, 0.99, 0.995, 0.999)
 _NAME = "choose_sparsity"
 
 
-def exchange_seconds(sizes, sparsity, *, workers, link_gbit_s, exchange="auto"):
+def exchange_seconds(sizes, sparsity, *, workers, link_gbit_s, exchange="auto",
+                     compressible=None):
     """Seconds one host needs to send its share of a DGC step's exchange at `sparsity`
     among `workers` hosts, on a link of `link_gbit_s` Gbit/s per direction: the wire
-    bytes of ``wire.exchange_stats`` (compressed parameters: those of at least
-    ``MIN_COMPRESSED_NUMEL`` elements; the others sent dense) over the rate."""
-    comp = [n for n in sizes if n >= MIN_COMPRESSED_NUMEL]
-    small = sum(n for n in sizes if n < MIN_COMPRESSED_NUMEL)
-    selected = sum(selected_k(n, sparsity) for n in comp)
-    how = wire.stage_exchange(exchange, selected, sum(comp), workers)
-    if how == "union":
-        selected = sum(workers * max(1, selected_k(n, sparsity) // workers) for n in comp)
+    bytes of ``wire.exchange_stats`` over the rate.  `sizes` are the parameters' numbers
+    of elements, `compressible` per parameter whether its dtype can be compressed
+    (default: every one); DGCMomentum's plan (``DGCPlan``) says which are."""
+    compressible = [True] * len(sizes) if compressible is None else list(compressible)
+    plan = DGCPlan(sizes, compressible, [sparsity], rampup_begin_step=0, rampup_step=1)
+    comp = sum(sizes[i] for i in plan.comp_ids)
+    small = sum(sizes[i] for i in plan.dense_ids)
+    ks = plan.stage_k[0]
+    how = wire.stage_exchange(exchange, sum(ks), comp, workers)
+    selected = sum(workers * union_k(k, workers) for k in ks) if how == "union" else sum(ks)
     stats = wire.exchange_stats(step=0, stage=0, sparsity=sparsity, workers=workers,
                                 exchange=how, selected=selected, small_elements=small,
-                                compressed_elements=sum(comp), signature_bytes=0)
+                                compressed_elements=comp, signature_bytes=0)
     return stats["wire_bytes"] * 8 / (link_gbit_s * 1e9)
 
 
 def _sizes(params):
-    """Elements per parameter, from Parameters (their ``size``) or ints."""
+    """(elements, compressible) per parameter, from Parameters (their ``size`` and
+    ``dtype``) or ints (compressible)."""
     if isinstance(params, (str, bytes)) or not hasattr(params, "__iter__"):
         raise TypeError(f"For '{_NAME}', the 'params' must be a list of Parameters or of "
                         f"element counts, but got {type(params).__name__}.")
-    sizes = []
+    sizes, compressible = [], []
     for p in params:
         n = getattr(p, "size", p)
         if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1:
             raise TypeError(f"For '{_NAME}', every entry of 'params' must be a Parameter or a "
                             f"positive int, but got {type(p).__name__}: {p!r}.")
         sizes.append(int(n))
+        compressible.append(getattr(p, "dtype", COMPRESSED_DTYPES[0]) in COMPRESSED_DTYPES)
     if not sizes:
         raise ValueError(f"For '{_NAME}', the 'params' must not be empty.")
-    return sizes
+    return sizes, compressible
 
 
 def choose_sparsity(params, *, workers, link_gbit_s, step_s, budget=0.5,
@@ -88,7 +95,7 @@ def choose_sparsity(params, *, workers, link_gbit_s, step_s, budget=0.5,
             positive, `exchange` is not one of ``wire.EXCHANGES``, or `choices` is empty
             or holds a value outside [0, 1).
     """
-    sizes = _sizes(params)
+    sizes, compressible = _sizes(params)
     workers = _checks.check_int(_NAME, "workers", workers)
     if workers < 1:
         raise ValueError(f"For '{_NAME}', the 'workers' must be >= 1, but got {workers}.")
@@ -107,6 +114,6 @@ def choose_sparsity(params, *, workers, link_gbit_s, step_s, budget=0.5,
     ordered = sorted(float(s) for s in choices)
     for s in ordered:
         if exchange_seconds(sizes, s, workers=workers, link_gbit_s=link_gbit_s,
-                            exchange=exchange) <= budget * step_s:
+                            exchange=exchange, compressible=compressible) <= budget * step_s:
             return s
     return ordered[-1]

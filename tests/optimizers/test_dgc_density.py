@@ -59,6 +59,18 @@ def test_takes_parameters():
             == choose_sparsity([4096 * 4096, 10], workers=2, link_gbit_s=1.0, step_s=0.09))
 
 
+def test_parameters_that_are_not_compressed_count_dense():
+    """A float64 parameter is never compressed: its elements go dense whatever the sparsity,
+    as DGCMomentum sends them."""
+    big64 = Parameter(Tensor(np.zeros((4096, 4096), np.float64)), name="w64")
+    big32 = Parameter(Tensor(np.zeros((4096, 4096), np.float32)), name="w32")
+    dense = density.exchange_seconds([big64.size], 0.999, workers=2, link_gbit_s=1.0,
+                                     compressible=[False])
+    assert dense == pytest.approx(wire.allreduce_wire_bytes(4 * big64.size, 2) * 8 / 1e9)
+    assert choose_sparsity([big64], workers=2, link_gbit_s=1.0, step_s=0.09) == 0.999
+    assert choose_sparsity([big32], workers=2, link_gbit_s=1.0, step_s=0.09) == 0.98
+
+
 @pytest.mark.parametrize("kwargs, error, name", [
     ({"params": "w"}, TypeError, "'params'"),
     ({"params": []}, ValueError, "'params'"),
