@@ -1,9 +1,9 @@
 """How dense DGC's selection can be on a given link: ``choose_sparsity``.
 
-Denser selections train in fewer steps (the residuals hold less gradient back);
-sparser ones send fewer bytes.  The right sparsity is the densest one whose
-exchange stays a small part of a step, which depends on the link, the model and
-the step's compute time.  ``choose_sparsity`` reads that off DGCMomentum's wire
+Denser selections (a lower sparsity) train in fewer steps: the residuals hold
+less gradient back.  Sparser ones send fewer bytes.  The recommended sparsity is
+the densest one whose modeled exchange takes at most a share (`budget`, 0.5) of
+a step's compute time, which depends on the link, the model and the step.  ``choose_sparsity`` reads that off DGCMomentum's wire
 model (``wire.exchange_stats``: the bytes MindSpore's CPU collectives send per
 host) and the link's rate, for the parameters DGCMomentum would compress (float32
 or float16, at least 16384 elements).
@@ -32,7 +32,8 @@ def exchange_seconds(sizes, sparsity, *, workers, link_gbit_s, exchange="auto",
                      compressible=None):
     """Seconds one host needs to send its share of a DGC step's exchange at `sparsity`
     among `workers` hosts, on a link of `link_gbit_s` Gbit/s per direction: the wire
-    bytes of ``wire.exchange_stats`` over the rate.  `sizes` are the parameters' numbers
+    bytes of ``wire.exchange_stats`` over the rate (a lower bound: no latency, headers
+    or compute).  `sizes` are the parameters' numbers
     of elements, `compressible` per parameter whether its dtype can be compressed
     (default: every one); DGCMomentum's plan (``DGCPlan``) says which are."""
     compressible = [True] * len(sizes) if compressible is None else list(compressible)
@@ -75,11 +76,12 @@ def choose_sparsity(params, *, workers, link_gbit_s, step_s, budget=0.5,
     Args:
         params (list): The parameters DGCMomentum will step (``net.trainable_params()``), or
             their numbers of elements.
-        workers (int): The number of workers (hosts) exchanging.
-        link_gbit_s (float): The link's rate per direction, in Gbit/s.
+        workers (int): The number of workers exchanging, one per host.
+        link_gbit_s (float): What each host sends per second over the link, in Gbit/s
+            (measured, or the lowest rate expected: a lower one gives a sparser pick).
         step_s (float): One step's compute time on one worker, in seconds: forward,
-            backward and the optimizer, without the exchange (time a few steps of the
-            single-process model).
+            backward and the optimizer, without the exchange (the median of about 20
+            steps of the model in one process, leaving out the first few, which compile).
         budget (float): The share of `step_s` the exchange may take.  Default: ``0.5``.
         exchange (str): DGCMomentum's `exchange`, whose bytes are modeled.  Default:
             ``"auto"``.
