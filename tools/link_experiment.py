@@ -484,7 +484,7 @@ def experiment(args):
         print(f"   exit codes {jobs[run]['exit_codes']} ({jobs[run]['ended']}), "
               f"{jobs[run]['wall_s']:.1f} s", flush=True)
     baselines = {name: jobs[name]["results"][0]["evals"] for name in ("dense", "dense-fp16")
-                 if name in jobs and summarize(jobs[name])}
+                 if name in jobs and None not in jobs[name]["results"]}
     dense_final = baselines["dense"][-1]["test_acc"] if "dense" in baselines else None
     return {run: dict(run_record(job), summary=summarize(job, dense_final, args.target,
                                                          baselines))

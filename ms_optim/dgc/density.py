@@ -3,10 +3,11 @@
 Denser selections (a lower sparsity) train in fewer steps: the residuals hold
 less gradient back.  Sparser ones send fewer bytes.  The recommended sparsity is
 the densest one whose modeled exchange takes at most a share (`budget`, 0.5) of
-a step's compute time, which depends on the link, the model and the step.  ``choose_sparsity`` reads that off DGCMomentum's wire
-model (``wire.exchange_stats``: the bytes MindSpore's CPU collectives send per
-host) and the link's rate, for the parameters DGCMomentum would compress (float32
-or float16, at least 16384 elements).
+a step's compute time, which depends on the link, the model and the step.
+``choose_sparsity`` reads that off DGCMomentum's wire model
+(``wire.exchange_stats``: the bytes MindSpore's CPU collectives send per host) and
+the link's rate, for the parameters DGCMomentum would compress (float32 or
+float16, at least 16384 elements).
 
 Examples:
     >>> from ms_optim.dgc import choose_sparsity
@@ -19,9 +20,10 @@ Examples:
 import numbers
 
 from .. import _checks
-from ..dgc_plan import DGCPlan, union_k
+from ..dgc_plan import DGCPlan
 from . import wire
 from .optimizer import COMPRESSED_DTYPES
+from .plan import applied_entries
 
 # the sparsities choose_sparsity picks from, densest first
 SPARSITY_CHOICES = (0.9, 0.95, 0.98, 0.99, 0.995, 0.999)
@@ -33,16 +35,16 @@ def exchange_seconds(sizes, sparsity, *, workers, link_gbit_s, exchange="auto",
     """Seconds one host needs to send its share of a DGC step's exchange at `sparsity`
     among `workers` hosts, on a link of `link_gbit_s` Gbit/s per direction: the wire
     bytes of ``wire.exchange_stats`` over the rate (a lower bound: no latency, headers
-    or compute).  `sizes` are the parameters' numbers
-    of elements, `compressible` per parameter whether its dtype can be compressed
-    (default: every one); DGCMomentum's plan (``DGCPlan``) says which are."""
+    or compute).  `sizes` are the parameters' numbers of elements, `compressible` per
+    parameter whether its dtype can be compressed (default: every one); DGCMomentum's
+    plan (``DGCPlan``) says which are."""
     compressible = [True] * len(sizes) if compressible is None else list(compressible)
     plan = DGCPlan(sizes, compressible, [sparsity], rampup_begin_step=0, rampup_step=1)
     comp = sum(sizes[i] for i in plan.comp_ids)
     small = sum(sizes[i] for i in plan.dense_ids)
     ks = plan.stage_k[0]
     how = wire.stage_exchange(exchange, sum(ks), comp, workers)
-    selected = sum(workers * union_k(k, workers) for k in ks) if how == "union" else sum(ks)
+    selected = applied_entries(ks, how, workers)
     stats = wire.exchange_stats(step=0, stage=0, sparsity=sparsity, workers=workers,
                                 exchange=how, selected=selected, small_elements=small,
                                 compressed_elements=comp, signature_bytes=0)

@@ -10,7 +10,7 @@ from .. import _checks
 from .._api import OptimizerAPI
 from .._step import StepSkeleton
 from ..clip import ClipGradByNorm
-from ..dgc_plan import DGCPlan, union_k
+from ..dgc_plan import DGCPlan
 from ..regularizer import L1Decay, L2Decay
 from . import checks, wire
 from .checkpoints import U_PREFIX, V_PREFIX, WORLD_SIZE_NAME, world_size_message
@@ -18,7 +18,7 @@ from .exchange import (DenseExchange, Exchanges, ReplicaSync, SharedExchange, Sp
                        check_stand_alone_in_graph, model_signature, require_stand_alone,
                        world_size)
 from .grads import regularize, widen
-from .plan import momentum_group, stage_branches
+from .plan import applied_entries, momentum_group, stage_branches
 from .steps import DenseMomentum, NativeStep, OpsStep, StepState
 
 # dtypes of the parameters DGC compresses (residuals u, v and exchanged values are float32)
@@ -330,10 +330,10 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         element), with ``exchange="auto"`` the cheaper one for the number of
         workers (see ``wire.choose_sparse_exchange``); or "union" or "leader"
         when asked for (``selected`` is then the entries applied:
-        ``workers * max(1, k // workers)`` per parameter for "union").  ``bytes`` is what the worker puts
-        into the collectives' buffers; ``wire_bytes`` is the payload one host
-        sends for them with MindSpore's CPU collectives (``wire.WIRE_FACTOR``;
-        headers of the network protocols not included).  `workers` (default:
+        ``workers * max(1, k // workers)`` per parameter for "union").  ``bytes``
+        is what the worker puts into the collectives' buffers; ``wire_bytes`` is
+        the payload one host sends for them with MindSpore's CPU collectives
+        (``wire.WIRE_FACTOR``; headers of the network protocols not included).  `workers` (default:
         the world size) asks what would be sent among that many workers.
         """
         if step is None:
@@ -346,9 +346,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         exchange = "dense" if stage is None else (
             self.stage_exchange[stage] if workers == self.nranks else
             self._plan_exchange(stage, workers))
-        selected = 0 if stage is None else sum(
-            workers * union_k(k, workers) if exchange == "union" else k
-            for k in self.stage_k[stage])
+        selected = 0 if stage is None else applied_entries(self.stage_k[stage], exchange,
+                                                            workers)
         return wire.exchange_stats(
             step=step, stage=stage, sparsity=None if stage is None else self.sparsity[stage],
             workers=workers, exchange=exchange, selected=selected,

@@ -77,6 +77,15 @@ def stage_entries(plan, stage_exchange, nranks):
                    blocks=tuple(1 if ex == "leader" else nranks for ex in stage_exchange))
 
 
+def applied_entries(ks, exchange, nranks):
+    """The entries a stage applies among `nranks` workers, its parameters selecting `ks`:
+    their sum, or with the union exchange every worker's ``union_k(k, nranks)`` proposals
+    per parameter (``DGCMomentum.exchange_stats``' `selected`)."""
+    if exchange == "union":
+        return sum(nranks * union_k(k, nranks) for k in ks)
+    return sum(ks)
+
+
 class SparseBuckets(NamedTuple):
     """The native sparse step's buckets, as positions among the compressed parameters.
 
