@@ -22,6 +22,12 @@ def selected_k(numel, sparsity):
     return max(1, int(numel * (1 - sparsity)))
 
 
+def bucket_stage_sparsity(stage_sparsity, bucket_sparsity):
+    """The sparsity of the small parameters' bucket at a stage of `stage_sparsity`: its own
+    `bucket_sparsity`, never sparser than the large parameters' stage."""
+    return min(stage_sparsity, bucket_sparsity)
+
+
 def union_k(k, nranks):
     """Indices each of `nranks` workers proposes for a parameter that selects `k` entries,
     with the union exchange (every worker's proposals taken together): at least one."""
@@ -49,13 +55,21 @@ class DGCPlan:
         rampup_begin_step (int): The first step that compresses.
         rampup_step (int): The number of steps over which the sparsities are spread.
         min_numel (int, optional): The smallest compressed parameter.  Default: ``16384``.
+        bucket_sparsity (float, optional): The sparsity of the bucket of smaller
+            parameters, or None to send them dense.  Default: ``None``.
 
     The arguments are not validated here: DGCMomentum checks them first.
 
     Attributes:
         is_compressed (tuple[bool]): Per parameter, whether it is compressed.
-        comp_ids, dense_ids (tuple[int]): Indices of the compressed and the other
-            parameters.
+        comp_ids, dense_ids (tuple[int]): Indices of the compressed parameters and of
+            those sent dense at every step.
+        bucket_ids (tuple[int]): Indices of the parameters in the bucket (empty without a
+            `bucket_sparsity`).
+        bucket_offsets (tuple[int]): Where each starts in the bucket's concatenation.
+        bucket_numel (int): The bucket's elements.
+        bucket_k (tuple[int]): ``bucket_k[s]``, the entries the bucket selects at stage s
+            (empty without a bucket).
         stage_k (tuple[tuple[int]]): ``stage_k[s][j]``, k of compressed parameter j at
             stage s.
         stage_offsets (tuple[tuple[int]]): ``stage_offsets[s][j]``, where its entries
@@ -81,17 +95,35 @@ class DGCPlan:
         (((5000, 7500), (20, 30)), ((0, 5000), (0, 20)), (12500, 50))
         >>> plan.stage_starts
         (2, 4)
+        >>> plan = DGCPlan(sizes=[20000, 10, 30], compressible=[True, True, True],
+        ...                sparsity=[0.75, 0.999], rampup_begin_step=2, rampup_step=4,
+        ...                bucket_sparsity=0.875)  # the small ones as one bucket of 40
+        >>> plan.dense_ids, plan.bucket_ids, plan.bucket_offsets, plan.bucket_k
+        ((), (1, 2), (0, 10), (10, 5))
     """
 
     def __init__(self, sizes, compressible, sparsity, rampup_begin_step, rampup_step,
-                 min_numel=MIN_COMPRESSED_NUMEL):
+                 min_numel=MIN_COMPRESSED_NUMEL, bucket_sparsity=None):
         self.sizes = tuple(int(n) for n in sizes)
+        compressible = tuple(bool(c) for c in compressible)
         self.sparsity = tuple(sparsity)
         self.rampup_begin_step, self.rampup_step = rampup_begin_step, rampup_step
         self.is_compressed = tuple(bool(c) and n >= min_numel
                                    for n, c in zip(self.sizes, compressible))
+        self.bucket_sparsity = bucket_sparsity
+        self.in_bucket = tuple(bucket_sparsity is not None and bool(c) and 0 < n < min_numel
+                               for n, c in zip(self.sizes, compressible))
         self.comp_ids = tuple(i for i, c in enumerate(self.is_compressed) if c)
-        self.dense_ids = tuple(i for i, c in enumerate(self.is_compressed) if not c)
+        self.bucket_ids = tuple(i for i, b in enumerate(self.in_bucket) if b)
+        self.dense_ids = tuple(i for i, (c, b) in enumerate(zip(self.is_compressed,
+                                                                 self.in_bucket))
+                               if not (c or b))
+        bucket_sizes = [self.sizes[i] for i in self.bucket_ids]
+        self.bucket_offsets = tuple(sum(bucket_sizes[:j]) for j in range(len(bucket_sizes)))
+        self.bucket_numel = sum(bucket_sizes)
+        self.bucket_k = tuple(
+            selected_k(self.bucket_numel, bucket_stage_sparsity(s, bucket_sparsity))
+            for s in self.sparsity) if self.bucket_ids else ()
         self.stage_k = tuple(tuple(selected_k(self.sizes[i], s) for i in self.comp_ids)
                              for s in self.sparsity)
         self.stage_offsets = tuple(tuple(sum(ks[:j]) for j in range(len(ks)))

@@ -382,11 +382,20 @@ class DGCReference:
     step t (leader), or at every worker's ``union_k`` proposals side by side
     (union; an index proposed twice is taken once), and the mean of those is
     applied (docs/algorithms.md §3).
+
+    With a `bucket_sparsity`, the float32 and float16 parameters below `min_numel`
+    elements are compressed together from `rampup_begin_step` on: the same local step on
+    their concatenation (float32 u, v, as a compressed parameter's), one exact top-k of
+    ``dgc_plan.selected_k(total, dgc_plan.bucket_stage_sparsity(sparsity[stage],
+    bucket_sparsity))`` entries over all of them (with "leader" and "union" as for a
+    compressed parameter), the mean of every worker's selection applied (DGCMomentum's
+    ``bucket_sparsity``).
     """
 
     def __init__(self, params, momentum, rampup_begin_step, rampup_step=1, sparsity=(0.999,),
                  nesterov=False, clip_norm=None, l1=0.0, wd=None, nranks=1, loss_scale=1.0,
-                 min_numel=dgc_plan.MIN_COMPRESSED_NUMEL, exchange="exact"):
+                 min_numel=dgc_plan.MIN_COMPRESSED_NUMEL, exchange="exact",
+                 bucket_sparsity=None):
         if exchange not in ("exact", "leader", "union"):
             raise ValueError(f"exchange must be 'exact', 'leader' or 'union', got {exchange!r}")
         self.params = params
@@ -399,10 +408,15 @@ class DGCReference:
         self.nranks, self.inv_scale = nranks, f32(1.0 / loss_scale)
         self.compressed = [p.dtype in (np.float32, np.float16) and p.size >= min_numel
                            for p in params]
+        self.bucket_sparsity = bucket_sparsity
+        self.bucketed = [bucket_sparsity is not None and p.dtype in (np.float32, np.float16)
+                         and 0 < p.size < min_numel for p in params]
+        # float32 residuals and float32 math for the compressed and the bucketed parameters
+        self.wide = [c or b for c, b in zip(self.compressed, self.bucketed)]
         # residuals: float32 for compressed parameters, else of the parameter's dtype
-        self.u = [[np.zeros(p.shape, f32 if c else p.dtype) for p, c in zip(params, self.compressed)]
+        self.u = [[np.zeros(p.shape, f32 if c else p.dtype) for p, c in zip(params, self.wide)]
                   for _ in range(nranks)]
-        self.v = [[np.zeros(p.shape, f32 if c else p.dtype) for p, c in zip(params, self.compressed)]
+        self.v = [[np.zeros(p.shape, f32 if c else p.dtype) for p, c in zip(params, self.wide)]
                   for _ in range(nranks)]
         self.t = 0
 
@@ -418,10 +432,14 @@ class DGCReference:
 
     def step(self, worker_grads, lr):
         lr = f32(lr)
+        bucket = {}  # bucketed parameter -> (its value in float32, every worker's gradient)
         for j, p in enumerate(self.params):
             # a compressed parameter enters the local step in float32
-            value = p.astype(f32) if self.compressed[j] else p
+            value = p.astype(f32) if self.wide[j] else p
             local = [self._local(worker_grads[w][j], value, self.wd[j]) for w in range(self.nranks)]
+            if self.bucketed[j] and self.t >= self.begin:
+                bucket[j] = (value, local)
+                continue
             if not self.compressed[j] or self.t < self.begin:
                 G = local[0].copy()
                 for g in local[1:]:
@@ -449,11 +467,49 @@ class DGCReference:
                     sel = [dgc_select(self.u[w][j], self.v[w][j], local[w], self.momentum, k,
                                       self.nesterov) for w in range(self.nranks)]
                     step = dgc_aggregate(p.size, sel).reshape(p.shape)
-            if self.compressed[j]:  # float32 math, one rounding to the parameter's dtype
+            if self.wide[j]:  # float32 math, one rounding to the parameter's dtype
                 p[...] = (value - lr * step).astype(p.dtype)
             else:
                 p -= lr * step
+        if bucket:
+            self._bucket_step(bucket, lr)
         self.t += 1
+
+    def _bucket_step(self, bucket, lr):
+        """The bucketed parameters' compressed step, on the concatenation of each worker's
+        residuals and gradients (in parameter order), crossing the workers as `exchange`
+        says."""
+        ids = sorted(bucket)
+        bounds = np.cumsum([0] + [self.params[j].size for j in ids])
+        numel = int(bounds[-1])
+        stage = dgc_plan.stage_index(self.t, self.begin, self.rampup_step, len(self.sparsity))
+        k = dgc_plan.selected_k(numel, dgc_plan.bucket_stage_sparsity(
+            self.sparsity[stage], self.bucket_sparsity))
+        us = [np.concatenate([self.u[w][j].reshape(-1) for j in ids]) for w in range(self.nranks)]
+        vs = [np.concatenate([self.v[w][j].reshape(-1) for j in ids]) for w in range(self.nranks)]
+        gs = [np.concatenate([bucket[j][1][w].reshape(-1) for j in ids])
+              for w in range(self.nranks)]
+        if self.exchange in ("leader", "union"):
+            if self.exchange == "union":
+                k = dgc_plan.union_k(k, self.nranks)
+            idx = [dgc_propose(us[w], vs[w], gs[w], self.momentum, k, self.nesterov)
+                   for w in range(self.nranks)]
+            idx = (idx[dgc_leader(self.t, self.nranks)] if self.exchange == "leader"
+                   else np.concatenate(idx))
+            total = dgc_take(us[0], vs[0], idx)
+            for w in range(1, self.nranks):  # rank order
+                total = total + dgc_take(us[w], vs[w], idx)
+            G = dgc_aggregate(numel, [(idx, total)]) / f32(self.nranks)
+        else:
+            G = dgc_aggregate(numel, [dgc_select(us[w], vs[w], gs[w], self.momentum, k,
+                                                 self.nesterov) for w in range(self.nranks)])
+        for n, j in enumerate(ids):
+            lo, hi = bounds[n], bounds[n + 1]
+            for w in range(self.nranks):
+                self.u[w][j][...] = us[w][lo:hi].reshape(self.params[j].shape)
+                self.v[w][j][...] = vs[w][lo:hi].reshape(self.params[j].shape)
+            p = self.params[j]
+            p[...] = (bucket[j][0] - lr * G[lo:hi].reshape(p.shape)).astype(p.dtype)
 
 
 # ---------------------------------------------------------------------------
