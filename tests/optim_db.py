@@ -494,15 +494,16 @@ LAMB = OptimizerInfo(
 DGC_BASE = dict(learning_rate=0.1, momentum=0.9, rampup_begin_step=0)
 
 
-def wide_dgc(dtype=ms.float32, impl="native"):
+def wide_dgc(dtype=ms.float32, impl="native", bucket_sparsity=None):
     """WideNet and a DGCMomentum compressing its first weight: dense steps 0-1, then sparsity
-    0.9 for 4 steps, then 0.99."""
+    0.9 for 4 steps, then 0.99 (with `bucket_sparsity`, the other parameters as a bucket)."""
     ms.set_seed(1)
     net = WideNet(dtype)
     opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.05, momentum=0.9,
                                rampup_begin_step=2, rampup_step=4, sparsity=[0.9, 0.99],
-                               impl=impl)
+                               impl=impl, bucket_sparsity=bucket_sparsity)
     assert opt.compressed_params == ["fc1.weight"]
+    assert len(opt.bucketed_params) == (0 if bucket_sparsity is None else 3)
     return net, opt
 
 
@@ -565,6 +566,12 @@ DGC_MOMENTUM = OptimizerInfo(
         ErrorInput(dict(learning_rate=-1.0), ValueError, "learning_rate"),
         ErrorInput(dict(loss_scale=0), ValueError, "loss_scale"),
         ErrorInput(dict(impl="gpu"), ValueError, "impl"),
+        ErrorInput(dict(bucket_sparsity=1.0), ValueError, "bucket_sparsity"),
+        ErrorInput(dict(bucket_sparsity=-0.5), ValueError, "bucket_sparsity"),
+        ErrorInput(dict(bucket_sparsity=float("nan")), ValueError, "bucket_sparsity"),
+        ErrorInput(dict(bucket_sparsity="0.9"), TypeError, "bucket_sparsity"),
+        ErrorInput(dict(bucket_sparsity=[0.9]), TypeError, "bucket_sparsity"),
+        ErrorInput(dict(bucket_sparsity=True), TypeError, "bucket_sparsity"),
         # numpy integers are ints, numpy bools are not
         ErrorInput(dict(rampup_begin_step=np.int64(-1)), ValueError,
                    "For 'DGCMomentum', the 'rampup_begin_step' must be greater than or equal to 0"),
@@ -583,16 +590,22 @@ DGC_MOMENTUM = OptimizerInfo(
                   dict(learning_rate=np.float32(0.1), momentum=np.float32(0.9),
                        rampup_begin_step=np.int64(10), rampup_step=np.int32(2),
                        num_trainers=np.int64(1), local_grad_clip_norm=np.float32(10.0),
-                       weight_decay=np.float64(0.01), loss_scale=np.int64(2)),
+                       weight_decay=np.float64(0.01), loss_scale=np.int64(2),
+                       bucket_sparsity=np.float32(0.5)),
+                  dict(bucket_sparsity=0),
                   *shared_valid_inputs()],
     repr_case=ReprCase(lambda: dict(learning_rate=0.1, momentum=0.9, rampup_begin_step=5,
                                     sparsity=[0.75, 0.999]),
                        start="DGCMomentum(learning_rate=0.1, momentum=0.9, rampup_begin_step=5, "
                              "rampup_step=1, sparsity=(0.75, 0.999), ",
-                       end="impl='native', exchange='auto', nranks=1, params=3)"),
+                       end="impl='native', exchange='auto', bucket_sparsity=None, nranks=1, "
+                           "params=3)"),
     # the same selections, sums and residual updates in either: the same bits
     agreements=[Agreement("dense_and_both_stages", "native", "ops",
-                          lambda impl: wide_dgc(impl=impl), _wide_batch(), 12, bit_identical)],
+                          lambda impl: wide_dgc(impl=impl), _wide_batch(), 12, bit_identical),
+                Agreement("bucket", "native", "ops",
+                          lambda impl: wide_dgc(impl=impl, bucket_sparsity=0.8), _wide_batch(),
+                          12, bit_identical)],
     checkpoints=[
         CheckpointCase("float32", wide_dgc, _wide_batch(), 12,
                        {"fc1.weight": ms.float32, "dgc_u.fc1.weight": ms.float32,
@@ -603,6 +616,11 @@ DGC_MOMENTUM = OptimizerInfo(
                        {"fc1.weight": ms.float16, "dgc_u.fc1.weight": ms.float32,
                         "dgc_v.fc1.weight": ms.float32, "dgc_u.fc1.bias": ms.float16},
                        marks=SLOW),
+        # the bucket of the small float16 parameters: float32 residuals u and v
+        CheckpointCase("float16_bucket", lambda: wide_dgc(ms.float16, bucket_sparsity=0.8),
+                       _wide_batch(np.float16), 12,
+                       {"fc1.bias": ms.float16, "dgc_u.fc1.bias": ms.float32,
+                        "dgc_v.fc1.bias": ms.float32, "dgc_v.fc2.weight": ms.float32}),
     ],
     model=ModelCase(_dgc_model_data, lambda: wide_dgc(), 8, _dgc_model_reference,
                     loss_ratio=0.1, min_acc=0.95, marks=SLOW),

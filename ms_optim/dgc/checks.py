@@ -59,9 +59,10 @@ def check_bfloat16(cls, parameters, target):
                 f"Use float16 or float32 on CPU.")
 
 
-def warn_uncompressed(cls, parameters, is_compressed):
+def warn_uncompressed(cls, parameters, is_compressed, bucketed=False):
     """One warning per parameter large enough to compress that is sent dense anyway, and one
-    when no parameter is compressed (attributed to the caller of DGCMomentum's constructor)."""
+    when no parameter is compressed, alone or in a bucket (`bucketed`) (attributed to the
+    caller of DGCMomentum's constructor)."""
     for p, compressed in zip(parameters, is_compressed):
         if compressed or p.size < MIN_COMPRESSED_NUMEL:
             continue
@@ -70,7 +71,7 @@ def warn_uncompressed(cls, parameters, is_compressed):
                "only float32 and float16 parameters are compressed")
         warnings.warn(f"{cls}: parameter '{p.name}' ({str(p.dtype).lower()}, {p.size} elements) "
                       f"is exchanged dense on every step: {why}.", UserWarning, stacklevel=3)
-    if parameters and not any(is_compressed):
+    if parameters and not any(is_compressed) and not bucketed:
         warnings.warn(f"{cls} compresses none of its {len(parameters)} parameter(s): only float32 "
                       f"and float16 parameters of {MIN_COMPRESSED_NUMEL} elements or more are "
                       f"compressed, and the largest here has {max(p.size for p in parameters)}. "
@@ -110,11 +111,12 @@ class Checked:
     weight_decay: object  # a float or a Cell
     loss_scale: float
     impl: str  # "native" or "ops": "auto" resolved by the device target
+    bucket_sparsity: Optional[float]
 
 
 def validate(cls, *, learning_rate, momentum, rampup_begin_step, rampup_step, sparsity,
              use_nesterov, local_grad_clip_norm, num_trainers, regularization, grad_clip,
-             weight_decay, loss_scale, impl, exchange):
+             weight_decay, loss_scale, impl, exchange, bucket_sparsity):
     """DGCMomentum's argument checks, in the order of its signature; returns a Checked.
 
     `num_trainers` is checked against the world size later, once the optimizer knows it.
@@ -152,8 +154,11 @@ def validate(cls, *, learning_rate, momentum, rampup_begin_step, rampup_step, sp
     loss_scale = _checks.check_loss_scale(cls, loss_scale)
     impl = resolve_impl(cls, impl, ("native", "ops"), "ops")
     _checks.check_choice(cls, "exchange", exchange, EXCHANGES)
+    if bucket_sparsity is not None:
+        bucket_sparsity = _checks.check_open_unit(cls, "bucket_sparsity", _checks.check_float(
+            cls, "bucket_sparsity", bucket_sparsity, allow_int=True), include_zero=True)
     return Checked(learning_rate=learning_rate, momentum=momentum,
                    rampup_begin_step=rampup_begin_step, rampup_step=rampup_step,
                    sparsity=sparsity, local_grad_clip_norm=local_grad_clip_norm,
                    num_trainers=num_trainers, weight_decay=weight_decay, loss_scale=loss_scale,
-                   impl=impl)
+                   impl=impl, bucket_sparsity=bucket_sparsity)

@@ -31,23 +31,29 @@ _NAME = "choose_sparsity"
 
 
 def exchange_seconds(sizes, sparsity, *, workers, link_gbit_s, exchange="auto",
-                     compressible=None):
+                     compressible=None, bucket_sparsity=None):
     """Seconds one host needs to send its share of a DGC step's exchange at `sparsity`
     among `workers` hosts, on a link of `link_gbit_s` Gbit/s per direction: the wire
     bytes of ``wire.exchange_stats`` over the rate (a lower bound: no latency, headers
     or compute).  `sizes` are the parameters' numbers of elements, `compressible` per
     parameter whether its dtype can be compressed (default: every one); DGCMomentum's
-    plan (``DGCPlan``) says which are."""
+    plan (``DGCPlan``) says which are, and which go in the bucket of `bucket_sparsity`."""
     compressible = [True] * len(sizes) if compressible is None else list(compressible)
-    plan = DGCPlan(sizes, compressible, [sparsity], rampup_begin_step=0, rampup_step=1)
+    plan = DGCPlan(sizes, compressible, [sparsity], rampup_begin_step=0, rampup_step=1,
+                   bucket_sparsity=bucket_sparsity)
     comp = sum(sizes[i] for i in plan.comp_ids)
     small = sum(sizes[i] for i in plan.dense_ids)
     ks = plan.stage_k[0]
     how = wire.stage_exchange(exchange, sum(ks), comp, workers)
     selected = applied_entries(ks, how, workers)
+    bucket = {}
+    if plan.bucket_ids:
+        bucket_how = wire.stage_exchange(exchange, plan.bucket_k[0], plan.bucket_numel, workers)
+        bucket = dict(bucket_elements=plan.bucket_numel, bucket_exchange=bucket_how,
+                      bucket_selected=applied_entries((plan.bucket_k[0],), bucket_how, workers))
     stats = wire.exchange_stats(step=0, stage=0, sparsity=sparsity, workers=workers,
                                 exchange=how, selected=selected, small_elements=small,
-                                compressed_elements=comp, signature_bytes=0)
+                                compressed_elements=comp, signature_bytes=0, **bucket)
     return stats["wire_bytes"] * 8 / (link_gbit_s * 1e9)
 
 
@@ -71,7 +77,7 @@ def _sizes(params):
 
 
 def choose_sparsity(params, *, workers, link_gbit_s, step_s, budget=0.5,
-                    exchange="auto", choices=SPARSITY_CHOICES):
+                    exchange="auto", choices=SPARSITY_CHOICES, bucket_sparsity=None):
     """The densest sparsity of `choices` whose exchange takes at most `budget` times the
     step's compute time on the given link (the sparsest of them when none does).
 
@@ -89,6 +95,8 @@ def choose_sparsity(params, *, workers, link_gbit_s, step_s, budget=0.5,
             ``"auto"``.
         choices (tuple[float]): The sparsities to pick from.  Default:
             ``SPARSITY_CHOICES``, 0.9 to 0.999.
+        bucket_sparsity (float): DGCMomentum's `bucket_sparsity`, whose bucket of small
+            parameters is modeled (None: they are sent dense).  Default: ``None``.
 
     Returns:
         float, an entry of `choices`, to pass as ``DGCMomentum(sparsity=[...])``.
@@ -96,8 +104,8 @@ def choose_sparsity(params, *, workers, link_gbit_s, step_s, budget=0.5,
     Raises:
         TypeError: If an argument has the wrong type.
         ValueError: If `workers` < 1, `link_gbit_s`, `step_s` or `budget` is not
-            positive, `exchange` is not one of ``wire.EXCHANGES``, or `choices` is empty
-            or holds a value outside [0, 1).
+            positive, `exchange` is not one of ``wire.EXCHANGES``, `choices` is empty
+            or holds a value outside [0, 1), or `bucket_sparsity` is outside [0, 1).
     """
     sizes, compressible = _sizes(params)
     workers = _checks.check_int(_NAME, "workers", workers)
@@ -115,9 +123,13 @@ def choose_sparsity(params, *, workers, link_gbit_s, step_s, budget=0.5,
     for s in choices:
         _checks.check_open_unit(_NAME, "choices", _checks.check_float(
             _NAME, "choices", s, allow_int=True), include_zero=True)
+    if bucket_sparsity is not None:
+        bucket_sparsity = _checks.check_open_unit(_NAME, "bucket_sparsity", _checks.check_float(
+            _NAME, "bucket_sparsity", bucket_sparsity, allow_int=True), include_zero=True)
     ordered = sorted(float(s) for s in choices)
     for s in ordered:
         if exchange_seconds(sizes, s, workers=workers, link_gbit_s=link_gbit_s,
-                            exchange=exchange, compressible=compressible) <= budget * step_s:
+                            exchange=exchange, compressible=compressible,
+                            bucket_sparsity=bucket_sparsity) <= budget * step_s:
             return s
     return ordered[-1]

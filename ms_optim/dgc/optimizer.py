@@ -19,7 +19,7 @@ from .exchange import (DenseExchange, Exchanges, ReplicaSync, SharedExchange, Sp
                        world_size)
 from .grads import regularize, widen
 from .plan import applied_entries, momentum_group, stage_branches
-from .steps import DenseMomentum, NativeStep, OpsStep, StepState
+from .steps import BucketStep, DenseMomentum, NativeStep, OpsStep, StepState
 
 # dtypes of the parameters DGC compresses (residuals u, v and exchanged values are float32)
 COMPRESSED_DTYPES = (mstype.float32, mstype.float16)
@@ -58,11 +58,16 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
     3. The other parameters, and all of them before `rampup_begin_step`: with :math:`G`
        the workers' mean gradient, :math:`u = \mu u + G,\ w = w - \eta u` (Nesterov:
        :math:`w = w - \eta (G + \mu u)`).
+    4. With `bucket_sparsity` :math:`b`, the float32 and float16 parameters below 16384
+       elements are compressed too, as one bucket: step 2 with one top-k over their
+       concatenation of :math:`n_b` elements, ``k = max(1, int(n_b * (1 - min(sparsity[i],
+       b))))``, each parameter applying its share with its own learning rate.
 
     Note:
         - The residuals are the Parameters ``dgc_u.*`` and ``dgc_v.*`` (checkpoints carry
-          them).  ``compressed_params``, ``stage(step)`` and ``exchange_stats(step)`` say
-          what is compressed, the `sparsity` index of a step, and what a worker sends.
+          them).  ``compressed_params``, ``bucketed_params``, ``stage(step)`` and
+          ``exchange_stats(step)`` say what is compressed alone and in the bucket, the
+          `sparsity` index of a step, and what a worker sends.
         - A compressed float16 parameter is stepped in float32 (one rounding per update).
           A parameter of 16384 or more elements that is not compressed (float64, bfloat16)
           gets one ``UserWarning``.
@@ -107,6 +112,12 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             ``"leader"``, every worker takes its values at worker :math:`t \bmod N`'s
             top-k indices (Broadcast; ScaleCom's cyclic leader).  What a worker does
             not send stays in its residuals.  Default: ``"auto"``.
+        bucket_sparsity (Union[float, int], optional): In [0.0, 1.0): compress the float32
+            and float16 parameters below 16384 elements together as one bucket at
+            ``min(sparsity[i], bucket_sparsity)`` (biases and normalization parameters; a
+            denser setting than `sparsity`, such as 0.9, keeps their accuracy).  Its
+            selection is ``ops.topk`` with either `impl`, and it crosses the workers in
+            its own buffer as `exchange` says.  None sends them dense.  Default: ``None``.
 
     Inputs:
         - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
@@ -124,7 +135,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             list or tuple; `rampup_begin_step`, `rampup_step` or `num_trainers` not an
             int; `use_nesterov` not a bool; `weight_decay` not a float, an int or a Cell;
             `grad_clip` not None or a ClipGradByNorm; `regularization` not None, L1Decay
-            or L2Decay.
+            or L2Decay; `bucket_sparsity` not None, a float or an int.
         ValueError: If `params` is empty, names a parameter twice or has a group that sets
             ``"grad_centralization"``; `learning_rate` (or a group's ``"lr"``) is negative
             or not finite, a Tensor or numpy array of more than one dimension, or a
@@ -133,7 +144,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             decreases; `rampup_begin_step` < 0; `rampup_step` < 1; `local_grad_clip_norm`
             <= 0; `loss_scale` <= 0 or not finite; `weight_decay` < 0 or not finite;
             `num_trainers` < 1 or not the number of workers; `impl` or `exchange` is not
-            one of its choices.
+            one of its choices; `bucket_sparsity` is not in [0.0, 1.0).
         ValueError: If both `grad_clip` and `local_grad_clip_norm`, or `regularization`
             and a non-zero `weight_decay`, are given.
         RuntimeError: If the parallel mode is not stand-alone (``DATA_PARALLEL``, ...).
@@ -177,7 +188,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
     def __init__(self, params, learning_rate, momentum, rampup_begin_step, rampup_step=1,
                  sparsity=(0.999,), use_nesterov=False, local_grad_clip_norm=None,
                  num_trainers=None, regularization=None, grad_clip=None, weight_decay=0.0,
-                 loss_scale=1.0, impl="auto", exchange="auto"):
+                 loss_scale=1.0, impl="auto", exchange="auto", bucket_sparsity=None):
         cls = self._NAME
         params = _checks.check_params(cls, params)
         checked = checks.validate(
@@ -185,12 +196,14 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             rampup_begin_step=rampup_begin_step, rampup_step=rampup_step, sparsity=sparsity,
             use_nesterov=use_nesterov, local_grad_clip_norm=local_grad_clip_norm,
             num_trainers=num_trainers, regularization=regularization, grad_clip=grad_clip,
-            weight_decay=weight_decay, loss_scale=loss_scale, impl=impl, exchange=exchange)
+            weight_decay=weight_decay, loss_scale=loss_scale, impl=impl, exchange=exchange,
+            bucket_sparsity=bucket_sparsity)
         (learning_rate, momentum, rampup_begin_step, rampup_step, sparsity, local_grad_clip_norm,
-         num_trainers, weight_decay, loss_scale, impl) = (
+         num_trainers, weight_decay, loss_scale, impl, bucket_sparsity) = (
             checked.learning_rate, checked.momentum, checked.rampup_begin_step,
             checked.rampup_step, checked.sparsity, checked.local_grad_clip_norm,
-            checked.num_trainers, checked.weight_decay, checked.loss_scale, checked.impl)
+            checked.num_trainers, checked.weight_decay, checked.loss_scale, checked.impl,
+            checked.bucket_sparsity)
         # the loss scale is divided out here, before clipping (the base class would fold it
         # into the weight decay)
         super().__init__(learning_rate, params, weight_decay, 1.0)
@@ -212,8 +225,11 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
                           sparsity=sparsity, use_nesterov=use_nesterov,
                           local_grad_clip_norm=local_grad_clip_norm, regularization=regularization,
                           grad_clip=grad_clip, weight_decay=weight_decay, loss_scale=loss_scale,
-                          impl=impl, exchange=exchange, nranks=self.nranks)
-        if impl == "ops":  # its per-parameter loops nest deeper than MindSpore's default allows
+                          impl=impl, exchange=exchange, bucket_sparsity=bucket_sparsity,
+                          nranks=self.nranks)
+        # impl="ops"'s per-parameter loops, and the bucket's, nest deeper than MindSpore's
+        # default allows
+        if impl == "ops" or bucket_sparsity is not None:
             checks.raise_call_depth(len(self._parameters))
         self._init_skeleton()
         self.use_nesterov = use_nesterov
@@ -228,15 +244,20 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
 
         self.plan = DGCPlan([p.size for p in self._parameters],
                             [p.dtype in COMPRESSED_DTYPES for p in self._parameters],
-                            sparsity, rampup_begin_step, rampup_step)
+                            sparsity, rampup_begin_step, rampup_step,
+                            bucket_sparsity=bucket_sparsity)
         plan = self.plan
         self.is_compressed, self.comp_ids, self.dense_ids = (plan.is_compressed, plan.comp_ids,
                                                              plan.dense_ids)
+        self.bucket_ids = plan.bucket_ids
         self.stage_k, self.stage_offsets = plan.stage_k, plan.stage_offsets
-        # compressed parameters narrower than float32: gradient, residuals and update in float32
-        self.widened = tuple(c and p.dtype != mstype.float32
-                             for c, p in zip(self.is_compressed, self._parameters))
-        checks.warn_uncompressed(cls, self._parameters, self.is_compressed)
+        # compressed and bucketed parameters narrower than float32: gradient, residuals and
+        # update in float32
+        self.widened = tuple((c or b) and p.dtype != mstype.float32
+                             for c, b, p in zip(self.is_compressed, plan.in_bucket,
+                                                self._parameters))
+        checks.warn_uncompressed(cls, self._parameters, self.is_compressed,
+                                 bucketed=bool(self.bucket_ids))
         self.any_widened = any(self.widened)
         self.no_decay = (False,) * len(self._parameters)
         # the dtypes of the local gradients (_local_grads)
@@ -247,6 +268,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
                                 for p, w in zip(self._parameters, self.widened))
         self.v = ParameterTuple(_residual(self._parameters[i], V_PREFIX, True)
                                 for i in self.comp_ids)
+        self.bucket_v = ParameterTuple(_residual(self._parameters[i], V_PREFIX, True)
+                                       for i in self.bucket_ids)
 
         # the number of workers whose residuals u, v hold: saved with them, so that a run
         # resumed at another world size refuses the step (resize_checkpoints converts)
@@ -264,13 +287,18 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         self.shared_exchange = SharedExchange(self.nranks)
         self.dense_exchange = DenseExchange(self.nranks, [shapes[i] for i in self.dense_ids])
         self.warmup_exchange = DenseExchange(self.nranks, [shapes[i] for i in self.comp_ids])
+        self.bucket_warmup_exchange = DenseExchange(self.nranks,
+                                                    [shapes[i] for i in self.bucket_ids])
         self.exchange = exchange
         self.stage_exchange = tuple(self._plan_exchange(s, self.nranks)
                                     for s in range(len(self.sparsity)))
+        self.bucket_exchange = tuple(self._plan_bucket_exchange(s, self.nranks)
+                                     for s in range(len(self.sparsity)))
         self.replicas = ReplicaSync(self.nranks, model_signature(
             shapes, [p.dtype for p in self._parameters],
             (self.stage_k, self.rampup_begin_step, self.rampup_step, self.is_compressed,
-             self.stage_exchange)), self._parameters)
+             self.stage_exchange, self.plan.bucket_k, self.bucket_ids, self.bucket_exchange)),
+            self._parameters)
 
     def _build_steps(self, momentum):
         """The step's Cells (steps.py): the compressed parameters' stage step and the dense
@@ -283,6 +311,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         sparse = NativeStep if self.impl == "native" else OpsStep
         self.sparse_step = sparse(state, self.plan, self.stage_exchange, Exchanges(
             self.sparse_exchange, self.warmup_exchange, self.shared_exchange))
+        self.bucket_step = (BucketStep(state, self.plan, self.bucket_v, self.bucket_exchange)
+                            if self.bucket_ids else None)
 
         def momentum_step(ids, exchange):
             # the native op steps the parameters whose u is float32
@@ -292,7 +322,9 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
 
         self.dense_momentum = momentum_step(self.dense_ids, self.dense_exchange)
         self.warmup_momentum = momentum_step(self.comp_ids, self.warmup_exchange)
-        self.has_warmup = bool(self.comp_ids) and self.rampup_begin_step > 0
+        self.bucket_warmup = momentum_step(self.bucket_ids, self.bucket_warmup_exchange)
+        self.compresses = bool(self.comp_ids or self.bucket_ids)
+        self.has_warmup = self.compresses and self.rampup_begin_step > 0
         # one op for every parameter before compression on one worker (MindSpore runs a step
         # ten times slower when two in-place ops take the same gradient Parameters)
         self.all_momentum = (momentum_step(range(len(self._parameters)), None)
@@ -300,7 +332,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         # whether a step has a branch to choose (warm-up or stage; the first step's check
         # of the workers' parameters): __call__ chooses it on the host
         self.host_branches = (self.has_warmup or self.nranks > 1
-                              or (bool(self.comp_ids) and len(self.stage_bounds) > 1))
+                              or (self.compresses and len(self.stage_bounds) > 1))
 
     # ----------------------------------------------------------- reporting --
 
@@ -308,6 +340,11 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
     def compressed_params(self):
         """Names of the parameters DGC compresses (float32 or float16, >= 16384 elements)."""
         return [self._parameters[i].name for i in self.comp_ids]
+
+    @property
+    def bucketed_params(self):
+        """Names of the parameters compressed together as one bucket (``bucket_sparsity``)."""
+        return [self._parameters[i].name for i in self.bucket_ids]
 
     def stage(self, step):
         """Index into `sparsity` used at `step` (counted from 0), or None before compression."""
@@ -319,6 +356,14 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         sparsified gradient, whichever sends fewer bytes."""
         return wire.stage_exchange(self.exchange, sum(self.stage_k[stage]),
                                    self.warmup_exchange.send_elements, workers)
+
+    def _plan_bucket_exchange(self, stage, workers):
+        """How the bucket's selection crosses `workers` workers at stage `stage`, as
+        `exchange` says (None without a bucket)."""
+        if not self.bucket_ids:
+            return None
+        return wire.stage_exchange(self.exchange, self.plan.bucket_k[stage],
+                                   self.plan.bucket_numel, workers)
 
     def exchange_stats(self, step=None, workers=None):
         """What one worker sends at `step` (default: the next step) against dense fp32 gradients.
@@ -348,13 +393,20 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             self._plan_exchange(stage, workers))
         selected = 0 if stage is None else applied_entries(self.stage_k[stage], exchange,
                                                             workers)
+        # the bucket (sent with the small tensors before compression)
+        bucket = dict(bucket_elements=self.plan.bucket_numel)
+        if stage is not None and self.bucket_ids:
+            how = (self.bucket_exchange[stage] if workers == self.nranks
+                   else self._plan_bucket_exchange(stage, workers))
+            bucket.update(bucket_exchange=how, bucket_selected=applied_entries(
+                (self.plan.bucket_k[stage],), how, workers))
         return wire.exchange_stats(
             step=step, stage=stage, sparsity=None if stage is None else self.sparsity[stage],
             workers=workers, exchange=exchange, selected=selected,
             small_elements=self.dense_exchange.send_elements,
             compressed_elements=self.warmup_exchange.send_elements,
             # the signature check's gather
-            signature_bytes=4 * int(self.replicas.width.asnumpy()[0]))
+            signature_bytes=4 * int(self.replicas.width.asnumpy()[0]), **bucket)
 
     # ---------------------------------------------------------------- step --
 
@@ -457,6 +509,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         if self.nranks == 1:
             return self.all_momentum(lr, grads)
         done = self.dense_momentum(lr, grads)
+        if self.bucket_ids:
+            done = F.depend(done, self.bucket_warmup(lr, grads))
         return F.depend(done, self.warmup_momentum(lr, grads))
 
     def _compressing_step(self, step, lr, grads):
@@ -466,17 +520,26 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         if len(self.stage_bounds) == 1:  # one stage from the first compressing step on
             return self._stage_step(self.stage_bounds[0][0], step, lr, grads)
         done = self.dense_momentum(lr, grads)
-        if self.comp_ids:
+        if self.compresses:
             # the plan's stages as step ranges (dgc_plan.DGCPlan.stage_starts)
             for s, first, end in self.stage_bounds:
                 if step >= first and step < end:
-                    done = F.depend(done, self.sparse_step(s, lr, grads, step))
+                    done = F.depend(done, self._compressed(s, step, lr, grads))
         return done
 
     def _stage_step(self, stage, step, lr, grads):
         """Stage `stage` (a constant) at `step`: dense momentum for the small parameters,
         and the compressed ones at that stage's sparsity."""
         done = self.dense_momentum(lr, grads)
+        if self.compresses:
+            done = F.depend(done, self._compressed(stage, step, lr, grads))
+        return done
+
+    def _compressed(self, stage, step, lr, grads):
+        """The compressed parameters and the bucket at stage `stage` (a constant)."""
+        done = True
         if self.comp_ids:
-            done = F.depend(done, self.sparse_step(stage, lr, grads, step))
+            done = self.sparse_step(stage, lr, grads, step)
+        if self.bucket_ids:
+            done = F.depend(done, self.bucket_step(stage, lr, grads, step))
         return done

@@ -6,6 +6,8 @@
   stage (select, exchange, apply; with shared indices propose, the shared
   indices, take, the workers' values summed, apply their mean), by the
   multi-tensor native kernels or by MindSpore ops (``ops.topk``).
+- ``BucketStep``: the small parameters' step as one bucket (``bucket_sparsity``):
+  top-k over their concatenation, by MindSpore ops, with any of the exchanges.
 
 Every native DGC kernel (``aot.dgc_select_multi_op``, ``dgc_propose_multi_op``,
 ``dgc_take_multi_op``, ``dgc_apply_multi_op``, ``dgc_momentum_op``) is built and
@@ -20,7 +22,13 @@ from mindspore.ops import functional as F
 
 from .. import aot
 from .._step import StepSkeleton
+from ..dgc_plan import union_k
+from .exchange import DenseExchange, SharedExchange, SparseExchange
 from .plan import sparse_buckets, stage_entries
+
+
+# The largest bucket whose indices cross as float32 (every int32 below 2**24 is exact)
+FUSED_INDEX_LIMIT = 2 ** 24
 
 
 class StepState(NamedTuple):
@@ -29,7 +37,7 @@ class StepState(NamedTuple):
     params: tuple       # every parameter
     u: tuple            # every parameter's residual u
     v: tuple            # every compressed parameter's residual v
-    widened: tuple      # per parameter: compressed and narrower than float32
+    widened: tuple      # per parameter: compressed (or bucketed), narrower than float32
     grad_dtypes: tuple  # per parameter, the dtype of its local gradient
     momentum: float
     use_nesterov: bool
@@ -391,3 +399,113 @@ class OpsStep(_SparseStep):
             return F.assign(p, F.cast(flat.reshape(p.shape), F.dtype(p)))
         flat = ops.tensor_scatter_add(p.reshape(-1), idx.reshape(-1, 1), -step)
         return F.assign(p, flat.reshape(p.shape))
+
+
+class BucketStep(_Step):
+    """The bucket of small parameters (``DGCPlan.bucket_ids``) at stage `stage`, by
+    MindSpore ops: each parameter's residuals updated as a compressed one's, then exact
+    top-k selections (``ops.topk``) over the concatenation of their ``|v|``, crossing the
+    workers as ``bucket_exchange[stage]`` says:
+
+    - "allgather" and "allreduce": each worker's top ``plan.bucket_k[stage]`` entries,
+      masked there, gathered as (index, value) entries or scattered into zeros and the
+      sparsified buckets all-reduced, and their mean applied;
+    - "leader" and "union": every worker takes (and masks) its values at the leader's top-k
+      indices or at every worker's top ``max(1, k // N)`` side by side (`shared`, a
+      SharedExchange), the values are all-reduced and their mean applied.
+
+    u, v and the update are float32 whatever the parameter's dtype.  The gathered entries
+    cross in one AllGather, not two: the indices travel as float32 beside the values
+    (exact below 2**24, ``FUSED_INDEX_LIMIT``; a bigger bucket gathers them in a second
+    collective).  Each collective costs a round trip between the hosts."""
+
+    def __init__(self, state, plan, bucket_v, bucket_exchange):
+        super().__init__(state, plan.bucket_ids)
+        self.v = tuple(bucket_v)
+        self.numel = plan.bucket_numel
+        self.bounds = tuple((lo, lo + p.size) for lo, p in zip(plan.bucket_offsets, self.params))
+        self.stage_exchange = bucket_exchange
+        # per stage, the indices each worker selects (with the union, its proposals)
+        self.k = tuple(union_k(k, state.nranks) if ex == "union" else k
+                       for k, ex in zip(plan.bucket_k, bucket_exchange))
+        self.gathered = SparseExchange(state.nranks)
+        self.summed = DenseExchange(state.nranks, [(self.numel,)])
+        self.shared = SharedExchange(state.nranks)
+        self.fused = self.numel <= FUSED_INDEX_LIMIT
+        if state.nranks > 1:
+            self.all_gather = ops.AllGather()
+        self.nranks_t = Tensor(float(state.nranks), mstype.float32)
+
+    def construct(self, stage, lr, grads, step):
+        exchange = self.stage_exchange[stage]
+        all_u, all_v = self.accumulate(grads)
+        _, idx = ops.topk(ops.abs(all_v), self.k[stage])
+        if exchange == "leader":
+            idx = self.shared.leader_indices(idx, step)
+        elif exchange == "union":
+            idx = self.shared.union_indices(idx)
+        rows = idx.reshape(-1, 1)
+        val = ops.gather(all_v, idx, 0)
+        if exchange == "union" and self.nranks > 1:  # an index proposed twice: taken once
+            pos = ops.arange(0, idx.shape[0], dtype=mstype.int32)
+            first = ops.unsorted_segment_min(pos, idx, self.numel)
+            val = ops.select(ops.gather(first, idx, 0) == pos, val, ops.zeros_like(val))
+        val = F.depend(val, self.mask(all_u, all_v, rows))
+        if exchange in ("leader", "union"):
+            total = ops.tensor_scatter_add(ops.zeros((self.numel,), mstype.float32), rows,
+                                           self.shared.sum(val))
+            return self.apply(lr, total / self.nranks_t)
+        if exchange == "allreduce":
+            return self.apply(lr, self.summed((ops.scatter_nd(rows, val, (self.numel,)),))[0])
+        idx_all, val_all = self.gather(idx, val, self.k[stage])
+        total = ops.tensor_scatter_add(ops.zeros((self.numel,), mstype.float32),
+                                       idx_all.reshape(-1, 1), val_all)
+        return self.apply(lr, total / self.nranks_t)
+
+    def accumulate(self, grads):
+        """Momentum correction of every parameter of the bucket: the new u and v,
+        concatenated (assigned by ``mask``)."""
+        flat_u, flat_v = (), ()
+        for j in range(len(self.ids)):
+            u, v, g = self.us[j], self.v[j], grads[self.ids[j]]
+            if self.use_nesterov:
+                next_u = self.momentum * (u + g)
+                next_v = v + next_u + g
+            else:
+                next_u = self.momentum * u + g
+                next_v = v + next_u
+            flat_u = flat_u + (next_u.reshape(-1),)
+            flat_v = flat_v + (next_v.reshape(-1),)
+        return ops.concat(flat_u), ops.concat(flat_v)
+
+    def mask(self, all_u, all_v, rows):
+        """u and v set to 0 at `rows` (the taken indices) and assigned, per parameter."""
+        zeros = ops.zeros((rows.shape[0],), mstype.float32)
+        all_u = ops.tensor_scatter_update(all_u, rows, zeros)
+        all_v = ops.tensor_scatter_update(all_v, rows, zeros)
+        done = True
+        for j in range(len(self.ids)):
+            lo, hi = self.bounds[j]
+            done = F.depend(done, F.assign(self.us[j], all_u[lo:hi].reshape(self.us[j].shape)))
+            done = F.depend(done, F.assign(self.v[j], all_v[lo:hi].reshape(self.v[j].shape)))
+        return done
+
+    def apply(self, lr, mean):
+        """p -= lr * mean for each parameter (its share of the bucket), in float32."""
+        lrs = self.lrs(lr)
+        done = True
+        for j in range(len(self.ids)):
+            lo, hi = self.bounds[j]
+            p = self.params[j]
+            step = self.lr_at(lrs, j) * mean[lo:hi].reshape(p.shape)
+            done = F.depend(done, F.assign(
+                p, F.cast(F.cast(p, mstype.float32) - step, F.dtype(p))))
+        return done
+
+    def gather(self, idx, val, k):
+        """Every worker's `k` (index, value) entries, in rank order."""
+        if self.nranks == 1 or not self.fused:
+            return self.gathered((idx,), (val,))
+        rows = self.all_gather(ops.concat((F.cast(idx, mstype.float32), val)))
+        rows = rows.reshape(self.nranks, 2 * k)
+        return F.cast(rows[:, :k], mstype.int32).reshape(-1), rows[:, k:].reshape(-1)

@@ -71,8 +71,28 @@ def stage_exchange(choice, selected, elements, nranks):
     return choose_sparse_exchange(selected, elements, nranks)
 
 
+def sparse_part(exchange, selected, elements, workers):
+    """(index bytes, value bytes, wire bytes) of one worker's share of a sparse exchange:
+    `exchange` "allgather", "leader", "union" (`selected` the entries applied: for the
+    union ``workers`` times each worker's proposals) or "allreduce" (and "dense": the
+    `elements` in float32)."""
+    index_bytes, value_bytes = INDEX_BYTES * selected, FLOAT32_BYTES * selected
+    if exchange == "union":  # each worker's share of the indices, gathered
+        index_bytes //= workers
+        return (index_bytes, value_bytes, allgather_wire_bytes(index_bytes, workers)
+                + allreduce_wire_bytes(value_bytes, workers))
+    if exchange == "leader":
+        return (index_bytes, value_bytes, broadcast_wire_bytes(index_bytes, workers)
+                + allreduce_wire_bytes(value_bytes, workers))
+    if exchange == "allgather":
+        return index_bytes, value_bytes, allgather_wire_bytes(index_bytes + value_bytes, workers)
+    value_bytes = FLOAT32_BYTES * elements  # dense, or the sparsified gradient
+    return 0, value_bytes, allreduce_wire_bytes(value_bytes, workers)
+
+
 def exchange_stats(*, step, stage, sparsity, workers, exchange, selected, small_elements,
-                   compressed_elements, signature_bytes):
+                   compressed_elements, signature_bytes, bucket_elements=0, bucket_selected=0,
+                   bucket_exchange=None):
     """What one worker sends at `step` against dense float32 gradients (the dict of
     ``DGCMomentum.exchange_stats``).
 
@@ -87,35 +107,42 @@ def exchange_stats(*, step, stage, sparsity, workers, exchange, selected, small_
     always sent dense and of the compressed ones; `signature_bytes` what each
     worker's replica check gathers.  The buffers are the exchange's fused ones:
     small tensors and (before compression, or with the AllReduce exchange) the
-    compressed ones in float32, selections as index + value.
+    compressed ones in float32, selections as index + value (``sparse_part``).
+
+    The bucket of small parameters (`bucket_elements`, none without
+    ``bucket_sparsity``) is sent dense before compression, then as its own buffers,
+    `bucket_exchange` of its `bucket_selected` applied entries (``bucket_bytes``; the
+    large parameters' buffers are ``sparse_part_bytes``).
     """
+    bucketed = exchange != "dense" and bucket_elements > 0
+    if not bucketed:  # sent with the small tensors
+        small_elements, bucket_elements, bucket_selected = small_elements + bucket_elements, 0, 0
     selected = 0 if exchange == "dense" else selected
-    entries = exchange in ("allgather", "leader", "union")  # sent as indices and values
     small_bytes = FLOAT32_BYTES * small_elements
-    index_bytes, value_bytes = INDEX_BYTES * selected, FLOAT32_BYTES * selected
-    if exchange == "union":  # each worker's share of the indices, gathered
-        index_bytes //= workers
-        sparse_wire = (allgather_wire_bytes(index_bytes, workers)
-                       + allreduce_wire_bytes(value_bytes, workers))
-    elif exchange == "leader":
-        sparse_wire = (broadcast_wire_bytes(index_bytes, workers)
-                       + allreduce_wire_bytes(value_bytes, workers))
-    elif exchange == "allgather":
-        sparse_wire = allgather_wire_bytes(index_bytes + value_bytes, workers)
-    else:  # dense, or the sparsified gradient: the compressed parameters in float32
-        index_bytes, value_bytes = 0, FLOAT32_BYTES * compressed_elements
-        sparse_wire = allreduce_wire_bytes(value_bytes, workers)
+    index_bytes, value_bytes, sparse_wire = sparse_part(exchange, selected,
+                                                        compressed_elements, workers)
+    bucket_bytes, bucket_wire = 0, 0.0
+    if bucketed:
+        b_index, b_value, bucket_wire = sparse_part(bucket_exchange, bucket_selected,
+                                                    bucket_elements, workers)
+        bucket_bytes = b_index + b_value
     sparse_bytes = index_bytes + value_bytes
-    sent_bytes = small_bytes + sparse_bytes
+    sent_bytes = small_bytes + sparse_bytes + bucket_bytes
     wire = (allreduce_wire_bytes(small_bytes, workers)
-            + allgather_wire_bytes(signature_bytes, workers) + sparse_wire)
-    dense_elements = small_elements + compressed_elements
+            + allgather_wire_bytes(signature_bytes, workers) + sparse_wire + bucket_wire)
+    dense_elements = small_elements + compressed_elements + bucket_elements
     dense_bytes = FLOAT32_BYTES * dense_elements
+    entries = ("allgather", "leader", "union")  # sent as indices and values
     return {"step": step, "stage": stage, "sparsity": sparsity, "workers": workers,
             "exchange": exchange,
-            "elements": small_elements + (selected if entries else compressed_elements),
+            "elements": (small_elements
+                         + (selected if exchange in entries else compressed_elements)
+                         + (bucket_selected if bucket_exchange in entries
+                            else bucket_elements)),
             "selected": selected, "bytes": sent_bytes, "wire_bytes": int(round(wire)),
             "dense_part_bytes": small_bytes, "sparse_part_bytes": sparse_bytes,
+            "bucket_exchange": bucket_exchange if bucketed else None,
+            "bucket_selected": bucket_selected, "bucket_bytes": bucket_bytes,
             "dense_elements": dense_elements, "dense_bytes": dense_bytes,
             "dense_wire_bytes": int(round(allreduce_wire_bytes(dense_bytes, workers))),
             "compression": dense_bytes / sent_bytes}

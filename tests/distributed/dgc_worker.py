@@ -11,7 +11,8 @@ Modes:
   shared         the exchanges of shared indices ("leader", "union"): known per-worker
                  gradients straight into the optimizer (native and ops), then a small
                  network trained with TrainOneStepCell (the leader chosen on the
-                 device); writes rank<r>.npz
+                 device); and the bucket of small parameters (bucket_sparsity) on known
+                 gradients; writes rank<r>.npz
   mismatch       rank 1 builds a different model: the first step must fail on both workers
   save           train 6 steps, save DIR/saved<N>/rank<r>.ckpt (N workers)
   resume         load --ckpt (with {rank}), train 3 more steps; the model is written to
@@ -83,19 +84,21 @@ def train_net(rank, nranks, start, stop, seed, ckpt_load=None, ckpt_save=None):
     return state + [u.asnumpy() for u in opt.u] + [v.asnumpy() for v in opt.v]
 
 
-def known_steps(rank, nranks, impl, exchange, tag):
+def known_steps(rank, nranks, impl, exchange, tag, bucket_sparsity=None):
     """STEPS of known gradients straight into the optimizer, from parameters that differ on
     every worker until the first step's broadcast: the initial parameters ("init<i>") and,
-    each name led by `tag`, the parameters, residuals and the last step's exchange bytes."""
+    each name led by `tag`, the parameters, residuals and the last step's exchange bytes
+    (the bucket's residuals v as "bucket_v<j>")."""
     params = make_params(seed=rank)
     arrays = {f"init{i}": p.asnumpy().copy() for i, p in enumerate(params)}
     opt = ms_optim.DGCMomentum(params, num_trainers=nranks, impl=impl, exchange=exchange,
-                               **CONFIG)
+                               bucket_sparsity=bucket_sparsity, **CONFIG)
     for t in range(STEPS):
         opt(tuple(Tensor(g) for g in known_grads(rank, t)))
     arrays.update({f"{tag}param{i}": p.asnumpy() for i, p in enumerate(params)})
     arrays.update({f"{tag}u{i}": u.asnumpy() for i, u in enumerate(opt.u)})
     arrays.update({f"{tag}v{i}": v.asnumpy() for i, v in enumerate(opt.v)})
+    arrays.update({f"{tag}bucket_v{j}": v.asnumpy() for j, v in enumerate(opt.bucket_v)})
     arrays[f"{tag}exchange_bytes"] = np.array(opt.exchange_stats(STEPS - 1)["bytes"])
     return arrays
 
@@ -141,6 +144,24 @@ def mode_exchange(rank, nranks, out):
 
 def mode_shared(rank, nranks, out):
     arrays = {}
+    # the bucket of the two small parameters (32 elements), with 3 workers: at 0.9 (3
+    # entries each) gathered, at 0.5 (16 each) the sparsified bucket all-reduced
+    for impl, bucket, tag in (("native", 0.9, "bucket90_"), ("ops", 0.9, "bucket90_ops_"),
+                              ("native", 0.5, "bucket50_")):
+        arrays.update(known_steps(rank, nranks, impl, "auto", tag, bucket_sparsity=bucket))
+    # the bucket with shared indices, as the large parameters
+    for impl, exchange in (("native", "leader"), ("ops", "union")):
+        arrays.update(known_steps(rank, nranks, impl, exchange, f"bucket_{exchange}_",
+                                  bucket_sparsity=0.9))
+    # the bucket's indices in their own collective, as a bucket too big to send them as
+    # float32 does
+    from ms_optim.dgc import steps
+    limit, steps.FUSED_INDEX_LIMIT = steps.FUSED_INDEX_LIMIT, 0
+    try:
+        arrays.update(known_steps(rank, nranks, "native", "auto", "bucket90_split_",
+                                  bucket_sparsity=0.9))
+    finally:
+        steps.FUSED_INDEX_LIMIT = limit
     for exchange in ("leader", "union"):
         for impl, tag in (("native", f"{exchange}_"), ("ops", f"{exchange}_ops_")):
             arrays.update(known_steps(rank, nranks, impl, exchange, tag))

@@ -60,14 +60,14 @@ def _arrays(out, workers):
     return [np.load(os.path.join(out, f"rank{r}.npz")) for r in range(workers)]
 
 
-def _reference(init, nranks, exchange):
+def _reference(init, nranks, exchange, bucket_sparsity=None):
     """The numpy rule of worker.CONFIG from the parameters `init` (a worker's npz)."""
     cfg = worker.CONFIG
     return reference.DGCReference([init[f"init{i}"].copy() for i in range(4)], cfg["momentum"],
                                   cfg["rampup_begin_step"], cfg["rampup_step"], cfg["sparsity"],
                                   nesterov=cfg["use_nesterov"],
                                   clip_norm=cfg["local_grad_clip_norm"], nranks=nranks,
-                                  exchange=exchange)
+                                  exchange=exchange, bucket_sparsity=bucket_sparsity)
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +146,59 @@ def test_shared_index_exchanges_match_reference_and_keep_replicas_identical(shar
     # values at them summed, 21 + 11 dense floats
     want = {"leader": 8 * (16 + 20), "union": 4 * (5 + 6) + 4 * 3 * (5 + 6)}[exchange]
     assert int(runs[0][f"{exchange}_exchange_bytes"]) == want + 4 * (21 + 11)
+
+
+@pytest.mark.parametrize("bucket", [90, 50])
+def test_bucket_matches_reference_and_keeps_replicas_identical(shared_run, bucket):
+    """bucket_sparsity with 3 workers (0.9: the entries gathered, in one collective or, as
+    for a bucket of 2**24 elements or more, two; 0.5: the sparsified bucket all-reduced):
+    the parameters are bitwise identical on every worker and equal the
+    reference's rule; each worker keeps its own residuals."""
+    runs = shared_run
+    cfg = worker.CONFIG
+    ref = _reference(runs[0], 3, "exact", bucket_sparsity=bucket / 100)
+    for t in range(worker.STEPS):
+        ref.step([worker.known_grads(r, t) for r in range(3)], cfg["learning_rate"])
+    tags = [f"bucket{bucket}_"] + ([f"bucket{bucket}_ops_", f"bucket{bucket}_split_"]
+                                   if bucket == 90 else [])
+    for tag in tags:
+        for i in range(4):
+            for other in runs[1:]:
+                np.testing.assert_array_equal(runs[0][f"{tag}param{i}"], other[f"{tag}param{i}"])
+        assert_close_to_mindspore([runs[0][f"{tag}param{i}"] for i in range(4)], ref.params)
+        for rank, run in enumerate(runs):
+            assert_close_to_mindspore([run[f"{tag}u{i}"] for i in range(4)], ref.u[rank])
+            assert_close_to_mindspore([run[f"{tag}bucket_v{j}"] for j in range(2)],
+                                      ref.v[rank][2:])
+    assert not np.array_equal(runs[0][f"{tags[0]}bucket_v0"], runs[1][f"{tags[0]}bucket_v0"])
+    # the large parameters' 16 + 20 entries, then the bucket's: 3 gathered entries, or the
+    # 32 floats of the sparsified bucket
+    bucket_bytes = {90: 8 * 3, 50: 4 * 32}[bucket]
+    assert int(runs[0][f"{tags[0]}exchange_bytes"]) == 8 * (16 + 20) + bucket_bytes
+
+
+@pytest.mark.parametrize("exchange", ["leader", "union"])
+def test_bucket_with_shared_indices(shared_run, exchange):
+    """The bucket follows exchange="leader" and "union" as the large parameters do: the
+    reference's rule, bitwise identical replicas, and what a worker sends (the bucket's 3
+    entries: the leader's indices broadcast and 3 values; with the union, each worker's
+    max(1, 3 // 3) = 1 index gathered and 3 values)."""
+    runs = shared_run
+    cfg = worker.CONFIG
+    ref = _reference(runs[0], 3, exchange, bucket_sparsity=0.9)
+    for t in range(worker.STEPS):
+        ref.step([worker.known_grads(r, t) for r in range(3)], cfg["learning_rate"])
+    tag = f"bucket_{exchange}_"
+    for i in range(4):
+        for other in runs[1:]:
+            np.testing.assert_array_equal(runs[0][f"{tag}param{i}"], other[f"{tag}param{i}"])
+    assert_close_to_mindspore([runs[0][f"{tag}param{i}"] for i in range(4)], ref.params)
+    for rank, run in enumerate(runs):
+        assert_close_to_mindspore([run[f"{tag}u{i}"] for i in range(4)], ref.u[rank])
+        assert_close_to_mindspore([run[f"{tag}bucket_v{j}"] for j in range(2)], ref.v[rank][2:])
+    large = {"leader": 8 * (16 + 20), "union": 4 * (5 + 6) + 4 * 3 * (5 + 6)}[exchange]
+    bucket = {"leader": 8 * 3, "union": 4 * 1 + 4 * 3}[exchange]
+    assert int(runs[0][f"{tag}exchange_bytes"]) == large + bucket
 
 
 def test_checkpoint_per_rank_resumes_exactly(exchange_run):

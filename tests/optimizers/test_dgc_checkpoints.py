@@ -122,3 +122,30 @@ def test_resize_rejects_bad_input(saved_by_4, tmp_path):
         dgc.resize_checkpoints(saved_by_4[:1] + [str(tmp_path / "dense.ckpt")], 2, dest)
     with pytest.raises(ValueError, match="holds no DGCMomentum residuals"):
         dgc.resize_checkpoints([str(tmp_path / "dense.ckpt")], 2, dest)
+
+
+def test_resize_conserves_the_bucket(tmp_path):
+    """With bucket_sparsity the small parameters' residuals v are checkpointed too
+    (``dgc_v.<name>``), and resizing conserves them as it does the large ones'."""
+    ms.set_seed(0)
+    net = WideNet(n_in=16, hidden=1100, n_out=4)
+    opt = ms_optim.DGCMomentum(net.trainable_params(), bucket_sparsity=0.5, **CONFIG)
+    assert [v.name for v in opt.bucket_v] == ["dgc_v.fc1.bias", "dgc_v.fc2.weight",
+                                              "dgc_v.fc2.bias"]
+    opt(_grads(net, 0))
+    paths = []
+    for rank in range(4):
+        for i, r in enumerate(tuple(opt.u) + tuple(opt.v) + tuple(opt.bucket_v)):
+            rng = np.random.default_rng(10 * rank + i)
+            r.set_data(Tensor(rng.standard_normal(r.shape).astype(np.float32)))
+        opt.world_size.set_data(Tensor(np.array([4], np.int32)))
+        paths.append(str(tmp_path / f"rank{rank}.ckpt"))
+        ms.save_checkpoint(opt, paths[-1])
+    (one,) = dgc.resize_checkpoints(paths, 1, str(tmp_path / "new" / "rank{rank}.ckpt"))
+    old = [ms.load_checkpoint(f) for f in paths]
+    ms.load_param_into_net(opt, ms.load_checkpoint(one))
+    for v in opt.bucket_v:
+        mean = sum(c[v.name].asnumpy().astype(np.float64) for c in old) / 4
+        np.testing.assert_allclose(v.asnumpy(), mean, rtol=1e-6, atol=1e-7, err_msg=v.name)
+    opt(_grads(net, 1))
+    assert all(np.isfinite(p.asnumpy()).all() for p in net.trainable_params())

@@ -37,18 +37,19 @@ def test_nothing_fits_gives_the_sparsest_choice():
 def test_seconds_are_the_optimizers_wire_bytes_over_the_rate():
     """exchange_seconds models what DGCMomentum.exchange_stats reports, for each exchange
     and number of workers (less the replica check's signature gather)."""
-    shapes = [(130, 129), (20000,), (7, 3)]
+    shapes = [(130, 129), (20000,), (7, 3), (3000,)]
     params = [Parameter(Tensor(np.zeros(s, np.float32)), name=f"w{i}")
               for i, s in enumerate(shapes)]
-    for exchange in ("auto", "allgather", "allreduce", "union", "leader"):
+    cases = [(ex, None) for ex in ("auto", "allgather", "allreduce", "union", "leader")]
+    for exchange, bucket in cases + [("auto", 0.9), ("leader", 0.5)]:
         opt = ms_optim.DGCMomentum(params, 0.1, 0.9, rampup_begin_step=0, sparsity=[0.99],
-                                   exchange=exchange)
+                                   exchange=exchange, bucket_sparsity=bucket)
         for workers in (2, 4, 32):
             stats = opt.exchange_stats(0, workers=workers)
             signature = wire.allgather_wire_bytes(16, workers)
             seconds = density.exchange_seconds([p.size for p in params], 0.99,
                                                workers=workers, link_gbit_s=2.0,
-                                               exchange=exchange)
+                                               exchange=exchange, bucket_sparsity=bucket)
             assert seconds * 2e9 / 8 == pytest.approx(stats["wire_bytes"] - signature, abs=1)
 
 
@@ -82,6 +83,8 @@ def test_parameters_that_are_not_compressed_count_dense():
     ({"step_s": float("nan")}, ValueError, "'step_s'"),
     ({"budget": -0.5}, ValueError, "'budget'"),
     ({"exchange": "ring"}, ValueError, "'exchange'"),
+    ({"bucket_sparsity": 1.0}, ValueError, "'bucket_sparsity'"),
+    ({"bucket_sparsity": "0.9"}, TypeError, "'bucket_sparsity'"),
     ({"choices": []}, ValueError, "'choices'"),
     ({"choices": [0.9, 1.0]}, ValueError, "'choices'"),
 ])
@@ -90,3 +93,12 @@ def test_bad_arguments_are_named(kwargs, error, name):
     args.update(kwargs)
     with pytest.raises(error, match=name):
         choose_sparsity(**args)
+
+
+def test_a_bucket_can_make_the_pick_denser():
+    """Small parameters sent dense take link time the bucket gives back to the large ones."""
+    sizes = [300_000] + [8_000] * 40  # 320,000 small elements, dense or bucketed at 0.9
+    plain = choose_sparsity(sizes, workers=2, link_gbit_s=1.0, step_s=0.046)
+    bucketed = choose_sparsity(sizes, workers=2, link_gbit_s=1.0, step_s=0.046,
+                               bucket_sparsity=0.9)
+    assert (plain, bucketed) == (0.95, 0.9)
