@@ -71,6 +71,16 @@ RECIPES = {
                       "sparsity": [0.999], "exchange": "union"},
     "dgc-999-leader": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
                        "sparsity": [0.999], "exchange": "leader"},
+    # the parameters below 16384 elements compressed too, as one bucket at 0.9
+    "dgc-90-bucket": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
+                      "sparsity": [0.9], "bucket_sparsity": 0.9},
+    "dgc-bucket": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
+                   "sparsity": [0.98], "bucket_sparsity": 0.9},
+    "dgc-999-bucket": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
+                       "sparsity": [0.999], "bucket_sparsity": 0.9},
+    # the bucket as sparse as the rest
+    "dgc-999-bucket-999": {"optimizer": "DGCMomentum", "rampup_begin_step": 0,
+                           "rampup_step": 1, "sparsity": [0.999], "bucket_sparsity": 0.999},
 }
 
 
