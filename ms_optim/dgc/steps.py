@@ -463,41 +463,51 @@ class BucketStep(_Step):
         return self.apply(lr, total / self.nranks_t)
 
     def accumulate(self, grads):
-        """Momentum correction of every parameter of the bucket: the new u and v,
+        """Momentum correction of the bucket, on the concatenations of its parameters'
+        u, v and gradients (one op per term, not per parameter): the new u and v,
         concatenated (assigned by ``mask``)."""
-        flat_u, flat_v = (), ()
-        for j in range(len(self.ids)):
-            u, v, g = self.us[j], self.v[j], grads[self.ids[j]]
-            if self.use_nesterov:
-                next_u = self.momentum * (u + g)
-                next_v = v + next_u + g
-            else:
-                next_u = self.momentum * u + g
-                next_v = v + next_u
-            flat_u = flat_u + (next_u.reshape(-1),)
-            flat_v = flat_v + (next_v.reshape(-1),)
-        return ops.concat(flat_u), ops.concat(flat_v)
+        g = self.flat(tuple(grads[i] for i in self.ids))
+        u, v = self.flat(self.us), self.flat(self.v)
+        if self.use_nesterov:
+            next_u = self.momentum * (u + g)
+            return next_u, v + next_u + g
+        next_u = self.momentum * u + g
+        return next_u, v + next_u
+
+    def flat(self, tensors):
+        """`tensors` (one per parameter of the bucket) flattened and concatenated."""
+        out = ()
+        for t in tensors:
+            out = out + (t.reshape(-1),)
+        return ops.concat(out)
 
     def mask(self, all_u, all_v, rows):
         """u and v set to 0 at `rows` (the taken indices) and assigned, per parameter."""
         zeros = ops.zeros((rows.shape[0],), mstype.float32)
-        all_u = ops.tensor_scatter_update(all_u, rows, zeros)
-        all_v = ops.tensor_scatter_update(all_v, rows, zeros)
+        done = self.unflatten(self.us, ops.tensor_scatter_update(all_u, rows, zeros))
+        return F.depend(done, self.unflatten(self.v, ops.tensor_scatter_update(all_v, rows,
+                                                                                zeros)))
+
+    def unflatten(self, targets, flat):
+        """`flat` (a concatenation as ``flat`` makes) split and assigned to `targets`."""
         done = True
         for j in range(len(self.ids)):
             lo, hi = self.bounds[j]
-            done = F.depend(done, F.assign(self.us[j], all_u[lo:hi].reshape(self.us[j].shape)))
-            done = F.depend(done, F.assign(self.v[j], all_v[lo:hi].reshape(self.v[j].shape)))
+            done = F.depend(done, F.assign(targets[j], flat[lo:hi].reshape(targets[j].shape)))
         return done
 
     def apply(self, lr, mean):
         """p -= lr * mean for each parameter (its share of the bucket), in float32."""
         lrs = self.lrs(lr)
+        if not self.is_group_lr:
+            mean = lrs * mean
         done = True
         for j in range(len(self.ids)):
-            lo, hi = self.bounds[j]
             p = self.params[j]
-            step = self.lr_at(lrs, j) * mean[lo:hi].reshape(p.shape)
+            lo, hi = self.bounds[j]
+            step = mean[lo:hi].reshape(p.shape)
+            if self.is_group_lr:
+                step = self.lr_at(lrs, j) * step
             done = F.depend(done, F.assign(
                 p, F.cast(F.cast(p, mstype.float32) - step, F.dtype(p))))
         return done
