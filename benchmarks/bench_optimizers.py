@@ -74,6 +74,10 @@ OPTIMIZERS = [
     # compressing from the first step at the final sparsity: the steady state after warm-up
     ("ms_optim.DGCMomentum", lambda p: ms_optim.DGCMomentum(
         p, learning_rate=1e-3, momentum=0.9, rampup_begin_step=0, sparsity=[0.999])),
+    # and the tensors below the compression size as one bucket at 0.9
+    ("ms_optim.DGCMomentum[bucket]", lambda p: ms_optim.DGCMomentum(
+        p, learning_rate=1e-3, momentum=0.9, rampup_begin_step=0, sparsity=[0.999],
+        bucket_sparsity=0.9)),
 ]
 
 # (numerator, denominator, bar, layouts, sizes): median step time of numerator /
