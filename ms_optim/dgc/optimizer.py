@@ -287,8 +287,11 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         self.shared_exchange = SharedExchange(self.nranks)
         self.dense_exchange = DenseExchange(self.nranks, [shapes[i] for i in self.dense_ids])
         self.warmup_exchange = DenseExchange(self.nranks, [shapes[i] for i in self.comp_ids])
-        self.bucket_warmup_exchange = DenseExchange(self.nranks,
-                                                    [shapes[i] for i in self.bucket_ids])
+        # before compression the bucket's parameters are small ones: one fused AllReduce
+        # with the others
+        self.small_ids = tuple(sorted(self.dense_ids + self.bucket_ids))
+        self.small_warmup_exchange = DenseExchange(self.nranks,
+                                                   [shapes[i] for i in self.small_ids])
         self.exchange = exchange
         self.stage_exchange = tuple(self._plan_exchange(s, self.nranks)
                                     for s in range(len(self.sparsity)))
@@ -322,7 +325,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
 
         self.dense_momentum = momentum_step(self.dense_ids, self.dense_exchange)
         self.warmup_momentum = momentum_step(self.comp_ids, self.warmup_exchange)
-        self.bucket_warmup = momentum_step(self.bucket_ids, self.bucket_warmup_exchange)
+        self.small_warmup = (momentum_step(self.small_ids, self.small_warmup_exchange)
+                             if self.bucket_ids else self.dense_momentum)
         self.compresses = bool(self.comp_ids or self.bucket_ids)
         self.has_warmup = self.compresses and self.rampup_begin_step > 0
         # one op for every parameter before compression on one worker (MindSpore runs a step
@@ -508,9 +512,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         """Before rampup_begin_step: dense momentum for every parameter."""
         if self.nranks == 1:
             return self.all_momentum(lr, grads)
-        done = self.dense_momentum(lr, grads)
-        if self.bucket_ids:
-            done = F.depend(done, self.bucket_warmup(lr, grads))
+        done = self.small_warmup(lr, grads)
         return F.depend(done, self.warmup_momentum(lr, grads))
 
     def _compressing_step(self, step, lr, grads):
