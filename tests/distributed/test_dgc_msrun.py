@@ -148,28 +148,38 @@ def test_shared_index_exchanges_match_reference_and_keep_replicas_identical(shar
     assert int(runs[0][f"{exchange}_exchange_bytes"]) == want + 4 * (21 + 11)
 
 
+def _bucket_reference(runs, exchange, bucket_sparsity):
+    """The reference's rule over the 3 workers' known gradients, from the runs' start."""
+    ref = _reference(runs[0], 3, exchange, bucket_sparsity=bucket_sparsity)
+    for t in range(worker.STEPS):
+        ref.step([worker.known_grads(r, t) for r in range(3)], worker.CONFIG["learning_rate"])
+    return ref
+
+
+def _check_bucket_run(runs, tag, ref):
+    """The runs' parameters under `tag` are bitwise identical on every worker and follow
+    `ref`; each worker's u and bucket residuals follow its own."""
+    for i in range(4):
+        for other in runs[1:]:
+            np.testing.assert_array_equal(runs[0][f"{tag}param{i}"], other[f"{tag}param{i}"])
+    assert_close_to_mindspore([runs[0][f"{tag}param{i}"] for i in range(4)], ref.params)
+    for rank, run in enumerate(runs):
+        assert_close_to_mindspore([run[f"{tag}u{i}"] for i in range(4)], ref.u[rank])
+        assert_close_to_mindspore([run[f"{tag}bucket_v{j}"] for j in range(2)], ref.v[rank][2:])
+
+
 @pytest.mark.parametrize("bucket", [90, 50])
 def test_bucket_matches_reference_and_keeps_replicas_identical(shared_run, bucket):
     """bucket_sparsity with 3 workers (0.9: the entries gathered, in one collective or, as
-    for a bucket of 2**24 elements or more, two; 0.5: the sparsified bucket all-reduced):
+    for a bucket of more than 2**24 elements, two; 0.5: the sparsified bucket all-reduced):
     the parameters are bitwise identical on every worker and equal the
     reference's rule; each worker keeps its own residuals."""
     runs = shared_run
-    cfg = worker.CONFIG
-    ref = _reference(runs[0], 3, "exact", bucket_sparsity=bucket / 100)
-    for t in range(worker.STEPS):
-        ref.step([worker.known_grads(r, t) for r in range(3)], cfg["learning_rate"])
+    ref = _bucket_reference(runs, "exact", bucket / 100)
     tags = [f"bucket{bucket}_"] + ([f"bucket{bucket}_ops_", f"bucket{bucket}_split_"]
                                    if bucket == 90 else [])
     for tag in tags:
-        for i in range(4):
-            for other in runs[1:]:
-                np.testing.assert_array_equal(runs[0][f"{tag}param{i}"], other[f"{tag}param{i}"])
-        assert_close_to_mindspore([runs[0][f"{tag}param{i}"] for i in range(4)], ref.params)
-        for rank, run in enumerate(runs):
-            assert_close_to_mindspore([run[f"{tag}u{i}"] for i in range(4)], ref.u[rank])
-            assert_close_to_mindspore([run[f"{tag}bucket_v{j}"] for j in range(2)],
-                                      ref.v[rank][2:])
+        _check_bucket_run(runs, tag, ref)
     assert not np.array_equal(runs[0][f"{tags[0]}bucket_v0"], runs[1][f"{tags[0]}bucket_v0"])
     # the large parameters' 16 + 20 entries, then the bucket's: 3 gathered entries, or the
     # 32 floats of the sparsified bucket
@@ -184,18 +194,8 @@ def test_bucket_with_shared_indices(shared_run, exchange):
     entries: the leader's indices broadcast and 3 values; with the union, each worker's
     max(1, 3 // 3) = 1 index gathered and 3 values)."""
     runs = shared_run
-    cfg = worker.CONFIG
-    ref = _reference(runs[0], 3, exchange, bucket_sparsity=0.9)
-    for t in range(worker.STEPS):
-        ref.step([worker.known_grads(r, t) for r in range(3)], cfg["learning_rate"])
     tag = f"bucket_{exchange}_"
-    for i in range(4):
-        for other in runs[1:]:
-            np.testing.assert_array_equal(runs[0][f"{tag}param{i}"], other[f"{tag}param{i}"])
-    assert_close_to_mindspore([runs[0][f"{tag}param{i}"] for i in range(4)], ref.params)
-    for rank, run in enumerate(runs):
-        assert_close_to_mindspore([run[f"{tag}u{i}"] for i in range(4)], ref.u[rank])
-        assert_close_to_mindspore([run[f"{tag}bucket_v{j}"] for j in range(2)], ref.v[rank][2:])
+    _check_bucket_run(runs, tag, _bucket_reference(runs, exchange, 0.9))
     large = {"leader": 8 * (16 + 20), "union": 4 * (5 + 6) + 4 * 3 * (5 + 6)}[exchange]
     bucket = {"leader": 8 * 3, "union": 4 * 1 + 4 * 3}[exchange]
     assert int(runs[0][f"{tag}exchange_bytes"]) == large + bucket

@@ -106,20 +106,49 @@ def test_selection_spans_the_bucket():
 
 def test_group_learning_rates_apply_per_parameter():
     """The bucket applies each parameter's own learning rate: a group at lr 0 never moves,
-    while its residuals keep what it was not sent."""
+    the other follows the reference's bits at its rate, and the residuals (which no
+    learning rate touches) are the reference's for both."""
     params = _params()
     groups = [{"params": params[:4], "lr": 0.1}, {"params": params[4:], "lr": 0.0}]
     before = [p.asnumpy().copy() for p in params]
-    opt = ms_optim.DGCMomentum(groups, learning_rate=0.1, momentum=0.9, rampup_begin_step=1,
+    opt = ms_optim.DGCMomentum(groups, learning_rate=0.1, momentum=0.9, rampup_begin_step=0,
                                sparsity=[0.99], bucket_sparsity=0.5)
+    ref = reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 0, 1, [0.99],
+                                 bucket_sparsity=0.5)
     rng = np.random.default_rng(3)
     for _ in range(4):
-        opt(tuple(Tensor(g) for g in _grads(rng)))
+        grads = _grads(rng)
+        opt(tuple(Tensor(g) for g in grads))
+        ref.step([grads], 0.1)
+    for i in range(4):
+        np.testing.assert_array_equal(params[i].asnumpy(), ref.params[i], err_msg=f"p{i}")
     for i in (4, 5):
-        np.testing.assert_array_equal(params[i].asnumpy(), before[i])
-    for i in (2, 3):
-        assert not np.array_equal(params[i].asnumpy(), before[i])
+        np.testing.assert_array_equal(params[i].asnumpy(), before[i], err_msg=f"p{i}")
+    for j, i in enumerate(opt.bucket_ids):
+        np.testing.assert_array_equal(opt.bucket_v[j].asnumpy(), ref.v[0][i], err_msg=f"v{i}")
     assert np.count_nonzero(opt.bucket_v[-1].asnumpy()) > 0
+
+
+@pytest.mark.parametrize("impl", ["native", "ops"])
+def test_a_bucket_of_one_parameter_selecting_one_entry(impl):
+    """A bucket of one 5-element parameter at 0.9 selects k = 1 entry a step: the
+    reference's bits."""
+    shapes = [(20000,), (5,)]
+    params = _params(shapes=shapes)
+    opt = ms_optim.DGCMomentum(params, learning_rate=0.05, momentum=0.9, rampup_begin_step=1,
+                               sparsity=[0.999], impl=impl, bucket_sparsity=0.9)
+    assert opt.bucketed_params == ["p1"] and opt.plan.bucket_k == (1,)
+    ref = reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 1, 1, [0.999],
+                                 bucket_sparsity=0.9)
+    rng = np.random.default_rng(11)
+    for _ in range(6):
+        grads = _grads(rng, shapes)
+        opt(tuple(Tensor(g) for g in grads))
+        ref.step([grads], 0.05)
+    for i, p in enumerate(params):
+        np.testing.assert_array_equal(p.asnumpy(), ref.params[i], err_msg=f"p{i}")
+    np.testing.assert_array_equal(opt.bucket_v[0].asnumpy(), ref.v[0][1])
+    assert np.count_nonzero(opt.bucket_v[0].asnumpy()) == 4  # one of 5 taken each step
 
 
 def test_exchange_stats_count_the_bucket():
