@@ -28,6 +28,21 @@ def _grads(rng, shapes=SHAPES):
     return [rng.standard_normal(s).astype(np.float32) for s in shapes]
 
 
+def _step_both(opt, ref, seed, steps, lr, shapes=SHAPES, dtype=np.float32):
+    """`steps` steps of random gradients (`dtype`) through the optimizer and the reference."""
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        grads = [g.astype(dtype) for g in _grads(rng, shapes)]
+        opt(tuple(Tensor(g) for g in grads))
+        ref.step([grads], lr)
+
+
+def _assert_params_equal(params, ref, ids=None):
+    """Parameters `ids` (default: all) hold the reference's bits."""
+    for i in range(len(params)) if ids is None else ids:
+        np.testing.assert_array_equal(params[i].asnumpy(), ref.params[i], err_msg=f"p{i}")
+
+
 @pytest.mark.parametrize("impl", ["native", "ops"])
 @pytest.mark.parametrize("dtype,nesterov", [(np.float32, False), (np.float32, True),
                                             (np.float16, False)])
@@ -44,13 +59,8 @@ def test_bucket_matches_reference(impl, dtype, nesterov):
     assert opt.plan.bucket_k == (numel // 4, selected_k(numel, 0.9), selected_k(numel, 0.9))
     ref = reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 3, 8, WARMUP,
                                  nesterov=nesterov, bucket_sparsity=0.9)
-    rng = np.random.default_rng(2)
-    for _ in range(16):
-        grads = _grads(rng)
-        opt(tuple(Tensor(g.astype(dtype)) for g in grads))
-        ref.step([[g.astype(dtype) for g in grads]], 0.05)
-    for i, p in enumerate(params):
-        np.testing.assert_array_equal(p.asnumpy(), ref.params[i], err_msg=f"p{i}")
+    _step_both(opt, ref, 2, 16, 0.05, dtype=dtype)
+    _assert_params_equal(params, ref)
     for j, i in enumerate(opt.bucket_ids):
         assert opt.bucket_v[j].name == f"dgc_v.p{i}"
         np.testing.assert_array_equal(opt.bucket_v[j].asnumpy(), ref.v[0][i], err_msg=f"v{i}")
@@ -71,13 +81,8 @@ def test_bucket_follows_the_exchange(exchange):
     ref = reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 2, 1, [0.99],
                                  bucket_sparsity=0.9,
                                  exchange="exact" if exchange == "allreduce" else exchange)
-    rng = np.random.default_rng(7)
-    for _ in range(6):
-        grads = _grads(rng)
-        opt(tuple(Tensor(g) for g in grads))
-        ref.step([grads], 0.05)
-    for i, p in enumerate(params):
-        np.testing.assert_array_equal(p.asnumpy(), ref.params[i], err_msg=f"p{i}")
+    _step_both(opt, ref, 7, 6, 0.05)
+    _assert_params_equal(params, ref)
     k, numel = selected_k(16406, 0.9), 16406
     stats = opt.exchange_stats(10, workers=4)
     assert stats["bucket_exchange"] == exchange
@@ -115,13 +120,8 @@ def test_group_learning_rates_apply_per_parameter():
                                sparsity=[0.99], bucket_sparsity=0.5)
     ref = reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 0, 1, [0.99],
                                  bucket_sparsity=0.5)
-    rng = np.random.default_rng(3)
-    for _ in range(4):
-        grads = _grads(rng)
-        opt(tuple(Tensor(g) for g in grads))
-        ref.step([grads], 0.1)
-    for i in range(4):
-        np.testing.assert_array_equal(params[i].asnumpy(), ref.params[i], err_msg=f"p{i}")
+    _step_both(opt, ref, 3, 4, 0.1)
+    _assert_params_equal(params, ref, range(4))
     for i in (4, 5):
         np.testing.assert_array_equal(params[i].asnumpy(), before[i], err_msg=f"p{i}")
     for j, i in enumerate(opt.bucket_ids):
@@ -140,13 +140,8 @@ def test_a_bucket_of_one_parameter_selecting_one_entry(impl):
     assert opt.bucketed_params == ["p1"] and opt.plan.bucket_k == (1,)
     ref = reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 1, 1, [0.999],
                                  bucket_sparsity=0.9)
-    rng = np.random.default_rng(11)
-    for _ in range(6):
-        grads = _grads(rng, shapes)
-        opt(tuple(Tensor(g) for g in grads))
-        ref.step([grads], 0.05)
-    for i, p in enumerate(params):
-        np.testing.assert_array_equal(p.asnumpy(), ref.params[i], err_msg=f"p{i}")
+    _step_both(opt, ref, 11, 6, 0.05, shapes)
+    _assert_params_equal(params, ref)
     np.testing.assert_array_equal(opt.bucket_v[0].asnumpy(), ref.v[0][1])
     assert np.count_nonzero(opt.bucket_v[0].asnumpy()) == 4  # one of 5 taken each step
 
@@ -191,13 +186,8 @@ def test_a_bucket_alone_is_compression():
     assert not any("compresses none" in str(w.message) for w in seen)
     ref = reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 2, 1, [0.99],
                                  bucket_sparsity=0.75)
-    rng = np.random.default_rng(5)
-    for _ in range(6):
-        grads = _grads(rng, shapes)
-        opt(tuple(Tensor(g) for g in grads))
-        ref.step([grads], 0.1)
-    for p, want in zip(params, ref.params):
-        np.testing.assert_array_equal(p.asnumpy(), want)
+    _step_both(opt, ref, 5, 6, 0.1, shapes)
+    _assert_params_equal(params, ref)
 
 
 def test_plan_bucket():
