@@ -176,8 +176,7 @@ def test_bucket_matches_reference_and_keeps_replicas_identical(shared_run, bucke
     reference's rule; each worker keeps its own residuals."""
     runs = shared_run
     ref = _bucket_reference(runs, "exact", bucket / 100)
-    tags = [f"bucket{bucket}_"] + ([f"bucket{bucket}_ops_", f"bucket{bucket}_split_"]
-                                   if bucket == 90 else [])
+    tags = [f"bucket{bucket}_"] + ([f"bucket{bucket}_split_"] if bucket == 90 else [])
     for tag in tags:
         _check_bucket_run(runs, tag, ref)
     assert not np.array_equal(runs[0][f"{tags[0]}bucket_v0"], runs[1][f"{tags[0]}bucket_v0"])
