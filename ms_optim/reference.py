@@ -451,22 +451,9 @@ class DGCReference:
                 step = G + self.momentum * self.u[0][j] if self.nesterov else self.u[0][j]
             else:
                 k = dgc_k(p.size, self.t, self.begin, self.rampup_step, self.sparsity)
-                if self.exchange in ("leader", "union"):  # every worker takes shared indices
-                    if self.exchange == "union":
-                        k = dgc_plan.union_k(k, self.nranks)
-                    idx = [dgc_propose(self.u[w][j], self.v[w][j], local[w], self.momentum, k,
-                                       self.nesterov) for w in range(self.nranks)]
-                    idx = (idx[dgc_leader(self.t, self.nranks)] if self.exchange == "leader"
-                           else np.concatenate(idx))  # every worker's proposals, rank order
-                    total = dgc_take(self.u[0][j], self.v[0][j], idx)
-                    for w in range(1, self.nranks):  # rank order
-                        total = total + dgc_take(self.u[w][j], self.v[w][j], idx)
-                    step = dgc_aggregate(p.size, [(idx, total)]) / f32(self.nranks)
-                    step = step.reshape(p.shape)
-                else:
-                    sel = [dgc_select(self.u[w][j], self.v[w][j], local[w], self.momentum, k,
-                                      self.nesterov) for w in range(self.nranks)]
-                    step = dgc_aggregate(p.size, sel).reshape(p.shape)
+                step = self._compressed_mean([self.u[w][j] for w in range(self.nranks)],
+                                             [self.v[w][j] for w in range(self.nranks)],
+                                             local, k).reshape(p.shape)
             if self.wide[j]:  # float32 math, one rounding to the parameter's dtype
                 p[...] = (value - lr * step).astype(p.dtype)
             else:
@@ -474,6 +461,25 @@ class DGCReference:
         if bucket:
             self._bucket_step(bucket, lr)
         self.t += 1
+
+    def _compressed_mean(self, us, vs, gs, k):
+        """The mean over the workers of a compressed step selecting `k` entries, flat: every
+        worker's residuals `us`, `vs` (updated in place) and local gradient `gs`, crossing
+        as `exchange` says (with "leader" and "union" every worker takes shared indices)."""
+        numel = us[0].size
+        if self.exchange in ("leader", "union"):
+            if self.exchange == "union":
+                k = dgc_plan.union_k(k, self.nranks)
+            idx = [dgc_propose(us[w], vs[w], gs[w], self.momentum, k, self.nesterov)
+                   for w in range(self.nranks)]
+            idx = (idx[dgc_leader(self.t, self.nranks)] if self.exchange == "leader"
+                   else np.concatenate(idx))  # every worker's proposals, rank order
+            total = dgc_take(us[0], vs[0], idx)
+            for w in range(1, self.nranks):  # rank order
+                total = total + dgc_take(us[w], vs[w], idx)
+            return dgc_aggregate(numel, [(idx, total)]) / f32(self.nranks)
+        return dgc_aggregate(numel, [dgc_select(us[w], vs[w], gs[w], self.momentum, k,
+                                                self.nesterov) for w in range(self.nranks)])
 
     def _bucket_step(self, bucket, lr):
         """The bucketed parameters' compressed step, on the concatenation of each worker's
@@ -489,20 +495,7 @@ class DGCReference:
         vs = [np.concatenate([self.v[w][j].reshape(-1) for j in ids]) for w in range(self.nranks)]
         gs = [np.concatenate([bucket[j][1][w].reshape(-1) for j in ids])
               for w in range(self.nranks)]
-        if self.exchange in ("leader", "union"):
-            if self.exchange == "union":
-                k = dgc_plan.union_k(k, self.nranks)
-            idx = [dgc_propose(us[w], vs[w], gs[w], self.momentum, k, self.nesterov)
-                   for w in range(self.nranks)]
-            idx = (idx[dgc_leader(self.t, self.nranks)] if self.exchange == "leader"
-                   else np.concatenate(idx))
-            total = dgc_take(us[0], vs[0], idx)
-            for w in range(1, self.nranks):  # rank order
-                total = total + dgc_take(us[w], vs[w], idx)
-            G = dgc_aggregate(numel, [(idx, total)]) / f32(self.nranks)
-        else:
-            G = dgc_aggregate(numel, [dgc_select(us[w], vs[w], gs[w], self.momentum, k,
-                                                 self.nesterov) for w in range(self.nranks)])
+        G = self._compressed_mean(us, vs, gs, k)
         for n, j in enumerate(ids):
             lo, hi = bounds[n], bounds[n + 1]
             for w in range(self.nranks):
