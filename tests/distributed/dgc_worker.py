@@ -8,11 +8,11 @@ Modes:
                  different parameters), then a small network trained with ms.Model on the
                  worker's shard, then a checkpoint resume; writes rank<r>.npz
   data_parallel  DGCMomentum under DATA_PARALLEL must refuse, at construction and at compile
-  shared         the exchanges of shared indices ("leader", "union"): known per-worker
-                 gradients straight into the optimizer (native and ops), then a small
-                 network trained with TrainOneStepCell (the leader chosen on the
-                 device); and the bucket of small parameters (bucket_sparsity) on known
-                 gradients; writes rank<r>.npz
+  shared         the bucket of small parameters (bucket_sparsity) on known per-worker
+                 gradients, gathered or all-reduced; the exchanges of shared indices
+                 ("leader", "union") on known gradients, by one impl without the bucket
+                 and by the other with it, then a small network trained with
+                 TrainOneStepCell (the leader chosen on the device); writes rank<r>.npz
   mismatch       rank 1 builds a different model: the first step must fail on both workers
   save           train 6 steps, save DIR/saved<N>/rank<r>.ckpt (N workers)
   resume         load --ckpt (with {rank}), train 3 more steps; the model is written to
@@ -42,6 +42,10 @@ SHAPES = [(130, 129), (20000,), (7, 3), (11,)]
 CONFIG = dict(learning_rate=0.05, momentum=0.9, rampup_begin_step=3, rampup_step=8,
               sparsity=[0.75, 0.9375, 0.999], use_nesterov=True, local_grad_clip_norm=50.0)
 STEPS = 16
+# the shared mode's exchanges of shared indices, each by both impls: (exchange, the impl
+# of its run without the bucket, the impl of its run with the bucket following the exchange
+# as the large parameters do)
+SHARED_RUNS = (("leader", "ops", "native"), ("union", "native", "ops"))
 
 
 def known_grads(rank, step):
@@ -149,10 +153,6 @@ def mode_shared(rank, nranks, out):
     # bucket's step is the same graph code with either impl)
     for impl, bucket, tag in (("native", 0.9, "bucket90_"), ("ops", 0.5, "bucket50_")):
         arrays.update(known_steps(rank, nranks, impl, "auto", tag, bucket_sparsity=bucket))
-    # the bucket with shared indices, as the large parameters
-    for impl, exchange in (("native", "leader"), ("ops", "union")):
-        arrays.update(known_steps(rank, nranks, impl, exchange, f"bucket_{exchange}_",
-                                  bucket_sparsity=0.9))
     # the bucket's indices in their own collective, as a bucket too big to send them as
     # float32 does
     from ms_optim.dgc import steps
@@ -162,9 +162,10 @@ def mode_shared(rank, nranks, out):
                                   bucket_sparsity=0.9))
     finally:
         steps.FUSED_INDEX_LIMIT = limit
-    for exchange in ("leader", "union"):
-        for impl, tag in (("native", f"{exchange}_"), ("ops", f"{exchange}_ops_")):
-            arrays.update(known_steps(rank, nranks, impl, exchange, tag))
+    for exchange, plain_impl, bucket_impl in SHARED_RUNS:
+        arrays.update(known_steps(rank, nranks, plain_impl, exchange, f"{exchange}_"))
+        arrays.update(known_steps(rank, nranks, bucket_impl, exchange, f"bucket_{exchange}_",
+                                  bucket_sparsity=0.9))
 
         ms.set_seed(rank)  # different initial weights per worker
         net = make_net()

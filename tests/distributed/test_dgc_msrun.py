@@ -116,36 +116,42 @@ def shared_run(tmp_path_factory):
     return _arrays(out, 3)
 
 
+# what a worker sends per step with shared indices: the large parameters' 16 + 20 entries
+# (leader: the indices broadcast and the values summed; union: 5 + 6 of them each worker's,
+# gathered, and the values at all of them summed), the bucket's 3 (leader: as the large
+# parameters; union: max(1, 3 // 3) = 1 index each, gathered, and 3 values), or the 21 + 11
+# floats of the small parameters sent dense
+SHARED_LARGE_BYTES = {"leader": 8 * (16 + 20), "union": 4 * (5 + 6) + 4 * 3 * (5 + 6)}
+SHARED_BUCKET_BYTES = {"leader": 8 * 3, "union": 4 * 1 + 4 * 3}
+
+
 @pytest.mark.parametrize("exchange", ["leader", "union"])
 def test_shared_index_exchanges_match_reference_and_keep_replicas_identical(shared_run,
                                                                             exchange):
-    """exchange="leader" and "union" with 3 workers: the parameters are bitwise identical on
-    every worker, native and ops alike, in a Python loop and in a compiled TrainOneStepCell,
-    and equal the reference's rule; each worker keeps the rest in its own residuals."""
+    """exchange="leader" and "union" with 3 workers, small parameters sent dense (by the
+    impl worker.SHARED_RUNS names): the parameters are bitwise identical on every worker, in a
+    Python loop and in a compiled TrainOneStepCell, and equal the reference's rule; each
+    worker keeps the rest in its own residuals."""
     runs = shared_run
     cfg = worker.CONFIG
     ref = _reference(runs[0], 3, exchange)
     for t in range(worker.STEPS):
         ref.step([worker.known_grads(r, t) for r in range(3)], cfg["learning_rate"])
     same = [key for key in runs[0].files
-            if key.startswith(tuple(f"{exchange}_{what}" for what in ("param", "ops_param",
-                                                                          "model")))
+            if key.startswith((f"{exchange}_param", f"{exchange}_model"))
             and not key.startswith(f"{exchange}_model_v")]
-    assert len(same) == 4 + 4 + 4  # native, ops, the network's 4 parameters
+    assert len(same) == 4 + 4  # the known steps', the network's 4 parameters
     for key in same:
         for other in runs[1:]:
             np.testing.assert_array_equal(runs[0][key], other[key], err_msg=key)
     model_v = f"{exchange}_model_v0"
     assert not np.array_equal(runs[0][model_v], runs[1][model_v])  # residuals differ
-    for tag in (f"{exchange}_", f"{exchange}_ops_"):
-        assert_close_to_mindspore([runs[0][f"{tag}param{i}"] for i in range(4)], ref.params)
-        for rank, run in enumerate(runs):
-            assert_close_to_mindspore([run[f"{tag}u{i}"] for i in range(4)], ref.u[rank])
-            assert_close_to_mindspore([run[f"{tag}v0"], run[f"{tag}v1"]], ref.v[rank][:2])
-    # 16 + 20 indices (leader: broadcast; union: 5 + 6 of them each worker's, gathered), the
-    # values at them summed, 21 + 11 dense floats
-    want = {"leader": 8 * (16 + 20), "union": 4 * (5 + 6) + 4 * 3 * (5 + 6)}[exchange]
-    assert int(runs[0][f"{exchange}_exchange_bytes"]) == want + 4 * (21 + 11)
+    tag = f"{exchange}_"
+    assert_close_to_mindspore([runs[0][f"{tag}param{i}"] for i in range(4)], ref.params)
+    for rank, run in enumerate(runs):
+        assert_close_to_mindspore([run[f"{tag}u{i}"] for i in range(4)], ref.u[rank])
+        assert_close_to_mindspore([run[f"{tag}v0"], run[f"{tag}v1"]], ref.v[rank][:2])
+    assert int(runs[0][f"{tag}exchange_bytes"]) == SHARED_LARGE_BYTES[exchange] + 4 * (21 + 11)
 
 
 def _bucket_reference(runs, exchange, bucket_sparsity):
@@ -158,13 +164,14 @@ def _bucket_reference(runs, exchange, bucket_sparsity):
 
 def _check_bucket_run(runs, tag, ref):
     """The runs' parameters under `tag` are bitwise identical on every worker and follow
-    `ref`; each worker's u and bucket residuals follow its own."""
+    `ref`; each worker's u, v and bucket residuals follow its own."""
     for i in range(4):
         for other in runs[1:]:
             np.testing.assert_array_equal(runs[0][f"{tag}param{i}"], other[f"{tag}param{i}"])
     assert_close_to_mindspore([runs[0][f"{tag}param{i}"] for i in range(4)], ref.params)
     for rank, run in enumerate(runs):
         assert_close_to_mindspore([run[f"{tag}u{i}"] for i in range(4)], ref.u[rank])
+        assert_close_to_mindspore([run[f"{tag}v0"], run[f"{tag}v1"]], ref.v[rank][:2])
         assert_close_to_mindspore([run[f"{tag}bucket_v{j}"] for j in range(2)], ref.v[rank][2:])
 
 
@@ -188,16 +195,14 @@ def test_bucket_matches_reference_and_keeps_replicas_identical(shared_run, bucke
 
 @pytest.mark.parametrize("exchange", ["leader", "union"])
 def test_bucket_with_shared_indices(shared_run, exchange):
-    """The bucket follows exchange="leader" and "union" as the large parameters do: the
-    reference's rule, bitwise identical replicas, and what a worker sends (the bucket's 3
-    entries: the leader's indices broadcast and 3 values; with the union, each worker's
-    max(1, 3 // 3) = 1 index gathered and 3 values)."""
+    """The bucket follows exchange="leader" and "union" as the large parameters do (by the
+    impl worker.SHARED_RUNS names): the reference's rule, bitwise identical replicas, and what a
+    worker sends (SHARED_BUCKET_BYTES)."""
     runs = shared_run
     tag = f"bucket_{exchange}_"
     _check_bucket_run(runs, tag, _bucket_reference(runs, exchange, 0.9))
-    large = {"leader": 8 * (16 + 20), "union": 4 * (5 + 6) + 4 * 3 * (5 + 6)}[exchange]
-    bucket = {"leader": 8 * 3, "union": 4 * 1 + 4 * 3}[exchange]
-    assert int(runs[0][f"{tag}exchange_bytes"]) == large + bucket
+    assert int(runs[0][f"{tag}exchange_bytes"]) == (SHARED_LARGE_BYTES[exchange]
+                                                    + SHARED_BUCKET_BYTES[exchange])
 
 
 def test_checkpoint_per_rank_resumes_exactly(exchange_run):
@@ -243,17 +248,20 @@ def saved_at_4(tmp_path_factory):
     return [str(out / "saved4" / f"rank{r}.ckpt") for r in range(4)]
 
 
+def test_residuals_of_another_world_size_are_refused(saved_at_4, tmp_path):
+    """Loaded as they are at 2 workers, the 4 workers' residuals are refused on every
+    worker, never silently dropped (the check compares the two counts, whatever they are)."""
+    rc, logs = _msrun("resume_refused", tmp_path, 2, ["--ckpt", saved_at_4[0]])
+    assert rc == 0, logs[-4000:]
+    assert all(r.startswith("error: ") for r in _results(tmp_path, 2))
+    assert logs.count("the optimizer state holds the residuals of 4 worker(s) and this run "
+                      "has 2") == 2
+
+
 @pytest.mark.parametrize("workers", [2, 8])
 def test_resume_at_another_world_size(saved_at_4, tmp_path, workers):
     old = [ms.load_checkpoint(f) for f in saved_at_4]
-    # loaded as they are, the 4 workers' residuals are refused, never silently dropped
-    for sub in ("refused", "run"):
-        (tmp_path / sub).mkdir()
-    rc, logs = _msrun("resume_refused", tmp_path / "refused", workers, ["--ckpt", saved_at_4[0]])
-    assert rc == 0, logs[-4000:]
-    assert all(r.startswith("error: ") for r in _results(tmp_path / "refused", workers))
-    assert logs.count("the optimizer state holds the residuals of 4 worker(s) and this run "
-                      f"has {workers}") == workers
+    (tmp_path / "run").mkdir()
     # converted, every worker holds the mean of the 4 workers' residuals: their pending
     # update, sum / world size, is the same
     files = dgc.resize_checkpoints(saved_at_4, workers,
