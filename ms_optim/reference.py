@@ -390,12 +390,17 @@ class DGCReference:
     bucket_sparsity))`` entries over all of them (with "leader" and "union" as for a
     compressed parameter), the mean of every worker's selection applied (DGCMomentum's
     ``bucket_sparsity``).
+
+    With `lr_in_residuals`, a compressed or bucketed parameter's local gradient is
+    multiplied by the step's learning rate (float32) once prepared, at every step, and the
+    parameter is stepped with a learning rate of 1: u and v hold learning-rate-scaled
+    updates (DGCMomentum's ``lr_in_residuals``).
     """
 
     def __init__(self, params, momentum, rampup_begin_step, rampup_step=1, sparsity=(0.999,),
                  nesterov=False, clip_norm=None, l1=0.0, wd=None, nranks=1, loss_scale=1.0,
                  min_numel=dgc_plan.MIN_COMPRESSED_NUMEL, exchange="exact",
-                 bucket_sparsity=None):
+                 bucket_sparsity=None, lr_in_residuals=False):
         if exchange not in ("exact", "leader", "union"):
             raise ValueError(f"exchange must be 'exact', 'leader' or 'union', got {exchange!r}")
         self.params = params
@@ -413,6 +418,7 @@ class DGCReference:
                          and 0 < p.size < min_numel for p in params]
         # float32 residuals and float32 math for the compressed and the bucketed parameters
         self.wide = [c or b for c, b in zip(self.compressed, self.bucketed)]
+        self.folded = [lr_in_residuals and w for w in self.wide]
         # residuals: float32 for compressed parameters, else of the parameter's dtype
         self.u = [[np.zeros(p.shape, f32 if c else p.dtype) for p, c in zip(params, self.wide)]
                   for _ in range(nranks)]
@@ -431,12 +437,16 @@ class DGCReference:
         return g
 
     def step(self, worker_grads, lr):
-        lr = f32(lr)
+        lr_given = f32(lr)
         bucket = {}  # bucketed parameter -> (its value in float32, every worker's gradient)
         for j, p in enumerate(self.params):
             # a compressed parameter enters the local step in float32
             value = p.astype(f32) if self.wide[j] else p
             local = [self._local(worker_grads[w][j], value, self.wd[j]) for w in range(self.nranks)]
+            lr = lr_given
+            if self.folded[j]:
+                local = [g * lr_given for g in local]
+                lr = f32(1.0)
             if self.bucketed[j] and self.t >= self.begin:
                 bucket[j] = (value, local)
                 continue
@@ -459,7 +469,7 @@ class DGCReference:
             else:
                 p -= lr * step
         if bucket:
-            self._bucket_step(bucket, lr)
+            self._bucket_step(bucket, f32(1.0) if any(self.folded) else lr_given)
         self.t += 1
 
     def _compressed_mean(self, us, vs, gs, k):

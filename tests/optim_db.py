@@ -494,14 +494,15 @@ LAMB = OptimizerInfo(
 DGC_BASE = dict(learning_rate=0.1, momentum=0.9, rampup_begin_step=0)
 
 
-def wide_dgc(dtype=ms.float32, impl="native", bucket_sparsity=None):
+def wide_dgc(dtype=ms.float32, impl="native", bucket_sparsity=None, **extra):
     """WideNet and a DGCMomentum compressing its first weight: dense steps 0-1, then sparsity
-    0.9 for 4 steps, then 0.99 (with `bucket_sparsity`, the other parameters as a bucket)."""
+    0.9 for 4 steps, then 0.99 (with `bucket_sparsity`, the other parameters as a bucket;
+    `extra` overrides DGCMomentum's other arguments)."""
     ms.set_seed(1)
     net = WideNet(dtype)
-    opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.05, momentum=0.9,
-                               rampup_begin_step=2, rampup_step=4, sparsity=[0.9, 0.99],
-                               impl=impl, bucket_sparsity=bucket_sparsity)
+    kwargs = dict(learning_rate=0.05, momentum=0.9, rampup_begin_step=2, rampup_step=4,
+                  sparsity=[0.9, 0.99], impl=impl, bucket_sparsity=bucket_sparsity)
+    opt = ms_optim.DGCMomentum(net.trainable_params(), **{**kwargs, **extra})
     assert opt.compressed_params == ["fc1.weight"]
     assert len(opt.bucketed_params) == (0 if bucket_sparsity is None else 3)
     return net, opt
@@ -572,6 +573,9 @@ DGC_MOMENTUM = OptimizerInfo(
         ErrorInput(dict(bucket_sparsity="0.9"), TypeError, "bucket_sparsity"),
         ErrorInput(dict(bucket_sparsity=[0.9]), TypeError, "bucket_sparsity"),
         ErrorInput(dict(bucket_sparsity=True), TypeError, "bucket_sparsity"),
+        ErrorInput(dict(lr_in_residuals=1), TypeError, "lr_in_residuals"),
+        ErrorInput(dict(lr_in_residuals="yes"), TypeError, "lr_in_residuals"),
+        ErrorInput(dict(lr_in_residuals=None), TypeError, "lr_in_residuals"),
         # numpy integers are ints, numpy bools are not
         ErrorInput(dict(rampup_begin_step=np.int64(-1)), ValueError,
                    "For 'DGCMomentum', the 'rampup_begin_step' must be greater than or equal to 0"),
@@ -593,13 +597,14 @@ DGC_MOMENTUM = OptimizerInfo(
                        weight_decay=np.float64(0.01), loss_scale=np.int64(2),
                        bucket_sparsity=np.float32(0.5)),
                   dict(bucket_sparsity=0),
+                  dict(lr_in_residuals=True, bucket_sparsity=0.9),
                   *shared_valid_inputs()],
     repr_case=ReprCase(lambda: dict(learning_rate=0.1, momentum=0.9, rampup_begin_step=5,
                                     sparsity=[0.75, 0.999]),
                        start="DGCMomentum(learning_rate=0.1, momentum=0.9, rampup_begin_step=5, "
                              "rampup_step=1, sparsity=(0.75, 0.999), ",
-                       end="impl='native', exchange='auto', bucket_sparsity=None, nranks=1, "
-                           "params=3)"),
+                       end="impl='native', exchange='auto', bucket_sparsity=None, "
+                           "lr_in_residuals=False, nranks=1, params=3)"),
     # the same selections, sums and residual updates in either: the same bits
     agreements=[Agreement("dense_and_both_stages", "native", "ops",
                           lambda impl: wide_dgc(impl=impl), _wide_batch(), 12, bit_identical),
@@ -621,6 +626,14 @@ DGC_MOMENTUM = OptimizerInfo(
                        _wide_batch(np.float16), 12,
                        {"fc1.bias": ms.float16, "dgc_u.fc1.bias": ms.float32,
                         "dgc_v.fc1.bias": ms.float32, "dgc_v.fc2.weight": ms.float32}),
+        # learning-rate-scaled residuals under a decaying rate: the step's rate is read from
+        # the restored global step
+        CheckpointCase("lr_in_residuals_decaying",
+                       lambda: wide_dgc(learning_rate=list(np.linspace(0.05, 0.005, 24)),
+                                        lr_in_residuals=True, bucket_sparsity=0.8),
+                       _wide_batch(), 12,
+                       {"dgc_u.fc1.weight": ms.float32, "dgc_v.fc1.weight": ms.float32,
+                        "dgc_v.fc1.bias": ms.float32}, marks=SLOW),
     ],
     model=ModelCase(_dgc_model_data, lambda: wide_dgc(), 8, _dgc_model_reference,
                     loss_ratio=0.1, min_acc=0.95, marks=SLOW),

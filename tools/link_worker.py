@@ -64,6 +64,12 @@ RECIPES = {
                    "sparsity": WARMUP},
     "dgc-999": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
                 "sparsity": [0.999]},
+    # the recipes above with learning-rate-scaled residuals (lr_in_residuals): an entry
+    # that waits in a residual is applied at the rate of the step that produced it
+    "dgc-lr": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
+               "sparsity": [0.98], "lr_in_residuals": True},
+    "dgc-90-lr": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
+                  "sparsity": [0.9], "lr_in_residuals": True},
     # the same with the exchanges of shared indices: every worker sends its values at every
     # worker's top k / N indices (union) or at one worker's top k (leader), so what a host
     # sends does not grow with the number of hosts

@@ -116,7 +116,7 @@ class Checked:
 
 def validate(cls, *, learning_rate, momentum, rampup_begin_step, rampup_step, sparsity,
              use_nesterov, local_grad_clip_norm, num_trainers, regularization, grad_clip,
-             weight_decay, loss_scale, impl, exchange, bucket_sparsity):
+             weight_decay, loss_scale, impl, exchange, bucket_sparsity, lr_in_residuals):
     """DGCMomentum's argument checks, in the order of its signature; returns a Checked.
 
     `num_trainers` is checked against the world size later, once the optimizer knows it.
@@ -157,6 +157,7 @@ def validate(cls, *, learning_rate, momentum, rampup_begin_step, rampup_step, sp
     if bucket_sparsity is not None:
         bucket_sparsity = _checks.check_open_unit(cls, "bucket_sparsity", _checks.check_float(
             cls, "bucket_sparsity", bucket_sparsity, allow_int=True), include_zero=True)
+    _checks.check_bool(cls, "lr_in_residuals", lr_in_residuals)
     return Checked(learning_rate=learning_rate, momentum=momentum,
                    rampup_begin_step=rampup_begin_step, rampup_step=rampup_step,
                    sparsity=sparsity, local_grad_clip_norm=local_grad_clip_norm,

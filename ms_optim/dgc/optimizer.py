@@ -17,7 +17,7 @@ from .checkpoints import U_PREFIX, V_PREFIX, WORLD_SIZE_NAME, world_size_message
 from .exchange import (DenseExchange, Exchanges, ReplicaSync, SharedExchange, SparseExchange,
                        check_stand_alone_in_graph, model_signature, require_stand_alone,
                        world_size)
-from .grads import regularize, widen
+from .grads import fold_grad, fold_lr, regularize, widen
 from .plan import applied_entries, momentum_group, stage_branches
 from .steps import BucketStep, DenseMomentum, NativeStep, OpsStep, StepState
 
@@ -62,6 +62,9 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
        elements are compressed too, as one bucket: step 2 with one top-k over their
        concatenation of :math:`n_b` elements, ``k = max(1, int(n_b * (1 - min(sparsity[i],
        b))))``, each parameter applying its share with its own learning rate.
+    5. With `lr_in_residuals`, a compressed or bucketed parameter's gradient is multiplied
+       by its learning rate after step 1, on every step, and the parameter is stepped with
+       :math:`\eta = 1`: :math:`u = \mu u + \eta g,\ w = w - \sum \text{selections} / N`.
 
     Note:
         - The residuals are the Parameters ``dgc_u.*`` and ``dgc_v.*`` (checkpoints carry
@@ -118,6 +121,11 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             denser setting than `sparsity`, such as 0.9, keeps their accuracy).  Its
             selection is ``ops.topk`` with either `impl`, and it crosses the workers in
             its own buffer as `exchange` says.  None sends them dense.  Default: ``None``.
+        lr_in_residuals (bool, optional): The compressed and bucketed parameters' residuals
+            accumulate learning-rate-scaled gradients, so that an entry held back is
+            applied at the rate of the steps that produced it, not at the rate of the step
+            that sends it; the same up to rounding at a constant rate.  Resume a
+            checkpoint with the setting it was saved with.  Default: ``False``.
 
     Inputs:
         - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
@@ -135,7 +143,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             list or tuple; `rampup_begin_step`, `rampup_step` or `num_trainers` not an
             int; `use_nesterov` not a bool; `weight_decay` not a float, an int or a Cell;
             `grad_clip` not None or a ClipGradByNorm; `regularization` not None, L1Decay
-            or L2Decay; `bucket_sparsity` not None, a float or an int.
+            or L2Decay; `bucket_sparsity` not None, a float or an int; `lr_in_residuals`
+            not a bool.
         ValueError: If `params` is empty, names a parameter twice or has a group that sets
             ``"grad_centralization"``; `learning_rate` (or a group's ``"lr"``) is negative
             or not finite, a Tensor or numpy array of more than one dimension, or a
@@ -188,7 +197,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
     def __init__(self, params, learning_rate, momentum, rampup_begin_step, rampup_step=1,
                  sparsity=(0.999,), use_nesterov=False, local_grad_clip_norm=None,
                  num_trainers=None, regularization=None, grad_clip=None, weight_decay=0.0,
-                 loss_scale=1.0, impl="auto", exchange="auto", bucket_sparsity=None):
+                 loss_scale=1.0, impl="auto", exchange="auto", bucket_sparsity=None,
+                 lr_in_residuals=False):
         cls = self._NAME
         params = _checks.check_params(cls, params)
         checked = checks.validate(
@@ -197,7 +207,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             use_nesterov=use_nesterov, local_grad_clip_norm=local_grad_clip_norm,
             num_trainers=num_trainers, regularization=regularization, grad_clip=grad_clip,
             weight_decay=weight_decay, loss_scale=loss_scale, impl=impl, exchange=exchange,
-            bucket_sparsity=bucket_sparsity)
+            bucket_sparsity=bucket_sparsity, lr_in_residuals=lr_in_residuals)
         (learning_rate, momentum, rampup_begin_step, rampup_step, sparsity, local_grad_clip_norm,
          num_trainers, weight_decay, loss_scale, impl, bucket_sparsity) = (
             checked.learning_rate, checked.momentum, checked.rampup_begin_step,
@@ -226,7 +236,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
                           local_grad_clip_norm=local_grad_clip_norm, regularization=regularization,
                           grad_clip=grad_clip, weight_decay=weight_decay, loss_scale=loss_scale,
                           impl=impl, exchange=exchange, bucket_sparsity=bucket_sparsity,
-                          nranks=self.nranks)
+                          lr_in_residuals=lr_in_residuals, nranks=self.nranks)
         # impl="ops"'s per-parameter loops, and the bucket's, nest deeper than MindSpore's
         # default allows
         if impl == "ops" or bucket_sparsity is not None:
@@ -259,6 +269,12 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         checks.warn_uncompressed(cls, self._parameters, self.is_compressed,
                                  bucketed=bool(self.bucket_ids))
         self.any_widened = any(self.widened)
+        # with lr_in_residuals, the parameters whose gradients enter u (and the exchange)
+        # multiplied by their learning rate, then stepped with a learning rate of 1
+        self.folded = tuple(lr_in_residuals and (c or b)
+                            for c, b in zip(self.is_compressed, plan.in_bucket))
+        self.folds = any(self.folded)
+        self.one = Tensor(1.0, mstype.float32)
         self.no_decay = (False,) * len(self._parameters)
         # the dtypes of the local gradients (_local_grads)
         self.grad_dtypes = tuple(mstype.float32 if w else p.dtype
@@ -309,8 +325,9 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         of all of them at once on one worker before compression."""
         state = StepState(params=tuple(self._parameters), u=tuple(self.u), v=tuple(self.v),
                           widened=self.widened, grad_dtypes=self.grad_dtypes, momentum=momentum,
-                          use_nesterov=self.use_nesterov, is_group_lr=self.is_group_lr,
-                          nranks=self.nranks)
+                          use_nesterov=self.use_nesterov,
+                          # folding gives each parameter its own learning rate
+                          is_group_lr=self.is_group_lr or self.folds, nranks=self.nranks)
         sparse = NativeStep if self.impl == "native" else OpsStep
         self.sparse_step = sparse(state, self.plan, self.stage_exchange, Exchanges(
             self.sparse_exchange, self.warmup_exchange, self.shared_exchange))
@@ -460,6 +477,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         step = self.global_step.reshape(()) * 1
         self.assignadd(self.global_step, self.global_step_increase_tensor)
         grads = self._local_grads(gradients, weight_decay)
+        if self.folds:
+            grads, lr = self._fold_lr(lr, grads)
         # nothing is exchanged before every worker is known to hold the same model, nor
         # stepped on residuals saved by another number of workers
         synced = self.replicas.check(step, self.world_size)
@@ -507,6 +526,16 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
                                             self.l1 > 0, self.l2_t), self.no_decay,
                                   self.widened, self._parameters, grads)
         return grads
+
+    def _fold_lr(self, lr, grads):
+        """lr_in_residuals: the compressed and bucketed parameters' gradients multiplied by
+        their learning rates, and the learning rates the step applies (1 for those, per
+        parameter)."""
+        if self.is_group_lr:
+            return (self.hyper_map(fold_grad, lr, self.folded, grads),
+                    self.hyper_map(F.partial(fold_lr, self.one), lr, self.folded))
+        return (self.hyper_map(F.partial(fold_grad, lr), self.folded, grads),
+                self.hyper_map(F.partial(fold_lr, self.one, lr), self.folded))
 
     def _warmup_step(self, lr, grads):
         """Before rampup_begin_step: dense momentum for every parameter."""

@@ -79,6 +79,90 @@ def test_optimizer_matches_reference(impl, config):
     assert_close_to_mindspore(got, want)
 
 
+# ------------------------------------------------------------ lr_in_residuals --
+
+def _cosine(steps, peak=0.05):
+    """A cosine schedule from `peak` to near 0 over `steps`, float32, one value per step."""
+    t = np.arange(steps)
+    return (peak * (1 + np.cos(np.pi * t / steps)) / 2).astype(np.float32)
+
+
+def _fold_run(opt, ref, lrs, shapes=SHAPES, seed=5):
+    """The optimizer and the reference over len(lrs) steps of random gradients."""
+    rng = np.random.default_rng(seed)
+    for lr in lrs:
+        grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        opt(tuple(Tensor(g) for g in grads))
+        ref.step([grads], lr)
+
+
+@pytest.mark.parametrize("impl,bucket", [
+    ("native", None),
+    pytest.param("ops", None, marks=pytest.mark.slow),
+    pytest.param("native", 0.9, marks=pytest.mark.slow),
+    pytest.param("ops", 0.9, marks=pytest.mark.slow)])
+def test_lr_in_residuals_matches_reference(impl, bucket):
+    """Under a cosine schedule, through the dense steps 0-2 and both stages: parameters and
+    residuals hold the reference's bits."""
+    lrs = _cosine(24)
+    params = _params()
+    opt = ms_optim.DGCMomentum(params, learning_rate=lrs, momentum=0.9, rampup_begin_step=3,
+                               rampup_step=6, sparsity=[0.9, 0.999], impl=impl,
+                               bucket_sparsity=bucket, lr_in_residuals=True)
+    ref = reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 3, 6, [0.9, 0.999],
+                                 bucket_sparsity=bucket, lr_in_residuals=True)
+    _fold_run(opt, ref, lrs)
+    for i, p in enumerate(params):
+        np.testing.assert_array_equal(p.asnumpy(), ref.params[i], err_msg=f"p{i}")
+        np.testing.assert_array_equal(opt.u[i].asnumpy(), ref.u[0][i], err_msg=f"u{i}")
+    for j, i in enumerate(opt.comp_ids):
+        np.testing.assert_array_equal(opt.v[j].asnumpy(), ref.v[0][i], err_msg=f"v{i}")
+    for j, i in enumerate(opt.bucket_ids):
+        np.testing.assert_array_equal(opt.bucket_v[j].asnumpy(), ref.v[0][i], err_msg=f"v{i}")
+
+
+def test_lr_in_residuals_with_group_learning_rates():
+    """Each group folds its own rate: without a bucket the parameters do not interact, so
+    each group follows the reference run at its rate."""
+    params = _params()
+    groups = [{"params": params[:1], "lr": 0.1}, {"params": params[1:], "lr": 0.02}]
+    opt = ms_optim.DGCMomentum(groups, learning_rate=0.05, momentum=0.9, rampup_begin_step=2,
+                               sparsity=[0.99], lr_in_residuals=True)
+    refs = {lr: reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 2, 1, [0.99],
+                                       lr_in_residuals=True) for lr in (0.1, 0.02)}
+    rng = np.random.default_rng(6)
+    for _ in range(6):
+        grads = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+        opt(tuple(Tensor(g) for g in grads))
+        for lr, ref in refs.items():
+            ref.step([grads], lr)
+    for i, lr in enumerate((0.1, 0.02, 0.02, 0.02)):
+        np.testing.assert_array_equal(params[i].asnumpy(), refs[lr].params[i], err_msg=f"p{i}")
+
+
+def test_lr_in_residuals_differs_only_when_the_rate_changes():
+    """The reference's rule: at a constant rate, learning-rate-scaled residuals give the
+    default rule's parameters up to float32 rounding (the residuals are lr times the
+    default's); under a decaying rate an entry kept in a residual is applied at the rate of
+    the steps that produced it, and the parameters move apart."""
+    def run(lrs, fold, shapes=SHAPES[:2]):
+        rng = np.random.default_rng(0)
+        ref = reference.DGCReference([rng.standard_normal(s).astype(np.float32) for s in shapes],
+                                     0.9, 0, 1, [0.99], lr_in_residuals=fold)
+        for lr in lrs:
+            ref.step([[rng.standard_normal(s).astype(np.float32) for s in shapes]], lr)
+        return ref
+    constant = [np.float32(0.05)] * 20
+    plain, folded = run(constant, False), run(constant, True)
+    for a, b in zip(plain.params, folded.params):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(folded.v[0][0], np.float32(0.05) * plain.v[0][0], rtol=1e-4,
+                               atol=1e-6)
+    decaying = _cosine(20)
+    plain, folded = run(decaying, False), run(decaying, True)
+    assert max(np.abs(a - b).max() for a, b in zip(plain.params, folded.params)) > 1e-3
+
+
 def test_exchange_stats_and_stages():
     opt = ms_optim.DGCMomentum(_params(), learning_rate=0.1, momentum=0.9, rampup_begin_step=10,
                                rampup_step=100, sparsity=WARMUP)
