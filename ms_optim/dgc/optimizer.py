@@ -62,9 +62,11 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
        elements are compressed too, as one bucket: step 2 with one top-k over their
        concatenation of :math:`n_b` elements, ``k = max(1, int(n_b * (1 - min(sparsity[i],
        b))))``, each parameter applying its share with its own learning rate.
-    5. With `lr_in_residuals`, a compressed or bucketed parameter's gradient is multiplied
-       by its learning rate after step 1, on every step, and the parameter is stepped with
-       :math:`\eta = 1`: :math:`u = \mu u + \eta g,\ w = w - \sum \text{selections} / N`.
+    5. With `lr_in_residuals`, a compressed or bucketed parameter's gradient is replaced by
+       :math:`\eta g` after step 1, on every step, and the parameter is then stepped with a
+       learning rate of 1: from `rampup_begin_step` on :math:`u = \mu u + \eta g,\ v = v +
+       u,\ w = w - \sum \text{selections} / N` (Nesterov alike), before it
+       :math:`u = \mu u + \eta G,\ w = w - u`.  The other parameters keep step 3.
 
     Note:
         - The residuals are the Parameters ``dgc_u.*`` and ``dgc_v.*`` (checkpoints carry
@@ -313,10 +315,12 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
                                     for s in range(len(self.sparsity)))
         self.bucket_exchange = tuple(self._plan_bucket_exchange(s, self.nranks)
                                      for s in range(len(self.sparsity)))
+        # (with what the workers exchange, whether they fold the learning rate into it)
         self.replicas = ReplicaSync(self.nranks, model_signature(
             shapes, [p.dtype for p in self._parameters],
             (self.stage_k, self.rampup_begin_step, self.rampup_step, self.is_compressed,
-             self.stage_exchange, self.plan.bucket_k, self.bucket_ids, self.bucket_exchange)),
+             self.stage_exchange, self.plan.bucket_k, self.bucket_ids, self.bucket_exchange,
+             self.folded)),
             self._parameters)
 
     def _build_steps(self, momentum):

@@ -121,6 +121,26 @@ def test_lr_in_residuals_matches_reference(impl, bucket):
         np.testing.assert_array_equal(opt.bucket_v[j].asnumpy(), ref.v[0][i], err_msg=f"v{i}")
 
 
+@pytest.mark.slow
+def test_lr_in_residuals_float16_nesterov_matches_reference():
+    """Float16 parameters (folded in float32) with Nesterov momentum and the bucket, under a
+    cosine schedule: the reference's bits."""
+    lrs = _cosine(20)
+    params = _f16_params(np.random.default_rng(8))
+    opt = ms_optim.DGCMomentum(params, learning_rate=lrs, momentum=0.9, rampup_begin_step=2,
+                               sparsity=[0.99], use_nesterov=True, bucket_sparsity=0.9,
+                               lr_in_residuals=True)
+    ref = reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 2, 1, [0.99],
+                                 nesterov=True, bucket_sparsity=0.9, lr_in_residuals=True)
+    rng = np.random.default_rng(9)
+    for lr in lrs:
+        grads = [rng.standard_normal(s).astype(d) for s, d in zip(F16_SHAPES, F16_DTYPES)]
+        opt(tuple(Tensor(g) for g in grads))
+        ref.step([grads], lr)
+    for i, p in enumerate(params):
+        np.testing.assert_array_equal(p.asnumpy(), ref.params[i], err_msg=f"p{i}")
+
+
 def test_lr_in_residuals_with_group_learning_rates():
     """Each group folds its own rate: without a bucket the parameters do not interact, so
     each group follows the reference run at its rate."""
