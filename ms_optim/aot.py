@@ -360,11 +360,12 @@ def dgc_momentum_op(dtypes, src_dtypes):
 
 
 def check_replicas_op():
-    """Fails unless every worker's gathered int32 signature is the same and the world size
-    the optimizer state was saved by is this run's."""
+    """Fails unless every worker's gathered int32 signature is the same, the world size
+    the optimizer state was saved by is this run's, and the state's residuals hold
+    learning-rate-scaled gradients exactly when this run's do."""
     i32 = mstype.int32
     return native_op("ms_optim_check_replicas", 0,
-                     dict(signatures=i32, width=i32, world=i32, ok=i32),
+                     dict(signatures=i32, width=i32, world=i32, lr_scaled=i32, ok=i32),
                      out_shape=lambda *shapes: [1], out_dtype=lambda *dts: i32, inplace=False)
 
 

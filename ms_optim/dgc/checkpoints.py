@@ -4,7 +4,9 @@ Each worker's residuals ``dgc_u.<name>`` and ``dgc_v.<name>`` are its own, and t
 optimizer saves the number of workers they belong to as ``dgc_world_size``. A run that
 loads residuals saved by another number of workers refuses to step (dropping a missing
 worker's ``v`` would lose gradient that was never applied); ``resize_checkpoints``
-converts one step's per-worker checkpoints for a new number of workers first.
+converts one step's per-worker checkpoints for a new number of workers first. The state
+also saves, as ``dgc_lr_in_residuals``, whether the residuals hold learning-rate-scaled
+gradients; a run built with the other ``lr_in_residuals`` refuses to step on them.
 
 The rule (docs/dgc.md#resuming-at-another-number-of-workers): every new worker's ``u``
 and ``v`` are the mean of the old workers'. The exchange divides the sum of the workers'
@@ -22,9 +24,21 @@ import mindspore as ms
 from .. import _checks
 
 WORLD_SIZE_NAME = "dgc_world_size"
+# 1 when the residuals hold learning-rate-scaled gradients (lr_in_residuals), else 0
+LR_SCALED_NAME = "dgc_lr_in_residuals"
 # the residuals' Parameters are named "<prefix>.<parameter name>"
 U_PREFIX, V_PREFIX = "dgc_u", "dgc_v"
 RESIDUAL_PREFIXES = (U_PREFIX + ".", V_PREFIX + ".")
+
+
+def lr_scaled_message(cls, saved):
+    """What a step says when the state's residuals were saved with the other
+    ``lr_in_residuals`` (`saved`: whether they hold learning-rate-scaled gradients)."""
+    kinds = ("gradients", "learning-rate-scaled gradients")
+    return (f"For '{cls}', the optimizer state's residuals hold {kinds[saved]} and this run's "
+            f"hold {kinds[not saved]}: construct the optimizer with "
+            f"lr_in_residuals={saved} to resume from this state "
+            f"(docs/dgc.md#a-changing-learning-rate-lr_in_residuals).")
 
 
 def world_size_message(cls, saved, nranks):
@@ -107,6 +121,12 @@ def resize_checkpoints(sources, world_size, dest):
                 raise ValueError(f"For '{name}', the checkpoint {path!r} was saved by {saved} "
                                  f"worker(s), but 'sources' names {len(sources)} checkpoint(s): "
                                  f"give one per worker of that run.")
+    if LR_SCALED_NAME in first:
+        kinds = {int(state[LR_SCALED_NAME].reshape(-1)[0]) for state in states}
+        if len(kinds) > 1:
+            raise ValueError(f"For '{name}', the checkpoints' {LR_SCALED_NAME} differ: some "
+                             f"residuals hold learning-rate-scaled gradients and some do not, "
+                             f"so they are not one run's.")
     merged = {}
     for key, value in first.items():
         if key.startswith(RESIDUAL_PREFIXES):

@@ -185,13 +185,15 @@ class Exchanges(NamedTuple):
 
 class ReplicaSync(nn.Cell):
     """Checks that every worker built the same model at the same step, and that the
-    optimizer state was saved by as many workers as this run has; makes the parameters
+    optimizer state was saved by as many workers as this run has, with residuals of the
+    same kind (`lr_scaled`: learning-rate-scaled gradients); makes the parameters
     identical on the first step."""
 
-    def __init__(self, nranks, signature, params):
+    def __init__(self, nranks, signature, params, lr_scaled=False):
         super().__init__()
         self.nranks = nranks
         self.nranks_t = Tensor(np.array([nranks], np.int32))
+        self.lr_scaled_t = Tensor(np.array([int(lr_scaled)], np.int32))
         self.signature = Tensor(np.array(signature, np.int32))
         self.width = Tensor(np.array([len(signature) + 1], np.int32))
         self.check_op = aot.check_replicas_op()
@@ -215,14 +217,16 @@ class ReplicaSync(nn.Cell):
         return tuple((tuple(order[lo:hi]), aot.digest_op(hi - lo, dtypes[lo]))
                      for lo, hi in aot.buckets(dtypes))
 
-    def check(self, step, saved_world):
-        """int32[1] once every worker's signature and step matched and `saved_world`
-        (int32[1], the world size the optimizer state was saved by) is this run's (fails
-        otherwise)."""
+    def check(self, step, saved_world, saved_lr_scaled):
+        """int32[1] once every worker's signature and step matched, `saved_world` (int32[1],
+        the world size the optimizer state was saved by) is this run's and
+        `saved_lr_scaled` (int32[1], 1 when the state's residuals hold
+        learning-rate-scaled gradients) is this run's (fails otherwise)."""
         mine = ops.concat((self.signature, F.cast(step, mstype.int32).reshape(1)))
         return self.check_op(*aot.arrange(
             self.check_order, signatures=self.all_gather(mine) if self.nranks > 1 else mine,
-            width=self.width, world=ops.concat((saved_world, self.nranks_t))))
+            width=self.width, world=ops.concat((saved_world, self.nranks_t)),
+            lr_scaled=ops.concat((saved_lr_scaled, self.lr_scaled_t))))
 
     def sync_params(self, params, after):
         """After `after`: compares a digest of every worker's parameters and, only

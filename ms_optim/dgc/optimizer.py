@@ -13,7 +13,8 @@ from ..clip import ClipGradByNorm
 from ..dgc_plan import DGCPlan
 from ..regularizer import L1Decay, L2Decay
 from . import checks, wire
-from .checkpoints import U_PREFIX, V_PREFIX, WORLD_SIZE_NAME, world_size_message
+from .checkpoints import (LR_SCALED_NAME, U_PREFIX, V_PREFIX, WORLD_SIZE_NAME,
+                          lr_scaled_message, world_size_message)
 from .exchange import (DenseExchange, Exchanges, ReplicaSync, SharedExchange, SparseExchange,
                        check_stand_alone_in_graph, model_signature, require_stand_alone,
                        world_size)
@@ -126,8 +127,9 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         lr_in_residuals (bool, optional): The compressed and bucketed parameters' residuals
             accumulate learning-rate-scaled gradients, so that an entry held back is
             applied at the rate of the steps that produced it, not at the rate of the step
-            that sends it; the same up to rounding at a constant rate.  Resume a
-            checkpoint with the setting it was saved with.  Default: ``False``.
+            that sends it; the same up to rounding at a constant rate.  Checkpoints record
+            it (``dgc_lr_in_residuals``); a run with the other setting refuses to step on
+            their residuals.  Default: ``False``.
 
     Inputs:
         - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
@@ -293,6 +295,10 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         # resumed at another world size refuses the step (resize_checkpoints converts)
         self.world_size = Parameter(Tensor(np.array([self.nranks], np.int32)),
                                     name=WORLD_SIZE_NAME, requires_grad=False)
+        # and whether they hold learning-rate-scaled gradients: resuming them with the
+        # other lr_in_residuals would apply every pending entry at lr times its size, or 1/lr
+        self.lr_scaled = Parameter(Tensor(np.array([int(self.folds)], np.int32)),
+                                   name=LR_SCALED_NAME, requires_grad=False)
         self.inv_scale = Tensor(1.0 / loss_scale, mstype.float32)
         self.l1_t = Tensor(self.l1, mstype.float32)
         self.l2_t = Tensor(self.l2, mstype.float32)
@@ -321,7 +327,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             (self.stage_k, self.rampup_begin_step, self.rampup_step, self.is_compressed,
              self.stage_exchange, self.plan.bucket_k, self.bucket_ids, self.bucket_exchange,
              self.folded)),
-            self._parameters)
+            self._parameters, lr_scaled=self.folds)
 
     def _build_steps(self, momentum):
         """The step's Cells (steps.py): the compressed parameters' stage step and the dense
@@ -439,11 +445,15 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         try:
             return self._call(*args, **kwargs)
         except RuntimeError as exc:
-            # the step's check refused residuals saved by another number of workers: said
-            # as the ValueError it is (read only on failure, not to sync every step)
+            # the step's check refused residuals saved by another number of workers or
+            # with the other lr_in_residuals: said as the ValueError it is (read only on
+            # failure, not to sync every step)
             saved = int(self.world_size.asnumpy().reshape(-1)[0])
             if saved != self.nranks:
                 raise ValueError(world_size_message(self._NAME, saved, self.nranks)) from exc
+            scaled = bool(self.lr_scaled.asnumpy().reshape(-1)[0])
+            if scaled != self.folds:
+                raise ValueError(lr_scaled_message(self._NAME, scaled)) from exc
             raise
 
     def _call(self, *args, **kwargs):
@@ -484,8 +494,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         if self.folds:
             grads, lr = self._fold_lr(lr, grads)
         # nothing is exchanged before every worker is known to hold the same model, nor
-        # stepped on residuals saved by another number of workers
-        synced = self.replicas.check(step, self.world_size)
+        # stepped on residuals saved by another number of workers or of another kind
+        synced = self.replicas.check(step, self.world_size, self.lr_scaled)
         if self.nranks > 1:
             if _first_step is None:
                 if step == 0:

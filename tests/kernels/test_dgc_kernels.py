@@ -458,16 +458,39 @@ def test_multi_kernels_reject_bad_input():
             slot="gidx", **momentum(gidx=np.zeros(3, np.int32)))
 
 
+GRADIENTS = np.array([0, 0], np.int32)  # lr_scaled: neither state's residuals scaled
+
+
 def test_replica_check_kernel():
     out = np.zeros(1, np.int32)
     same = np.array([3, 100, 7] * 2, np.int32)
     width, two = np.array([3], np.int32), np.array([2, 2], np.int32)
-    testing.call_kernel("ms_optim_check_replicas", signatures=same, width=width, world=two,
-                        ok=out)
-    assert out[0] == 1
+    for scaled in ([0, 0], [1, 1]):
+        out[0] = 0
+        testing.call_kernel("ms_optim_check_replicas", signatures=same, width=width, world=two,
+                            lr_scaled=np.array(scaled, np.int32), ok=out)
+        assert out[0] == 1
     rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA", "^workers disagree on the model$",
             signatures=np.array([3, 100, 7, 3, 101, 7], np.int32), width=width, world=two,
+            lr_scaled=GRADIENTS, ok=out)
+
+
+@pytest.mark.parametrize("saved, mine", [(1, 0), (0, 1)])
+def test_replica_check_refuses_residuals_of_the_other_kind(saved, mine):
+    out = np.zeros(1, np.int32)
+    kinds = ("gradients", "learning-rate-scaled gradients")
+    rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA",
+            rf"^the optimizer state's residuals hold {kinds[saved]} and this run's hold "
+            rf"{kinds[mine]}: resume with the lr_in_residuals setting that saved them$",
+            signatures=np.array([3, 100, 7], np.int32), width=np.array([3], np.int32),
+            world=np.array([1, 1], np.int32), lr_scaled=np.array([saved, mine], np.int32),
             ok=out)
+    assert out[0] == 0
+    rejects("ms_optim_check_replicas", "MSOPT_ERR_SIZE",
+            r"^lr_scaled must be int32\[2\] \(the state's, this run's\), got 1 elements$",
+            slot="lr_scaled", signatures=np.array([3, 100, 7], np.int32),
+            width=np.array([3], np.int32), world=np.array([1, 1], np.int32),
+            lr_scaled=np.array([0], np.int32), ok=out)
 
 
 @pytest.mark.parametrize("saved, nranks", [(4, 2), (4, 8), (4, 1), (1, 2)])
@@ -477,12 +500,13 @@ def test_replica_check_refuses_residuals_of_another_world_size(saved, nranks):
             rf"^the optimizer state holds the residuals of {saved} worker\(s\) and this run has "
             rf"{nranks}: combine the checkpoints with ms_optim.dgc.resize_checkpoints first$",
             signatures=np.array([3, 100, 7] * nranks, np.int32), width=np.array([3], np.int32),
-            world=np.array([saved, nranks], np.int32), ok=out)
+            world=np.array([saved, nranks], np.int32), lr_scaled=GRADIENTS, ok=out)
     assert out[0] == 0
     rejects("ms_optim_check_replicas", "MSOPT_ERR_SIZE",
             r"^world must be int32\[2\] \(the state's world size, this run's\), got 1 elements$",
             slot="world", signatures=np.array([3, 100, 7], np.int32),
-            width=np.array([3], np.int32), world=np.array([1], np.int32), ok=out)
+            width=np.array([3], np.int32), world=np.array([1], np.int32), lr_scaled=GRADIENTS,
+            ok=out)
 
 
 def test_kernels_reject_bad_input():

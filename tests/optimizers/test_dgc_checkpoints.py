@@ -1,6 +1,6 @@
 """DGCMomentum checkpoints across world sizes: ms_optim.dgc.resize_checkpoints and the step's
-refusal of residuals saved by another number of workers (tests/distributed/test_dgc_msrun.py
-saves at 4 workers and resumes at 2 and 8)."""
+refusal of residuals saved by another number of workers or with the other lr_in_residuals
+(tests/distributed/test_dgc_msrun.py saves at 4 workers and resumes at 2 and 8)."""
 import numpy as np
 import pytest
 
@@ -14,10 +14,10 @@ from tests.nets import WideNet
 CONFIG = dict(learning_rate=0.05, momentum=0.9, rampup_begin_step=0, sparsity=[0.99])
 
 
-def _net_and_opt():
+def _net_and_opt(**settings):
     ms.set_seed(0)
     net = WideNet(n_in=16, hidden=1100, n_out=4)
-    return net, ms_optim.DGCMomentum(net.trainable_params(), **CONFIG)
+    return net, ms_optim.DGCMomentum(net.trainable_params(), **CONFIG, **settings)
 
 
 def _grads(net, seed):
@@ -95,6 +95,35 @@ def test_residuals_of_another_world_size_are_refused(saved_by_4):
         np.testing.assert_array_equal(p.asnumpy(), b)
 
 
+@pytest.mark.parametrize("saved", [True, False])
+def test_residuals_of_the_other_lr_in_residuals_are_refused(saved, tmp_path):
+    """Residuals of learning-rate-scaled gradients stepped as gradients (or the reverse)
+    would apply every pending entry at lr times, or 1/lr times, its size: refused."""
+    net, opt = _net_and_opt(lr_in_residuals=saved)
+    opt(_grads(net, 0))
+    path = str(tmp_path / "saved.ckpt")
+    ms.save_checkpoint(opt, path)
+    assert ms.load_checkpoint(path)["dgc_lr_in_residuals"].asnumpy().tolist() == [int(saved)]
+    # resumed with the setting that saved them: steps
+    net, opt = _net_and_opt(lr_in_residuals=saved)
+    ms.load_param_into_net(opt, ms.load_checkpoint(path))
+    opt(_grads(net, 1))
+    # with the other: refused, from Python as a ValueError naming the setting to resume with
+    net, opt = _net_and_opt(lr_in_residuals=not saved)
+    ms.load_param_into_net(opt, ms.load_checkpoint(path))
+    before = [p.asnumpy().copy() for p in net.trainable_params()]
+    with pytest.raises(ValueError, match=rf"construct the optimizer with "
+                                         rf"lr_in_residuals={saved} to resume from this state"):
+        opt(_grads(net, 1))
+    # and compiled into a train step, the step's own check fails before anything is applied
+    cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
+    with pytest.raises(RuntimeError, match="ms_optim_check_replicas"):
+        cell(Tensor(np.ones((2, 16), np.float32)), Tensor(np.zeros((2, 4), np.float32)))
+    assert "resume with the lr_in_residuals setting" in ms_optim.last_native_error()
+    for p, b in zip(net.trainable_params(), before):
+        np.testing.assert_array_equal(p.asnumpy(), b)
+
+
 def test_resize_rejects_bad_input(saved_by_4, tmp_path):
     dest = str(tmp_path / "r{rank}.ckpt")
     with pytest.raises(TypeError, match="'sources' must be a list or tuple"):
@@ -122,6 +151,13 @@ def test_resize_rejects_bad_input(saved_by_4, tmp_path):
         dgc.resize_checkpoints(saved_by_4[:1] + [str(tmp_path / "dense.ckpt")], 2, dest)
     with pytest.raises(ValueError, match="holds no DGCMomentum residuals"):
         dgc.resize_checkpoints([str(tmp_path / "dense.ckpt")], 2, dest)
+    # one run's files, but one says its residuals hold learning-rate-scaled gradients
+    mixed = ms.load_checkpoint(saved_by_4[3])
+    mixed["dgc_lr_in_residuals"] = ms.Parameter(Tensor(np.array([1], np.int32)),
+                                                name="dgc_lr_in_residuals")
+    ms.save_checkpoint(list(mixed.values()), str(tmp_path / "mixed.ckpt"))
+    with pytest.raises(ValueError, match="the checkpoints' dgc_lr_in_residuals differ"):
+        dgc.resize_checkpoints(saved_by_4[:3] + [str(tmp_path / "mixed.ckpt")], 2, dest)
 
 
 def test_resize_conserves_the_bucket(tmp_path):

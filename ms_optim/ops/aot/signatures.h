@@ -95,10 +95,12 @@ struct Slot {
   IN(param, kEach) IN(u, kEach) IN(src, kRest) IN(lr, kOne) IN(consts, kOne)              \
   IN(gidx, kCountK) OUT(done, kOne)
 
-// The workers' model signatures, gathered: fails unless all agree, and unless
-// world = (the world size the state was saved by, this run's) agree.
+// The workers' model signatures, gathered: fails unless all agree, unless
+// world = (the world size the state was saved by, this run's) agree, and unless
+// lr_scaled = (whether the state's residuals hold learning-rate-scaled
+// gradients, whether this run's do) agree.
 #define MSOPT_AOT_CHECK_REPLICAS(IN, OUT) \
-  IN(signatures, kOne) IN(width, kOne) IN(world, kOne) OUT(ok, kOne)
+  IN(signatures, kOne) IN(width, kOne) IN(world, kOne) IN(lr_scaled, kOne) OUT(ok, kOne)
 
 // A 64-bit digest of K tensors of one dtype.
 #define MSOPT_AOT_DIGEST(IN, OUT) IN(p, kEach) OUT(digest, kOne)
