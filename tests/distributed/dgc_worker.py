@@ -9,7 +9,7 @@ Modes:
                  worker's shard, then a checkpoint resume; writes rank<r>.npz
   data_parallel  DGCMomentum under DATA_PARALLEL must refuse, at construction and at compile
   shared         the bucket of small parameters (bucket_sparsity) on known per-worker
-                 gradients, gathered or all-reduced; the exchanges of shared indices
+                 gradients, gathered or all-reduced (with lr_in_residuals); the exchanges of shared indices
                  ("leader", "union") on known gradients, by one impl without the bucket
                  and by the other with it, then a small network trained with
                  TrainOneStepCell (the leader chosen on the device); writes rank<r>.npz
@@ -42,6 +42,8 @@ SHAPES = [(130, 129), (20000,), (7, 3), (11,)]
 CONFIG = dict(learning_rate=0.05, momentum=0.9, rampup_begin_step=3, rampup_step=8,
               sparsity=[0.75, 0.9375, 0.999], use_nesterov=True, local_grad_clip_norm=50.0)
 STEPS = 16
+# the learning rates of the run with lr_in_residuals: a cosine decay, one per step
+FOLD_LRS = (0.05 * (1 + np.cos(np.pi * np.arange(STEPS) / STEPS)) / 2).astype(np.float32)
 # the shared mode's exchanges of shared indices, each by both impls: (exchange, the impl
 # of its run without the bucket, the impl of its run with the bucket following the exchange
 # as the large parameters do)
@@ -88,15 +90,19 @@ def train_net(rank, nranks, start, stop, seed, ckpt_load=None, ckpt_save=None):
     return state + [u.asnumpy() for u in opt.u] + [v.asnumpy() for v in opt.v]
 
 
-def known_steps(rank, nranks, impl, exchange, tag, bucket_sparsity=None):
+def known_steps(rank, nranks, impl, exchange, tag, bucket_sparsity=None,
+                lr_in_residuals=False):
     """STEPS of known gradients straight into the optimizer, from parameters that differ on
     every worker until the first step's broadcast: the initial parameters ("init<i>") and,
     each name led by `tag`, the parameters, residuals and the last step's exchange bytes
-    (the bucket's residuals v as "bucket_v<j>")."""
+    (the bucket's residuals v as "bucket_v<j>").  With `lr_in_residuals`, at the rates
+    FOLD_LRS."""
     params = make_params(seed=rank)
     arrays = {f"init{i}": p.asnumpy().copy() for i, p in enumerate(params)}
+    config = dict(CONFIG, learning_rate=FOLD_LRS) if lr_in_residuals else CONFIG
     opt = ms_optim.DGCMomentum(params, num_trainers=nranks, impl=impl, exchange=exchange,
-                               bucket_sparsity=bucket_sparsity, **CONFIG)
+                               bucket_sparsity=bucket_sparsity,
+                               lr_in_residuals=lr_in_residuals, **config)
     for t in range(STEPS):
         opt(tuple(Tensor(g) for g in known_grads(rank, t)))
     arrays.update({f"{tag}param{i}": p.asnumpy() for i, p in enumerate(params)})
@@ -150,9 +156,12 @@ def mode_shared(rank, nranks, out):
     arrays = {}
     # the bucket of the two small parameters (32 elements), with 3 workers: at 0.9 (3
     # entries each) gathered, at 0.5 (16 each) the sparsified bucket all-reduced (the
-    # bucket's step is the same graph code with either impl)
-    for impl, bucket, tag in (("native", 0.9, "bucket90_"), ("ops", 0.5, "bucket50_")):
-        arrays.update(known_steps(rank, nranks, impl, "auto", tag, bucket_sparsity=bucket))
+    # bucket's step is the same graph code with either impl), the latter with
+    # learning-rate-scaled residuals
+    for impl, bucket, tag, fold in (("native", 0.9, "bucket90_", False),
+                                    ("ops", 0.5, "bucket50_", True)):
+        arrays.update(known_steps(rank, nranks, impl, "auto", tag, bucket_sparsity=bucket,
+                                  lr_in_residuals=fold))
     # the bucket's indices in their own collective, as a bucket too big to send them as
     # float32 does
     from ms_optim.dgc import steps

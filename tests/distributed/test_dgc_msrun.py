@@ -60,14 +60,15 @@ def _arrays(out, workers):
     return [np.load(os.path.join(out, f"rank{r}.npz")) for r in range(workers)]
 
 
-def _reference(init, nranks, exchange, bucket_sparsity=None):
+def _reference(init, nranks, exchange, bucket_sparsity=None, lr_in_residuals=False):
     """The numpy rule of worker.CONFIG from the parameters `init` (a worker's npz)."""
     cfg = worker.CONFIG
     return reference.DGCReference([init[f"init{i}"].copy() for i in range(4)], cfg["momentum"],
                                   cfg["rampup_begin_step"], cfg["rampup_step"], cfg["sparsity"],
                                   nesterov=cfg["use_nesterov"],
                                   clip_norm=cfg["local_grad_clip_norm"], nranks=nranks,
-                                  exchange=exchange, bucket_sparsity=bucket_sparsity)
+                                  exchange=exchange, bucket_sparsity=bucket_sparsity,
+                                  lr_in_residuals=lr_in_residuals)
 
 
 @pytest.fixture(scope="module")
@@ -154,11 +155,14 @@ def test_shared_index_exchanges_match_reference_and_keep_replicas_identical(shar
     assert int(runs[0][f"{tag}exchange_bytes"]) == SHARED_LARGE_BYTES[exchange] + 4 * (21 + 11)
 
 
-def _bucket_reference(runs, exchange, bucket_sparsity):
-    """The reference's rule over the 3 workers' known gradients, from the runs' start."""
-    ref = _reference(runs[0], 3, exchange, bucket_sparsity=bucket_sparsity)
+def _bucket_reference(runs, exchange, bucket_sparsity, lr_in_residuals=False):
+    """The reference's rule over the 3 workers' known gradients, from the runs' start (at
+    the rates worker.FOLD_LRS with `lr_in_residuals`)."""
+    ref = _reference(runs[0], 3, exchange, bucket_sparsity=bucket_sparsity,
+                     lr_in_residuals=lr_in_residuals)
     for t in range(worker.STEPS):
-        ref.step([worker.known_grads(r, t) for r in range(3)], worker.CONFIG["learning_rate"])
+        lr = worker.FOLD_LRS[t] if lr_in_residuals else worker.CONFIG["learning_rate"]
+        ref.step([worker.known_grads(r, t) for r in range(3)], lr)
     return ref
 
 
@@ -180,9 +184,10 @@ def test_bucket_matches_reference_and_keeps_replicas_identical(shared_run, bucke
     """bucket_sparsity with 3 workers (0.9: the entries gathered, in one collective or, as
     for a bucket of more than 2**24 elements, two; 0.5: the sparsified bucket all-reduced):
     the parameters are bitwise identical on every worker and equal the
-    reference's rule; each worker keeps its own residuals."""
+    reference's rule; each worker keeps its own residuals.  The all-reduced run also has
+    learning-rate-scaled residuals under a decaying rate (lr_in_residuals)."""
     runs = shared_run
-    ref = _bucket_reference(runs, "exact", bucket / 100)
+    ref = _bucket_reference(runs, "exact", bucket / 100, lr_in_residuals=bucket == 50)
     tags = [f"bucket{bucket}_"] + ([f"bucket{bucket}_split_"] if bucket == 90 else [])
     for tag in tags:
         _check_bucket_run(runs, tag, ref)
