@@ -63,7 +63,7 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_command():
     assert len(lines) == 2, first
     main_job, tests = lines
     assert main_job.endswith("python -m examples.train")
-    assert tests.endswith("python -m pytest -q tests --all")
+    assert tests.endswith("python -m pytest -q tests --all -n 2 --dist loadfile")
     ci = read(os.path.join(ROOT, ".ci", "run"))
     assert tests in ci, "CI must run the README's test command as written"
     # the main job's module exists where the command says
