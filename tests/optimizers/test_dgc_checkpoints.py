@@ -77,22 +77,27 @@ def test_resized_state_resumes_and_steps(saved_by_4, tmp_path):
     assert np.isfinite(net.trainable_params()[0].asnumpy()).all()
 
 
-def test_residuals_of_another_world_size_are_refused(saved_by_4):
-    net, opt = _net_and_opt()
-    ms.load_param_into_net(opt, ms.load_checkpoint(saved_by_4[0]))
+def _assert_refused(net, opt, message, native_message):
+    """The optimizer refuses its state: called from Python, a ValueError matching
+    `message`; compiled into a train step, the step's own check fails with the kernel's
+    `native_message`; and nothing is applied."""
     before = [p.asnumpy().copy() for p in net.trainable_params()]
-    # called from Python: a ValueError before anything steps
-    with pytest.raises(ValueError, match=r"holds the residuals of 4 worker\(s\) and this run "
-                                         r"has 1: convert the 4 checkpoints with "
-                                         r"ms_optim.dgc.resize_checkpoints"):
+    with pytest.raises(ValueError, match=message):
         opt(_grads(net, 1))
-    # compiled into a train step: the step's own check fails, and nothing is applied
     cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
     with pytest.raises(RuntimeError, match="ms_optim_check_replicas"):
         cell(Tensor(np.ones((2, 16), np.float32)), Tensor(np.zeros((2, 4), np.float32)))
-    assert "holds the residuals of 4 worker(s)" in ms_optim.last_native_error()
+    assert native_message in ms_optim.last_native_error()
     for p, b in zip(net.trainable_params(), before):
         np.testing.assert_array_equal(p.asnumpy(), b)
+
+
+def test_residuals_of_another_world_size_are_refused(saved_by_4):
+    net, opt = _net_and_opt()
+    ms.load_param_into_net(opt, ms.load_checkpoint(saved_by_4[0]))
+    _assert_refused(net, opt, r"holds the residuals of 4 worker\(s\) and this run has 1: "
+                              r"convert the 4 checkpoints with ms_optim.dgc.resize_checkpoints",
+                    "holds the residuals of 4 worker(s)")
 
 
 @pytest.mark.parametrize("saved", [True, False])
@@ -108,20 +113,12 @@ def test_residuals_of_the_other_lr_in_residuals_are_refused(saved, tmp_path):
     net, opt = _net_and_opt(lr_in_residuals=saved)
     ms.load_param_into_net(opt, ms.load_checkpoint(path))
     opt(_grads(net, 1))
-    # with the other: refused, from Python as a ValueError naming the setting to resume with
+    # with the other: refused, the ValueError naming the setting to resume with
     net, opt = _net_and_opt(lr_in_residuals=not saved)
     ms.load_param_into_net(opt, ms.load_checkpoint(path))
-    before = [p.asnumpy().copy() for p in net.trainable_params()]
-    with pytest.raises(ValueError, match=rf"construct the optimizer with "
-                                         rf"lr_in_residuals={saved} to resume from this state"):
-        opt(_grads(net, 1))
-    # and compiled into a train step, the step's own check fails before anything is applied
-    cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
-    with pytest.raises(RuntimeError, match="ms_optim_check_replicas"):
-        cell(Tensor(np.ones((2, 16), np.float32)), Tensor(np.zeros((2, 4), np.float32)))
-    assert "resume with the lr_in_residuals setting" in ms_optim.last_native_error()
-    for p, b in zip(net.trainable_params(), before):
-        np.testing.assert_array_equal(p.asnumpy(), b)
+    _assert_refused(net, opt, rf"construct the optimizer with lr_in_residuals={saved} to "
+                              rf"resume from this state",
+                    "resume with the lr_in_residuals setting")
 
 
 def test_resize_rejects_bad_input(saved_by_4, tmp_path):
