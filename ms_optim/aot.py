@@ -361,8 +361,8 @@ def dgc_momentum_op(dtypes, src_dtypes):
 
 def check_replicas_op():
     """Fails unless every worker's gathered int32 signature is the same, the world size
-    the optimizer state was saved by is this run's, and the state's residuals hold
-    learning-rate-scaled gradients exactly when this run's do."""
+    the optimizer state was saved by is this run's, and each parameter's residuals in the
+    state hold learning-rate-scaled gradients exactly when this run's do."""
     i32 = mstype.int32
     return native_op("ms_optim_check_replicas", 0,
                      dict(signatures=i32, width=i32, world=i32, lr_scaled=i32, ok=i32),

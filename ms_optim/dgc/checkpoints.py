@@ -5,8 +5,8 @@ optimizer saves the number of workers they belong to as ``dgc_world_size``. A ru
 loads residuals saved by another number of workers refuses to step (dropping a missing
 worker's ``v`` would lose gradient that was never applied); ``resize_checkpoints``
 converts one step's per-worker checkpoints for a new number of workers first. The state
-also saves, as ``dgc_lr_in_residuals``, whether the residuals hold learning-rate-scaled
-gradients; a run built with the other ``lr_in_residuals`` refuses to step on them.
+also saves, as ``dgc_lr_in_residuals``, which parameters' residuals hold learning-rate-scaled
+gradients; a run whose parameters fold the rate differently refuses to step on them.
 
 The rule (docs/dgc.md#resuming-at-another-number-of-workers): every new worker's ``u``
 and ``v`` are the mean of the old workers'. The exchange divides the sum of the workers'
@@ -31,13 +31,16 @@ U_PREFIX, V_PREFIX = "dgc_u", "dgc_v"
 RESIDUAL_PREFIXES = (U_PREFIX + ".", V_PREFIX + ".")
 
 
-def lr_scaled_message(cls, saved):
-    """What a step says when the state's residuals were saved with the other
-    ``lr_in_residuals`` (`saved`: whether they hold learning-rate-scaled gradients)."""
+def lr_scaled_message(cls, name, saved, any_saved):
+    """What a step says when parameter `name`'s residuals in the state are of the other
+    kind (`saved`: whether they hold learning-rate-scaled gradients; `any_saved`: whether
+    any parameter's do, i.e. the state was saved with ``lr_in_residuals=True``)."""
     kinds = ("gradients", "learning-rate-scaled gradients")
-    return (f"For '{cls}', the optimizer state's residuals hold {kinds[saved]} and this run's "
-            f"hold {kinds[not saved]}: construct the optimizer with "
-            f"lr_in_residuals={saved} to resume from this state "
+    how = ("lr_in_residuals=True and the bucket_sparsity it was saved with" if any_saved
+           else "lr_in_residuals=False")
+    return (f"For '{cls}', the optimizer state's residuals of parameter '{name}' hold "
+            f"{kinds[saved]} and this run's hold {kinds[not saved]}: construct the optimizer "
+            f"with {how} to resume from this state "
             f"(docs/dgc.md#a-changing-learning-rate-lr_in_residuals).")
 
 
@@ -75,8 +78,9 @@ def resize_checkpoints(sources, world_size, dest):
             `dest` not a str.
         ValueError: If `sources` is empty, a file is missing or holds no DGCMomentum
             residuals, the files' entries differ in names, shapes or dtypes, their
-            ``dgc_world_size`` is not the number of files, `world_size` is not positive, or
-            `dest` has no ``{rank}`` or names a source file.
+            ``dgc_world_size`` is not the number of files, their ``dgc_lr_in_residuals``
+            differ, `world_size` is not positive, or `dest` has no ``{rank}`` or names a
+            source file.
 
     Supported Platforms:
         ``CPU`` ``GPU`` ``Ascend``
@@ -122,11 +126,11 @@ def resize_checkpoints(sources, world_size, dest):
                                  f"worker(s), but 'sources' names {len(sources)} checkpoint(s): "
                                  f"give one per worker of that run.")
     if LR_SCALED_NAME in first:
-        kinds = {int(state[LR_SCALED_NAME].reshape(-1)[0]) for state in states}
+        kinds = {tuple(state[LR_SCALED_NAME].reshape(-1).tolist()) for state in states}
         if len(kinds) > 1:
-            raise ValueError(f"For '{name}', the checkpoints' {LR_SCALED_NAME} differ: some "
-                             f"residuals hold learning-rate-scaled gradients and some do not, "
-                             f"so they are not one run's.")
+            raise ValueError(f"For '{name}', the checkpoints' {LR_SCALED_NAME} differ: their "
+                             f"parameters do not fold the learning rate alike, so they are "
+                             f"not one run's.")
     merged = {}
     for key, value in first.items():
         if key.startswith(RESIDUAL_PREFIXES):

@@ -186,14 +186,14 @@ class Exchanges(NamedTuple):
 class ReplicaSync(nn.Cell):
     """Checks that every worker built the same model at the same step, and that the
     optimizer state was saved by as many workers as this run has, with residuals of the
-    same kind (`lr_scaled`: learning-rate-scaled gradients); makes the parameters
-    identical on the first step."""
+    same kind (`lr_scaled`: per parameter, whether they hold learning-rate-scaled
+    gradients); makes the parameters identical on the first step."""
 
-    def __init__(self, nranks, signature, params, lr_scaled=False):
+    def __init__(self, nranks, signature, params, lr_scaled):
         super().__init__()
         self.nranks = nranks
         self.nranks_t = Tensor(np.array([nranks], np.int32))
-        self.lr_scaled_t = Tensor(np.array([int(lr_scaled)], np.int32))
+        self.lr_scaled_t = Tensor(np.array(lr_scaled, np.int32).reshape(-1))
         self.signature = Tensor(np.array(signature, np.int32))
         self.width = Tensor(np.array([len(signature) + 1], np.int32))
         self.check_op = aot.check_replicas_op()
@@ -220,7 +220,7 @@ class ReplicaSync(nn.Cell):
     def check(self, step, saved_world, saved_lr_scaled):
         """int32[1] once every worker's signature and step matched, `saved_world` (int32[1],
         the world size the optimizer state was saved by) is this run's and
-        `saved_lr_scaled` (int32[1], 1 when the state's residuals hold
+        `saved_lr_scaled` (int32[n], 1 for a parameter whose residuals in the state hold
         learning-rate-scaled gradients) is this run's (fails otherwise)."""
         mine = ops.concat((self.signature, F.cast(step, mstype.int32).reshape(1)))
         return self.check_op(*aot.arrange(

@@ -128,8 +128,9 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             accumulate learning-rate-scaled gradients, so that an entry held back is
             applied at the rate of the steps that produced it, not at the rate of the step
             that sends it; the same up to rounding at a constant rate.  Checkpoints record
-            it (``dgc_lr_in_residuals``); a run with the other setting refuses to step on
-            their residuals.  Default: ``False``.
+            which parameters fold it (``dgc_lr_in_residuals``); a run whose parameters
+            fold differently (another `lr_in_residuals` or `bucket_sparsity`) refuses to
+            step on their residuals.  Default: ``False``.
 
     Inputs:
         - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
@@ -295,9 +296,9 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         # resumed at another world size refuses the step (resize_checkpoints converts)
         self.world_size = Parameter(Tensor(np.array([self.nranks], np.int32)),
                                     name=WORLD_SIZE_NAME, requires_grad=False)
-        # and whether they hold learning-rate-scaled gradients: resuming them with the
-        # other lr_in_residuals would apply every pending entry at lr times its size, or 1/lr
-        self.lr_scaled = Parameter(Tensor(np.array([int(self.folds)], np.int32)),
+        # and, per parameter, whether they hold learning-rate-scaled gradients: resumed as
+        # the other kind, every pending entry would be applied at lr times its size, or 1/lr
+        self.lr_scaled = Parameter(Tensor(np.array(self.folded, np.int32)),
                                    name=LR_SCALED_NAME, requires_grad=False)
         self.inv_scale = Tensor(1.0 / loss_scale, mstype.float32)
         self.l1_t = Tensor(self.l1, mstype.float32)
@@ -327,7 +328,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             (self.stage_k, self.rampup_begin_step, self.rampup_step, self.is_compressed,
              self.stage_exchange, self.plan.bucket_k, self.bucket_ids, self.bucket_exchange,
              self.folded)),
-            self._parameters, lr_scaled=self.folds)
+            self._parameters, lr_scaled=self.folded)
 
     def _build_steps(self, momentum):
         """The step's Cells (steps.py): the compressed parameters' stage step and the dense
@@ -451,9 +452,11 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             saved = int(self.world_size.asnumpy().reshape(-1)[0])
             if saved != self.nranks:
                 raise ValueError(world_size_message(self._NAME, saved, self.nranks)) from exc
-            scaled = bool(self.lr_scaled.asnumpy().reshape(-1)[0])
-            if scaled != self.folds:
-                raise ValueError(lr_scaled_message(self._NAME, scaled)) from exc
+            scaled = self.lr_scaled.asnumpy().reshape(-1) != 0
+            for p, saved, mine in zip(self._parameters, scaled, self.folded):
+                if saved != mine:
+                    raise ValueError(lr_scaled_message(self._NAME, p.name, bool(saved),
+                                                       scaled.any())) from exc
             raise
 
     def _call(self, *args, **kwargs):

@@ -465,7 +465,7 @@ def test_replica_check_kernel():
     out = np.zeros(1, np.int32)
     same = np.array([3, 100, 7] * 2, np.int32)
     width, two = np.array([3], np.int32), np.array([2, 2], np.int32)
-    for scaled in ([0, 0], [1, 1]):
+    for scaled in ([0, 0], [1, 1], [1, 0, 1, 1, 0, 1]):
         out[0] = 0
         testing.call_kernel("ms_optim_check_replicas", signatures=same, width=width, world=two,
                             lr_scaled=np.array(scaled, np.int32), ok=out)
@@ -475,22 +475,32 @@ def test_replica_check_kernel():
             lr_scaled=GRADIENTS, ok=out)
 
 
-@pytest.mark.parametrize("saved, mine", [(1, 0), (0, 1)])
-def test_replica_check_refuses_residuals_of_the_other_kind(saved, mine):
+@pytest.mark.parametrize("saved, mine, which", [
+    ([1], [0], 0), ([0], [1], 0), ([1, 0, 1], [1, 1, 1], 1), ([0, 0, 1], [0, 0, 0], 2)])
+def test_replica_check_refuses_residuals_of_the_other_kind(saved, mine, which):
+    """lr_scaled is the state's flag per parameter, then this run's: the first parameter
+    whose two differ is named."""
     out = np.zeros(1, np.int32)
     kinds = ("gradients", "learning-rate-scaled gradients")
     rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA",
-            rf"^the optimizer state's residuals hold {kinds[saved]} and this run's hold "
-            rf"{kinds[mine]}: resume with the lr_in_residuals setting that saved them$",
+            rf"^the optimizer state's residuals of parameter {which} hold "
+            rf"{kinds[saved[which]]} and this run's hold {kinds[mine[which]]}: resume with the "
+            rf"lr_in_residuals and bucket_sparsity that saved them$",
             signatures=np.array([3, 100, 7], np.int32), width=np.array([3], np.int32),
-            world=np.array([1, 1], np.int32), lr_scaled=np.array([saved, mine], np.int32),
+            world=np.array([1, 1], np.int32), lr_scaled=np.array(saved + mine, np.int32),
             ok=out)
     assert out[0] == 0
+
+
+@pytest.mark.parametrize("flags", [[0], [0, 1, 0]])
+def test_replica_check_rejects_an_odd_number_of_flags(flags):
+    out = np.zeros(1, np.int32)
     rejects("ms_optim_check_replicas", "MSOPT_ERR_SIZE",
-            r"^lr_scaled must be int32\[2\] \(the state's, this run's\), got 1 elements$",
+            rf"^lr_scaled must be int32\[2n\] \(the state's flag per parameter, this run's\), "
+            rf"got {len(flags)} elements$",
             slot="lr_scaled", signatures=np.array([3, 100, 7], np.int32),
             width=np.array([3], np.int32), world=np.array([1, 1], np.int32),
-            lr_scaled=np.array([0], np.int32), ok=out)
+            lr_scaled=np.array(flags, np.int32), ok=out)
 
 
 @pytest.mark.parametrize("saved, nranks", [(4, 2), (4, 8), (4, 1), (1, 2)])

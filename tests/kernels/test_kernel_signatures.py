@@ -143,7 +143,8 @@ def _select_call(ks, k_total):
                                      world=np.array([2, 2], np.int32),
                                      lr_scaled=np.array([1, 0], np.int32),
                                      ok=np.zeros(1, np.int32)),
-     "MSOPT_ERR_REPLICA", "residuals hold learning-rate-scaled gradients and this run's hold"),
+     "MSOPT_ERR_REPLICA",
+     "residuals of parameter 0 hold learning-rate-scaled gradients and this run's hold"),
 ])
 def test_each_check_has_its_own_code_and_message(entry, call, code, message, capfd):
     what = rejects(entry, code, message, **call)

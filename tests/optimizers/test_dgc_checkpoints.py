@@ -108,17 +108,51 @@ def test_residuals_of_the_other_lr_in_residuals_are_refused(saved, tmp_path):
     opt(_grads(net, 0))
     path = str(tmp_path / "saved.ckpt")
     ms.save_checkpoint(opt, path)
-    assert ms.load_checkpoint(path)["dgc_lr_in_residuals"].asnumpy().tolist() == [int(saved)]
+    # one flag per parameter: only fc1.weight is compressed
+    assert (ms.load_checkpoint(path)["dgc_lr_in_residuals"].asnumpy().tolist()
+            == [int(saved), 0, 0, 0])
     # resumed with the setting that saved them: steps
     net, opt = _net_and_opt(lr_in_residuals=saved)
     ms.load_param_into_net(opt, ms.load_checkpoint(path))
     opt(_grads(net, 1))
-    # with the other: refused, the ValueError naming the setting to resume with
+    # with the other: refused, the ValueError naming the parameter and the setting
     net, opt = _net_and_opt(lr_in_residuals=not saved)
     ms.load_param_into_net(opt, ms.load_checkpoint(path))
-    _assert_refused(net, opt, rf"construct the optimizer with lr_in_residuals={saved} to "
-                              rf"resume from this state",
-                    "resume with the lr_in_residuals setting")
+    kinds = ("gradients", "learning-rate-scaled gradients")
+    _assert_refused(net, opt, rf"residuals of parameter 'fc1.weight' hold {kinds[saved]} and "
+                              rf"this run's hold {kinds[not saved]}: construct the optimizer "
+                              rf"with lr_in_residuals={saved}",
+                    "residuals of parameter 0 hold")
+
+
+def test_residuals_folded_by_another_bucket_are_refused(tmp_path):
+    """Which parameters fold the rate depends on bucket_sparsity too: saved without the
+    bucket, the small parameters' momentum holds gradients, and a run that buckets them
+    (and so folds them) refuses it, naming the first."""
+    net, opt = _net_and_opt(lr_in_residuals=True)
+    opt(_grads(net, 0))
+    path = str(tmp_path / "saved.ckpt")
+    ms.save_checkpoint(opt, path)
+    net, opt = _net_and_opt(lr_in_residuals=True, bucket_sparsity=0.5)
+    ms.load_param_into_net(opt, ms.load_checkpoint(path))
+    _assert_refused(net, opt, r"residuals of parameter 'fc1.bias' hold gradients and this "
+                              r"run's hold learning-rate-scaled gradients: construct the "
+                              r"optimizer with lr_in_residuals=True and the bucket_sparsity it "
+                              r"was saved with",
+                    "residuals of parameter 1 hold gradients")
+
+
+def test_the_workers_signature_includes_what_folds():
+    """Workers that fold the rate differently would exchange differently scaled values:
+    their model signatures differ, so the first step refuses (tests/distributed covers the
+    refusal). With nothing compressed nothing folds, and the signatures agree."""
+    def signature(**settings):
+        return _net_and_opt(**settings)[1].replicas.signature.asnumpy().tolist()
+    assert signature(lr_in_residuals=True) != signature(lr_in_residuals=False)
+    sigs = [ms_optim.DGCMomentum(nn.Dense(4, 3).trainable_params(), lr_in_residuals=fold,
+                                 **CONFIG).replicas.signature.asnumpy().tolist()
+            for fold in (True, False)]
+    assert sigs[0] == sigs[1]
 
 
 def test_resize_rejects_bad_input(saved_by_4, tmp_path):
@@ -148,9 +182,9 @@ def test_resize_rejects_bad_input(saved_by_4, tmp_path):
         dgc.resize_checkpoints(saved_by_4[:1] + [str(tmp_path / "dense.ckpt")], 2, dest)
     with pytest.raises(ValueError, match="holds no DGCMomentum residuals"):
         dgc.resize_checkpoints([str(tmp_path / "dense.ckpt")], 2, dest)
-    # one run's files, but one says its residuals hold learning-rate-scaled gradients
+    # one run's files, but in one the compressed parameter folds the learning rate
     mixed = ms.load_checkpoint(saved_by_4[3])
-    mixed["dgc_lr_in_residuals"] = ms.Parameter(Tensor(np.array([1], np.int32)),
+    mixed["dgc_lr_in_residuals"] = ms.Parameter(Tensor(np.array([1, 0, 0, 0], np.int32)),
                                                 name="dgc_lr_in_residuals")
     ms.save_checkpoint(list(mixed.values()), str(tmp_path / "mixed.ckpt"))
     with pytest.raises(ValueError, match="the checkpoints' dgc_lr_in_residuals differ"):

@@ -412,9 +412,10 @@ int momentum_body(const AotCall &c) {
 
 // signatures int32[R*W] (every worker's model signature, W values each,
 // gathered in rank order), width int32[1] = W, world int32[2], lr_scaled
-// int32[2] -> ok int32[1] = 1.  Fails with kErrReplica when world's two sizes
-// differ (the residuals were saved by another number of workers), when
-// lr_scaled's two flags differ (saved with the other lr_in_residuals), and,
+// int32[2n] -> ok int32[1] = 1.  Fails with kErrReplica when world's two sizes
+// differ (the residuals were saved by another number of workers), when the
+// state's and this run's flags of a parameter in lr_scaled differ (its
+// residuals saved with or without the learning rate folded in), and,
 // after printing every worker's signature to stderr, when the workers disagree:
 // their exchange buffers would not match, and collectives on mismatched buffers
 // hang or corrupt memory.
@@ -434,17 +435,20 @@ int check_replicas_body(const AotCall &c) {
               "the optimizer state holds the residuals of %d worker(s) and this run has %d: "
               "combine the checkpoints with ms_optim.dgc.resize_checkpoints first",
               world[0], world[1]);
-  MSOPT_CHECK(c, c.numel(S::lr_scaled) == 2, kErrSize,
-              "lr_scaled must be int32[2] (the state's, this run's), got %lld elements",
-              static_cast<long long>(c.numel(S::lr_scaled)));
+  const int64_t flags = c.numel(S::lr_scaled);
+  MSOPT_CHECK(c, flags >= 2 && flags % 2 == 0, kErrSize,
+              "lr_scaled must be int32[2n] (the state's flag per parameter, this run's), got "
+              "%lld elements", static_cast<long long>(flags));
   // residuals of learning-rate-scaled gradients stepped as gradients, or the reverse:
   // every pending entry would be applied at lr times (or 1/lr times) its size
-  const int32_t *scaled = c.ptr<int32_t>(S::lr_scaled);
-  MSOPT_CHECK(c, (scaled[0] != 0) == (scaled[1] != 0), kErrReplica,
-              "the optimizer state's residuals hold %s and this run's hold %s: resume with "
-              "the lr_in_residuals setting that saved them",
-              scaled[0] ? "learning-rate-scaled gradients" : "gradients",
-              scaled[1] ? "learning-rate-scaled gradients" : "gradients");
+  const int32_t *saved = c.ptr<int32_t>(S::lr_scaled), *mine = saved + flags / 2;
+  for (int64_t j = 0; j < flags / 2; ++j)
+    MSOPT_CHECK(c, (saved[j] != 0) == (mine[j] != 0), kErrReplica,
+                "the optimizer state's residuals of parameter %lld hold %s and this run's "
+                "hold %s: resume with the lr_in_residuals and bucket_sparsity that saved them",
+                static_cast<long long>(j),
+                saved[j] ? "learning-rate-scaled gradients" : "gradients",
+                mine[j] ? "learning-rate-scaled gradients" : "gradients");
   const int64_t total = c.numel(S::signatures), width = c.ptr<int32_t>(S::width)[0];
   MSOPT_CHECK(c, width >= 1 && total % width == 0, kErrValue,
               "%lld signature values are not rows of width %lld", static_cast<long long>(total),

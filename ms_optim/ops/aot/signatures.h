@@ -97,8 +97,8 @@ struct Slot {
 
 // The workers' model signatures, gathered: fails unless all agree, unless
 // world = (the world size the state was saved by, this run's) agree, and unless
-// lr_scaled = (whether the state's residuals hold learning-rate-scaled
-// gradients, whether this run's do) agree.
+// lr_scaled = (per parameter, whether the state's residuals hold
+// learning-rate-scaled gradients; then whether this run's do) agree.
 #define MSOPT_AOT_CHECK_REPLICAS(IN, OUT) \
   IN(signatures, kOne) IN(width, kOne) IN(world, kOne) IN(lr_scaled, kOne) OUT(ok, kOne)
 
