@@ -447,16 +447,16 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             return self._call(*args, **kwargs)
         except RuntimeError as exc:
             # the step's check refused residuals saved by another number of workers or
-            # with the other lr_in_residuals: said as the ValueError it is (read only on
-            # failure, not to sync every step)
+            # folded differently: said as the ValueError it is (read only on failure, not
+            # to sync every step)
             saved = int(self.world_size.asnumpy().reshape(-1)[0])
             if saved != self.nranks:
                 raise ValueError(world_size_message(self._NAME, saved, self.nranks)) from exc
             scaled = self.lr_scaled.asnumpy().reshape(-1) != 0
-            for p, saved, mine in zip(self._parameters, scaled, self.folded):
-                if saved != mine:
-                    raise ValueError(lr_scaled_message(self._NAME, p.name, bool(saved),
-                                                       scaled.any())) from exc
+            for p, theirs, mine in zip(self._parameters, scaled, self.folded):
+                if theirs != mine:
+                    raise ValueError(lr_scaled_message(self._NAME, p.name, bool(theirs),
+                                                       bool(scaled.any()))) from exc
             raise
 
     def _call(self, *args, **kwargs):
