@@ -74,6 +74,12 @@ def values(params):
     return [p.asnumpy().copy() for p in params]
 
 
+def cosine_lrs(steps, peak=0.05):
+    """A cosine schedule from `peak` to near 0 over `steps`, float32, one value per step."""
+    t = np.arange(steps)
+    return (peak * (1 + np.cos(np.pi * t / steps)) / 2).astype(np.float32)
+
+
 def assert_close_to_mindspore(actual, expected):
     """Float32-rounding agreement after many steps (with a MindSpore optimizer, or a
     reference whose rounding differs in places).

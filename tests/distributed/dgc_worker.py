@@ -31,6 +31,7 @@ from mindspore import Parameter, Tensor, nn
 from mindspore.communication import get_group_size, get_rank, init
 
 import ms_optim
+from tests.helpers import cosine_lrs
 from tests.nets import WideNet
 
 
@@ -43,7 +44,7 @@ CONFIG = dict(learning_rate=0.05, momentum=0.9, rampup_begin_step=3, rampup_step
               sparsity=[0.75, 0.9375, 0.999], use_nesterov=True, local_grad_clip_norm=50.0)
 STEPS = 16
 # the learning rates of the run with lr_in_residuals: a cosine decay, one per step
-FOLD_LRS = (0.05 * (1 + np.cos(np.pi * np.arange(STEPS) / STEPS)) / 2).astype(np.float32)
+FOLD_LRS = cosine_lrs(STEPS, peak=0.05)
 # the shared mode's exchanges of shared indices, each by both impls: (exchange, the impl
 # of its run without the bucket, the impl of its run with the bucket following the exchange
 # as the large parameters do)

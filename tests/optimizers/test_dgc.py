@@ -13,7 +13,7 @@ import ms_optim
 from ms_optim import dgc, reference
 from ms_optim.clip import ClipGradByNorm
 from ms_optim.regularizer import L1Decay, L2Decay
-from tests.helpers import assert_close_to_mindspore, named_params
+from tests.helpers import assert_close_to_mindspore, cosine_lrs, named_params
 from tests.optim_db import DGC_BASE
 
 WARMUP = [0.75, 0.9375, 0.984375, 0.996, 0.999]
@@ -81,17 +81,13 @@ def test_optimizer_matches_reference(impl, config):
 
 # ------------------------------------------------------------ lr_in_residuals --
 
-def _cosine(steps, peak=0.05):
-    """A cosine schedule from `peak` to near 0 over `steps`, float32, one value per step."""
-    t = np.arange(steps)
-    return (peak * (1 + np.cos(np.pi * t / steps)) / 2).astype(np.float32)
-
-
-def _fold_run(opt, ref, lrs, shapes=SHAPES, seed=5):
-    """The optimizer and the reference over len(lrs) steps of random gradients."""
+def _fold_run(opt, ref, lrs, shapes=SHAPES, dtypes=None, seed=5):
+    """The optimizer and the reference over len(lrs) steps of random gradients (float32,
+    or of `dtypes`)."""
     rng = np.random.default_rng(seed)
     for lr in lrs:
-        grads = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        grads = [rng.standard_normal(s).astype(d)
+                 for s, d in zip(shapes, dtypes or [np.float32] * len(shapes))]
         opt(tuple(Tensor(g) for g in grads))
         ref.step([grads], lr)
 
@@ -104,7 +100,7 @@ def _fold_run(opt, ref, lrs, shapes=SHAPES, seed=5):
 def test_lr_in_residuals_matches_reference(impl, bucket):
     """Under a cosine schedule, through the dense steps 0-2 and both stages: parameters and
     residuals hold the reference's bits."""
-    lrs = _cosine(24)
+    lrs = cosine_lrs(24)
     params = _params()
     opt = ms_optim.DGCMomentum(params, learning_rate=lrs, momentum=0.9, rampup_begin_step=3,
                                rampup_step=6, sparsity=[0.9, 0.999], impl=impl,
@@ -125,18 +121,14 @@ def test_lr_in_residuals_matches_reference(impl, bucket):
 def test_lr_in_residuals_float16_nesterov_matches_reference():
     """Float16 parameters (folded in float32) with Nesterov momentum and the bucket, under a
     cosine schedule: the reference's bits."""
-    lrs = _cosine(20)
+    lrs = cosine_lrs(20)
     params = _f16_params(np.random.default_rng(8))
     opt = ms_optim.DGCMomentum(params, learning_rate=lrs, momentum=0.9, rampup_begin_step=2,
                                sparsity=[0.99], use_nesterov=True, bucket_sparsity=0.9,
                                lr_in_residuals=True)
     ref = reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 2, 1, [0.99],
                                  nesterov=True, bucket_sparsity=0.9, lr_in_residuals=True)
-    rng = np.random.default_rng(9)
-    for lr in lrs:
-        grads = [rng.standard_normal(s).astype(d) for s, d in zip(F16_SHAPES, F16_DTYPES)]
-        opt(tuple(Tensor(g) for g in grads))
-        ref.step([grads], lr)
+    _fold_run(opt, ref, lrs, F16_SHAPES, F16_DTYPES, seed=9)
     for i, p in enumerate(params):
         np.testing.assert_array_equal(p.asnumpy(), ref.params[i], err_msg=f"p{i}")
 
@@ -178,7 +170,7 @@ def test_lr_in_residuals_differs_only_when_the_rate_changes():
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(folded.v[0][0], np.float32(0.05) * plain.v[0][0], rtol=1e-4,
                                atol=1e-6)
-    decaying = _cosine(20)
+    decaying = cosine_lrs(20)
     plain, folded = run(decaying, False), run(decaying, True)
     assert max(np.abs(a - b).max() for a, b in zip(plain.params, folded.params)) > 1e-3
 
