@@ -5,8 +5,9 @@ optimizer saves the number of workers they belong to as ``dgc_world_size``. A ru
 loads residuals saved by another number of workers refuses to step (dropping a missing
 worker's ``v`` would lose gradient that was never applied); ``resize_checkpoints``
 converts one step's per-worker checkpoints for a new number of workers first. The state
-also saves, as ``dgc_lr_in_residuals``, which parameters' residuals hold learning-rate-scaled
-gradients; a run whose parameters fold the rate differently refuses to step on them.
+also saves, as ``dgc_residual_kind``, what each parameter's residuals hold (none,
+gradients or learning-rate-scaled gradients); a run that would drop them or read them as
+another kind refuses to step on them.
 
 The rule (docs/dgc.md#resuming-at-another-number-of-workers): every new worker's ``u``
 and ``v`` are the mean of the old workers'. The exchange divides the sum of the workers'
@@ -24,24 +25,46 @@ import mindspore as ms
 from .. import _checks
 
 WORLD_SIZE_NAME = "dgc_world_size"
-# 1 when the residuals hold learning-rate-scaled gradients (lr_in_residuals), else 0
-LR_SCALED_NAME = "dgc_lr_in_residuals"
+# per parameter, the kind of its residuals: none (sent dense: u is the momentum of the
+# workers' mean gradient), gradients, or learning-rate-scaled gradients (lr_in_residuals)
+RESIDUAL_KIND_NAME = "dgc_residual_kind"
+RESIDUAL_NONE, RESIDUAL_GRADIENTS, RESIDUAL_LR_SCALED = 0, 1, 2
+_KIND_WORDS = ("no residuals", "residuals of gradients",
+               "residuals of learning-rate-scaled gradients")
 # the residuals' Parameters are named "<prefix>.<parameter name>"
 U_PREFIX, V_PREFIX = "dgc_u", "dgc_v"
 RESIDUAL_PREFIXES = (U_PREFIX + ".", V_PREFIX + ".")
 
 
-def lr_scaled_message(cls, name, saved, any_saved):
-    """What a step says when parameter `name`'s residuals in the state are of the other
-    kind (`saved`: whether they hold learning-rate-scaled gradients; `any_saved`: whether
-    any parameter's do, i.e. the state was saved with ``lr_in_residuals=True``)."""
-    kinds = ("gradients", "learning-rate-scaled gradients")
-    how = ("lr_in_residuals=True and the bucket_sparsity it was saved with" if any_saved
-           else "lr_in_residuals=False")
-    return (f"For '{cls}', the optimizer state's residuals of parameter '{name}' hold "
-            f"{kinds[saved]} and this run's hold {kinds[not saved]}: construct the optimizer "
-            f"with {how} to resume from this state "
-            f"(docs/dgc.md#a-changing-learning-rate-lr_in_residuals).")
+def residual_kind(compressed, folded):
+    """The residual kind of a parameter that DGC compresses (alone or in the bucket) or
+    not, and whose residuals fold the learning rate or not."""
+    if not compressed:
+        return RESIDUAL_NONE
+    return RESIDUAL_LR_SCALED if folded else RESIDUAL_GRADIENTS
+
+
+def resumable(saved, mine):
+    """Whether residuals of kind `saved` may be stepped on as kind `mine`: the same kind,
+    or a parameter sent dense that the bucket now compresses (its momentum carries over,
+    as at rampup_begin_step).  The rule of the native check (ops/aot/aot_dgc.cpp,
+    residuals_resumable), which refuses the step; this one names the parameter."""
+    return saved == mine or (saved == RESIDUAL_NONE and mine == RESIDUAL_GRADIENTS)
+
+
+def residual_kind_message(cls, name, saved, mine, saved_folds, saved_bucket):
+    """What a step says when parameter `name`'s residuals in the state, of kind `saved`,
+    cannot be stepped on as this run's kind `mine` (`saved_folds`, `saved_bucket`: whether
+    the state was saved with lr_in_residuals=True, and with a bucket)."""
+    if mine == RESIDUAL_NONE:
+        now = "this run sends it dense, which would drop the update they hold"
+    else:
+        now = f"this run would step {_KIND_WORDS[mine]}"
+    bucket = "a bucket_sparsity" if saved_bucket else "bucket_sparsity=None"
+    return (f"For '{cls}', the optimizer state holds {_KIND_WORDS[saved]} for parameter "
+            f"'{name}' and {now}: construct the optimizer with lr_in_residuals={saved_folds} "
+            f"and {bucket}, as the state was saved, to resume from it "
+            f"(docs/dgc.md#resuming-with-other-settings).")
 
 
 def world_size_message(cls, saved, nranks):
@@ -78,7 +101,7 @@ def resize_checkpoints(sources, world_size, dest):
             `dest` not a str.
         ValueError: If `sources` is empty, a file is missing or holds no DGCMomentum
             residuals, the files' entries differ in names, shapes or dtypes, their
-            ``dgc_world_size`` is not the number of files, their ``dgc_lr_in_residuals``
+            ``dgc_world_size`` is not the number of files, their ``dgc_residual_kind``
             differ, `world_size` is not positive, or `dest` has no ``{rank}`` or names a
             source file.
 
@@ -125,12 +148,12 @@ def resize_checkpoints(sources, world_size, dest):
                 raise ValueError(f"For '{name}', the checkpoint {path!r} was saved by {saved} "
                                  f"worker(s), but 'sources' names {len(sources)} checkpoint(s): "
                                  f"give one per worker of that run.")
-    if LR_SCALED_NAME in first:
-        kinds = {tuple(state[LR_SCALED_NAME].reshape(-1).tolist()) for state in states}
+    if RESIDUAL_KIND_NAME in first:
+        kinds = {tuple(state[RESIDUAL_KIND_NAME].reshape(-1).tolist()) for state in states}
         if len(kinds) > 1:
-            raise ValueError(f"For '{name}', the checkpoints' {LR_SCALED_NAME} differ: their "
-                             f"parameters do not fold the learning rate alike, so they are "
-                             f"not one run's.")
+            raise ValueError(f"For '{name}', the checkpoints' {RESIDUAL_KIND_NAME} differ: "
+                             f"their residuals are not of one kind (another lr_in_residuals "
+                             f"or bucket_sparsity), so they are not one run's.")
     merged = {}
     for key, value in first.items():
         if key.startswith(RESIDUAL_PREFIXES):

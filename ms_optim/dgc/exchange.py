@@ -185,15 +185,15 @@ class Exchanges(NamedTuple):
 
 class ReplicaSync(nn.Cell):
     """Checks that every worker built the same model at the same step, and that the
-    optimizer state was saved by as many workers as this run has, with residuals of the
-    same kind (`lr_scaled`: per parameter, whether they hold learning-rate-scaled
-    gradients); makes the parameters identical on the first step."""
+    optimizer state was saved by as many workers as this run has, with residuals of kinds
+    it can step on (`residual_kinds`: this run's, per parameter, checkpoints.py); makes the
+    parameters identical on the first step."""
 
-    def __init__(self, nranks, signature, params, lr_scaled):
+    def __init__(self, nranks, signature, params, residual_kinds):
         super().__init__()
         self.nranks = nranks
         self.nranks_t = Tensor(np.array([nranks], np.int32))
-        self.lr_scaled_t = Tensor(np.array(lr_scaled, np.int32).reshape(-1))
+        self.kinds_t = Tensor(np.array(residual_kinds, np.int32).reshape(-1))
         self.signature = Tensor(np.array(signature, np.int32))
         self.width = Tensor(np.array([len(signature) + 1], np.int32))
         self.check_op = aot.check_replicas_op()
@@ -217,16 +217,16 @@ class ReplicaSync(nn.Cell):
         return tuple((tuple(order[lo:hi]), aot.digest_op(hi - lo, dtypes[lo]))
                      for lo, hi in aot.buckets(dtypes))
 
-    def check(self, step, saved_world, saved_lr_scaled):
+    def check(self, step, saved_world, saved_kinds):
         """int32[1] once every worker's signature and step matched, `saved_world` (int32[1],
-        the world size the optimizer state was saved by) is this run's and
-        `saved_lr_scaled` (int32[n], 1 for a parameter whose residuals in the state hold
-        learning-rate-scaled gradients) is this run's (fails otherwise)."""
+        the world size the optimizer state was saved by) is this run's and every
+        parameter's residual kind in the state (`saved_kinds`, int32[n]) can be stepped on
+        as this run's (fails otherwise)."""
         mine = ops.concat((self.signature, F.cast(step, mstype.int32).reshape(1)))
         return self.check_op(*aot.arrange(
             self.check_order, signatures=self.all_gather(mine) if self.nranks > 1 else mine,
             width=self.width, world=ops.concat((saved_world, self.nranks_t)),
-            lr_scaled=ops.concat((saved_lr_scaled, self.lr_scaled_t))))
+            residuals=ops.concat((saved_kinds, self.kinds_t))))
 
     def sync_params(self, params, after):
         """After `after`: compares a digest of every worker's parameters and, only

@@ -13,8 +13,9 @@ from ..clip import ClipGradByNorm
 from ..dgc_plan import DGCPlan
 from ..regularizer import L1Decay, L2Decay
 from . import checks, wire
-from .checkpoints import (LR_SCALED_NAME, U_PREFIX, V_PREFIX, WORLD_SIZE_NAME,
-                          lr_scaled_message, world_size_message)
+from .checkpoints import (RESIDUAL_KIND_NAME, RESIDUAL_LR_SCALED, RESIDUAL_NONE, U_PREFIX,
+                          V_PREFIX, WORLD_SIZE_NAME, residual_kind, residual_kind_message,
+                          resumable, world_size_message)
 from .exchange import (DenseExchange, Exchanges, ReplicaSync, SharedExchange, SparseExchange,
                        check_stand_alone_in_graph, model_signature, require_stand_alone,
                        world_size)
@@ -70,8 +71,14 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
        :math:`u = \mu u + \eta G,\ w = w - u`.  The other parameters keep step 3.
 
     Note:
-        - The residuals are the Parameters ``dgc_u.*`` and ``dgc_v.*`` (checkpoints carry
-          them).  ``compressed_params``, ``bucketed_params``, ``stage(step)`` and
+        - The residuals are the Parameters ``dgc_u.*`` and ``dgc_v.*``; checkpoints carry
+          them with ``dgc_world_size`` and ``dgc_residual_kind`` (per parameter: none,
+          gradients or learning-rate-scaled gradients).  A step on a state saved by
+          another number of workers, or on residuals this run would drop or read as the
+          other kind (another `bucket_sparsity` or `lr_in_residuals`), fails before
+          anything is applied: ``ValueError`` called from Python, ``RuntimeError`` in a
+          compiled train step (docs/dgc.md, "Resuming with other settings").
+        - ``compressed_params``, ``bucketed_params``, ``stage(step)`` and
           ``exchange_stats(step)`` say what is compressed alone and in the bucket, the
           `sparsity` index of a step, and what a worker sends.
         - A compressed float16 parameter is stepped in float32 (one rounding per update).
@@ -127,10 +134,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         lr_in_residuals (bool, optional): The compressed and bucketed parameters' residuals
             accumulate learning-rate-scaled gradients, so that an entry held back is
             applied at the rate of the steps that produced it, not at the rate of the step
-            that sends it; the same up to rounding at a constant rate.  Checkpoints record
-            which parameters fold it (``dgc_lr_in_residuals``); a run whose parameters
-            fold differently (another `lr_in_residuals` or `bucket_sparsity`) refuses to
-            step on their residuals.  Default: ``False``.
+            that sends it; the same up to rounding at a constant rate.  Default: ``False``.
 
     Inputs:
         - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
@@ -296,10 +300,13 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         # resumed at another world size refuses the step (resize_checkpoints converts)
         self.world_size = Parameter(Tensor(np.array([self.nranks], np.int32)),
                                     name=WORLD_SIZE_NAME, requires_grad=False)
-        # and, per parameter, whether they hold learning-rate-scaled gradients: resumed as
-        # the other kind, every pending entry would be applied at lr times its size, or 1/lr
-        self.lr_scaled = Parameter(Tensor(np.array(self.folded, np.int32)),
-                                   name=LR_SCALED_NAME, requires_grad=False)
+        # and, per parameter, what its residuals hold (checkpoints.py): resumed as the other
+        # kind every pending entry would be applied at lr times its size, or 1/lr; by a run
+        # that sends the parameter dense, its v would be dropped
+        self.residual_kinds = tuple(residual_kind(c or b, f) for c, b, f in zip(
+            self.is_compressed, plan.in_bucket, self.folded))
+        self.residual_kind = Parameter(Tensor(np.array(self.residual_kinds, np.int32)),
+                                       name=RESIDUAL_KIND_NAME, requires_grad=False)
         self.inv_scale = Tensor(1.0 / loss_scale, mstype.float32)
         self.l1_t = Tensor(self.l1, mstype.float32)
         self.l2_t = Tensor(self.l2, mstype.float32)
@@ -328,7 +335,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             (self.stage_k, self.rampup_begin_step, self.rampup_step, self.is_compressed,
              self.stage_exchange, self.plan.bucket_k, self.bucket_ids, self.bucket_exchange,
              self.folded)),
-            self._parameters, lr_scaled=self.folded)
+            self._parameters, residual_kinds=self.residual_kinds)
 
     def _build_steps(self, momentum):
         """The step's Cells (steps.py): the compressed parameters' stage step and the dense
@@ -446,17 +453,21 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         try:
             return self._call(*args, **kwargs)
         except RuntimeError as exc:
-            # the step's check refused residuals saved by another number of workers or
-            # folded differently: said as the ValueError it is (read only on failure, not
-            # to sync every step)
+            # the step's check refused residuals saved by another number of workers or of
+            # another kind: said as the ValueError it is (read only on failure, not to sync
+            # every step)
             saved = int(self.world_size.asnumpy().reshape(-1)[0])
             if saved != self.nranks:
                 raise ValueError(world_size_message(self._NAME, saved, self.nranks)) from exc
-            scaled = self.lr_scaled.asnumpy().reshape(-1) != 0
-            for p, theirs, mine in zip(self._parameters, scaled, self.folded):
-                if theirs != mine:
-                    raise ValueError(lr_scaled_message(self._NAME, p.name, bool(theirs),
-                                                       bool(scaled.any()))) from exc
+            kinds = [int(k) for k in self.residual_kind.asnumpy().reshape(-1)]
+            for p, theirs, mine in zip(self._parameters, kinds, self.residual_kinds):
+                if not resumable(theirs, mine):
+                    raise ValueError(residual_kind_message(
+                        self._NAME, p.name, theirs, mine,
+                        saved_folds=RESIDUAL_LR_SCALED in kinds,
+                        saved_bucket=any(k != RESIDUAL_NONE and not c
+                                         for k, c in zip(kinds, self.is_compressed)))
+                    ) from exc
             raise
 
     def _call(self, *args, **kwargs):
@@ -498,7 +509,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             grads, lr = self._fold_lr(lr, grads)
         # nothing is exchanged before every worker is known to hold the same model, nor
         # stepped on residuals saved by another number of workers or of another kind
-        synced = self.replicas.check(step, self.world_size, self.lr_scaled)
+        synced = self.replicas.check(step, self.world_size, self.residual_kind)
         if self.nranks > 1:
             if _first_step is None:
                 if step == 0:

@@ -458,49 +458,65 @@ def test_multi_kernels_reject_bad_input():
             slot="gidx", **momentum(gidx=np.zeros(3, np.int32)))
 
 
-GRADIENTS = np.array([0, 0], np.int32)  # lr_scaled: neither state's residuals scaled
+# residuals: the state's residual kind per parameter, then this run's (0 none, 1 gradients,
+# 2 learning-rate-scaled gradients)
+SENT_DENSE = np.array([0, 0], np.int32)
+KIND_WORDS = ("no residuals \\(a parameter sent dense\\)", "residuals of gradients",
+              "residuals of learning-rate-scaled gradients")
 
 
-def test_replica_check_kernel():
+def _check(residuals, out, **call):
+    """Calls the replica check of one worker on `residuals` (the state's kinds, this run's)."""
+    call = dict(dict(signatures=np.array([3, 100, 7], np.int32), width=np.array([3], np.int32),
+                     world=np.array([1, 1], np.int32)), **call)
+    return dict(call, residuals=np.array(residuals, np.int32), ok=out)
+
+
+@pytest.mark.parametrize("saved, mine", [
+    ([0], [0]), ([1], [1]), ([2], [2]), ([0, 1, 2], [0, 1, 2]),
+    # a parameter sent dense that this run compresses in the bucket: its momentum carries over
+    ([0], [1]), ([1, 0, 0], [1, 1, 1])])
+def test_replica_check_kernel(saved, mine):
     out = np.zeros(1, np.int32)
     same = np.array([3, 100, 7] * 2, np.int32)
-    width, two = np.array([3], np.int32), np.array([2, 2], np.int32)
-    for scaled in ([0, 0], [1, 1], [1, 0, 1, 1, 0, 1]):
-        out[0] = 0
-        testing.call_kernel("ms_optim_check_replicas", signatures=same, width=width, world=two,
-                            lr_scaled=np.array(scaled, np.int32), ok=out)
-        assert out[0] == 1
+    testing.call_kernel("ms_optim_check_replicas",
+                        **_check(saved + mine, out, signatures=same,
+                                 world=np.array([2, 2], np.int32)))
+    assert out[0] == 1
+    out[0] = 0
     rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA", "^workers disagree on the model$",
-            signatures=np.array([3, 100, 7, 3, 101, 7], np.int32), width=width, world=two,
-            lr_scaled=GRADIENTS, ok=out)
+            **_check(saved + mine, out, signatures=np.array([3, 100, 7, 3, 101, 7], np.int32),
+                     world=np.array([2, 2], np.int32)))
 
 
 @pytest.mark.parametrize("saved, mine, which", [
-    ([1], [0], 0), ([0], [1], 0), ([1, 0, 1], [1, 1, 1], 1), ([0, 0, 1], [0, 0, 0], 2)])
-def test_replica_check_refuses_residuals_of_the_other_kind(saved, mine, which):
-    """lr_scaled is the state's flag per parameter, then this run's: the first parameter
-    whose two differ is named."""
+    ([1], [0], 0), ([2], [0], 0), ([1], [2], 0), ([2], [1], 0), ([0], [2], 0),
+    ([1, 0, 1], [1, 2, 1], 1), ([1, 1, 1], [1, 0, 0], 1), ([0, 0, 2], [1, 1, 1], 2)])
+def test_replica_check_refuses_residuals_it_cannot_step_on(saved, mine, which):
+    """residuals holds the state's kind per parameter, then this run's: residuals that this
+    run would drop (sent dense) or read as the other kind (the learning rate folded in or
+    not) are refused, naming the first such parameter."""
     out = np.zeros(1, np.int32)
-    kinds = ("gradients", "learning-rate-scaled gradients")
     rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA",
-            rf"^the optimizer state's residuals of parameter {which} hold "
-            rf"{kinds[saved[which]]} and this run's hold {kinds[mine[which]]}: resume with the "
-            rf"lr_in_residuals and bucket_sparsity that saved them$",
-            signatures=np.array([3, 100, 7], np.int32), width=np.array([3], np.int32),
-            world=np.array([1, 1], np.int32), lr_scaled=np.array(saved + mine, np.int32),
-            ok=out)
+            rf"^the optimizer state holds {KIND_WORDS[saved[which]]} for parameter {which} and "
+            rf"this run would step {KIND_WORDS[mine[which]]}: resume with the lr_in_residuals "
+            rf"and bucket_sparsity that saved them$", **_check(saved + mine, out))
     assert out[0] == 0
 
 
-@pytest.mark.parametrize("flags", [[0], [0, 1, 0]])
-def test_replica_check_rejects_an_odd_number_of_flags(flags):
-    out = np.zeros(1, np.int32)
+@pytest.mark.parametrize("kinds", [[0], [0, 1, 0]])
+def test_replica_check_rejects_an_odd_number_of_kinds(kinds):
     rejects("ms_optim_check_replicas", "MSOPT_ERR_SIZE",
-            rf"^lr_scaled must be int32\[2n\] \(the state's flag per parameter, this run's\), "
-            rf"got {len(flags)} elements$",
-            slot="lr_scaled", signatures=np.array([3, 100, 7], np.int32),
-            width=np.array([3], np.int32), world=np.array([1, 1], np.int32),
-            lr_scaled=np.array(flags, np.int32), ok=out)
+            rf"^residuals must be int32\[2n\] \(the state's residual kind per parameter, this "
+            rf"run's\), got {len(kinds)} elements$",
+            slot="residuals", **_check(kinds, np.zeros(1, np.int32)))
+
+
+@pytest.mark.parametrize("kinds, at", [([3, 1], 0), ([1, -1], 1), ([0, 0, 0, 7], 3)])
+def test_replica_check_rejects_unknown_kinds(kinds, at):
+    rejects("ms_optim_check_replicas", "MSOPT_ERR_VALUE",
+            rf"^residuals\[{at}\] is {kinds[at]}, not a residual kind \(0, 1 or 2\)$",
+            slot="residuals", **_check(kinds, np.zeros(1, np.int32)))
 
 
 @pytest.mark.parametrize("saved, nranks", [(4, 2), (4, 8), (4, 1), (1, 2)])
@@ -510,12 +526,12 @@ def test_replica_check_refuses_residuals_of_another_world_size(saved, nranks):
             rf"^the optimizer state holds the residuals of {saved} worker\(s\) and this run has "
             rf"{nranks}: combine the checkpoints with ms_optim.dgc.resize_checkpoints first$",
             signatures=np.array([3, 100, 7] * nranks, np.int32), width=np.array([3], np.int32),
-            world=np.array([saved, nranks], np.int32), lr_scaled=GRADIENTS, ok=out)
+            world=np.array([saved, nranks], np.int32), residuals=SENT_DENSE, ok=out)
     assert out[0] == 0
     rejects("ms_optim_check_replicas", "MSOPT_ERR_SIZE",
             r"^world must be int32\[2\] \(the state's world size, this run's\), got 1 elements$",
             slot="world", signatures=np.array([3, 100, 7], np.int32),
-            width=np.array([3], np.int32), world=np.array([1], np.int32), lr_scaled=GRADIENTS,
+            width=np.array([3], np.int32), world=np.array([1], np.int32), residuals=SENT_DENSE,
             ok=out)
 
 

@@ -1,6 +1,7 @@
-"""DGCMomentum checkpoints across world sizes: ms_optim.dgc.resize_checkpoints and the step's
-refusal of residuals saved by another number of workers or with the other lr_in_residuals
-(tests/distributed/test_dgc_msrun.py saves at 4 workers and resumes at 2 and 8)."""
+"""DGCMomentum checkpoints across world sizes and settings: ms_optim.dgc.resize_checkpoints
+and the step's refusal of residuals saved by another number of workers, or that this run
+would drop or read as the other kind (tests/distributed/test_dgc_msrun.py saves at 4 workers
+and resumes at 2 and 8)."""
 import numpy as np
 import pytest
 
@@ -100,46 +101,107 @@ def test_residuals_of_another_world_size_are_refused(saved_by_4):
                     "holds the residuals of 4 worker(s)")
 
 
+# the settings that give WideNet's parameters (fc1.weight compressed; fc1.bias, fc2.weight,
+# fc2.bias small) their residual kinds: 0 none (sent dense), 1 gradients, 2 learning-rate-
+# scaled gradients
+SETTINGS = {
+    "default": ({}, [1, 0, 0, 0]),
+    "lr_in_residuals": ({"lr_in_residuals": True}, [2, 0, 0, 0]),
+    "bucket": ({"bucket_sparsity": 0.5}, [1, 1, 1, 1]),
+    "bucket, lr_in_residuals": ({"bucket_sparsity": 0.5, "lr_in_residuals": True}, [2, 2, 2, 2]),
+}
+KIND_WORDS = ("no residuals", "residuals of gradients",
+              "residuals of learning-rate-scaled gradients")
+
+
+def _saved_state(tmp_path, name):
+    """A checkpoint of the optimizer with SETTINGS[name] after two steps (the bucket's v
+    holds entries it has not sent)."""
+    net, opt = _net_and_opt(**SETTINGS[name][0])
+    opt(_grads(net, 0))
+    opt(_grads(net, 1))
+    path = str(tmp_path / "saved.ckpt")
+    ms.save_checkpoint(opt, path)
+    return path
+
+
+@pytest.mark.parametrize("saved", sorted(SETTINGS))
+@pytest.mark.parametrize("resumed", sorted(SETTINGS))
+def test_resuming_with_other_settings(saved, resumed, tmp_path):
+    """A state steps under settings whose residuals are of its kinds, or that start
+    compressing a parameter it sent dense (its momentum carries over). Residuals that the
+    run would drop (a bucket no longer there) or read as the other kind (learning rate
+    folded in or not) are refused, the ValueError naming the first such parameter and the
+    settings to resume with."""
+    path = _saved_state(tmp_path, saved)
+    kinds, mine = SETTINGS[saved][1], SETTINGS[resumed][1]
+    assert ms.load_checkpoint(path)["dgc_residual_kind"].asnumpy().tolist() == kinds
+    net, opt = _net_and_opt(**SETTINGS[resumed][0])
+    ms.load_param_into_net(opt, ms.load_checkpoint(path))
+    refused = [i for i, (k, m) in enumerate(zip(kinds, mine))
+               if k != m and not (k == 0 and m == 1)]
+    before = [p.asnumpy().copy() for p in net.trainable_params()]
+    if not refused:
+        opt(_grads(net, 2))
+        assert any((p.asnumpy() != b).any() for p, b in zip(net.trainable_params(), before))
+        return
+    first = refused[0]
+    name = net.trainable_params()[first].name
+    now = ("this run sends it dense, which would drop the update they hold" if mine[first] == 0
+           else f"this run would step {KIND_WORDS[mine[first]]}")
+    bucket = "a bucket_sparsity" if "bucket" in saved else "bucket_sparsity=None"
+    with pytest.raises(ValueError) as info:
+        opt(_grads(net, 2))
+    assert str(info.value) == (
+        f"For 'DGCMomentum', the optimizer state holds {KIND_WORDS[kinds[first]]} for parameter "
+        f"'{name}' and {now}: construct the optimizer with lr_in_residuals="
+        f"{'lr_in_residuals' in saved} and {bucket}, as the state was saved, to resume from it "
+        f"(docs/dgc.md#resuming-with-other-settings).")
+    for p, b in zip(net.trainable_params(), before):
+        np.testing.assert_array_equal(p.asnumpy(), b)
+
+
+def test_a_bucket_resumed_without_it_is_refused_in_a_compiled_step(tmp_path):
+    """The small parameters' residuals v, saved with the bucket, would be dropped by a run
+    that sends them dense: refused in a compiled train step too, with the kernel's message."""
+    path = _saved_state(tmp_path, "bucket")
+    assert np.abs(ms.load_checkpoint(path)["dgc_v.fc1.bias"].asnumpy()).sum() > 0
+    net, opt = _net_and_opt()
+    ms.load_param_into_net(opt, ms.load_checkpoint(path))
+    _assert_refused(net, opt, r"holds residuals of gradients for parameter 'fc1.bias' and this "
+                              r"run sends it dense, which would drop the update they hold: "
+                              r"construct the optimizer with lr_in_residuals=False and a "
+                              r"bucket_sparsity",
+                    "holds residuals of gradients for parameter 1 and this run would step no "
+                    "residuals")
+
+
 @pytest.mark.parametrize("saved", [True, False])
-def test_residuals_of_the_other_lr_in_residuals_are_refused(saved, tmp_path):
+def test_residuals_of_the_other_lr_in_residuals_are_refused_in_a_compiled_step(saved, tmp_path):
     """Residuals of learning-rate-scaled gradients stepped as gradients (or the reverse)
     would apply every pending entry at lr times, or 1/lr times, its size: refused."""
-    net, opt = _net_and_opt(lr_in_residuals=saved)
-    opt(_grads(net, 0))
-    path = str(tmp_path / "saved.ckpt")
-    ms.save_checkpoint(opt, path)
-    # one flag per parameter: only fc1.weight is compressed
-    assert (ms.load_checkpoint(path)["dgc_lr_in_residuals"].asnumpy().tolist()
-            == [int(saved), 0, 0, 0])
-    # resumed with the setting that saved them: steps
-    net, opt = _net_and_opt(lr_in_residuals=saved)
-    ms.load_param_into_net(opt, ms.load_checkpoint(path))
-    opt(_grads(net, 1))
-    # with the other: refused, the ValueError naming the parameter and the setting
+    path = _saved_state(tmp_path, "lr_in_residuals" if saved else "default")
     net, opt = _net_and_opt(lr_in_residuals=not saved)
     ms.load_param_into_net(opt, ms.load_checkpoint(path))
-    kinds = ("gradients", "learning-rate-scaled gradients")
-    _assert_refused(net, opt, rf"residuals of parameter 'fc1.weight' hold {kinds[saved]} and "
-                              rf"this run's hold {kinds[not saved]}: construct the optimizer "
-                              rf"with lr_in_residuals={saved}",
-                    "residuals of parameter 0 hold")
+    kinds = ("residuals of gradients", "residuals of learning-rate-scaled gradients")
+    _assert_refused(net, opt, rf"holds {kinds[saved]} for parameter 'fc1.weight' and this run "
+                              rf"would step {kinds[not saved]}: construct the optimizer with "
+                              rf"lr_in_residuals={saved} and bucket_sparsity=None",
+                    f"holds {kinds[saved]} for parameter 0")
 
 
-def test_residuals_folded_by_another_bucket_are_refused(tmp_path):
-    """Which parameters fold the rate depends on bucket_sparsity too: saved without the
-    bucket, the small parameters' momentum holds gradients, and a run that buckets them
-    (and so folds them) refuses it, naming the first."""
-    net, opt = _net_and_opt(lr_in_residuals=True)
-    opt(_grads(net, 0))
-    path = str(tmp_path / "saved.ckpt")
-    ms.save_checkpoint(opt, path)
-    net, opt = _net_and_opt(lr_in_residuals=True, bucket_sparsity=0.5)
-    ms.load_param_into_net(opt, ms.load_checkpoint(path))
-    _assert_refused(net, opt, r"residuals of parameter 'fc1.bias' hold gradients and this "
-                              r"run's hold learning-rate-scaled gradients: construct the "
-                              r"optimizer with lr_in_residuals=True and the bucket_sparsity it "
-                              r"was saved with",
-                    "residuals of parameter 1 hold gradients")
+def test_a_bucket_started_on_resume_carries_the_momentum(tmp_path):
+    """Saved without the bucket, the small parameters' u is the momentum of the mean
+    gradient; a run that buckets them starts from it, as at rampup_begin_step, with v at 0."""
+    path = _saved_state(tmp_path, "default")
+    saved = ms.load_checkpoint(path)
+    net, opt = _net_and_opt(bucket_sparsity=0.5)
+    ms.load_param_into_net(opt, saved)
+    for u in opt.u:
+        np.testing.assert_array_equal(u.asnumpy(), saved[u.name].asnumpy())
+    assert all(not v.asnumpy().any() for v in opt.bucket_v)
+    assert not any(v.name in saved for v in opt.bucket_v)
+    opt(_grads(net, 2))
 
 
 def test_the_workers_signature_includes_what_folds():
@@ -184,10 +246,10 @@ def test_resize_rejects_bad_input(saved_by_4, tmp_path):
         dgc.resize_checkpoints([str(tmp_path / "dense.ckpt")], 2, dest)
     # one run's files, but in one the compressed parameter folds the learning rate
     mixed = ms.load_checkpoint(saved_by_4[3])
-    mixed["dgc_lr_in_residuals"] = ms.Parameter(Tensor(np.array([1, 0, 0, 0], np.int32)),
-                                                name="dgc_lr_in_residuals")
+    mixed["dgc_residual_kind"] = ms.Parameter(Tensor(np.array([2, 0, 0, 0], np.int32)),
+                                              name="dgc_residual_kind")
     ms.save_checkpoint(list(mixed.values()), str(tmp_path / "mixed.ckpt"))
-    with pytest.raises(ValueError, match="the checkpoints' dgc_lr_in_residuals differ"):
+    with pytest.raises(ValueError, match="the checkpoints' dgc_residual_kind differ"):
         dgc.resize_checkpoints(saved_by_4[:3] + [str(tmp_path / "mixed.ckpt")], 2, dest)
 
 

@@ -410,18 +410,42 @@ int momentum_body(const AotCall &c) {
   return kOk;
 }
 
+// A parameter's residual kind, as DGCMomentum saves it per parameter
+// (dgc_residual_kind; ms_optim/dgc/checkpoints.py): no residual v (a parameter
+// sent dense, whose u is the momentum of the workers' mean gradient), residuals
+// of gradients, or residuals of learning-rate-scaled gradients.
+constexpr int32_t kResidualNone = 0, kResidualGrad = 1, kResidualLrScaled = 2;
+
+const char *residual_kind_name(int32_t kind) {
+  switch (kind) {
+    case kResidualNone: return "no residuals (a parameter sent dense)";
+    case kResidualGrad: return "residuals of gradients";
+    default: return "residuals of learning-rate-scaled gradients";
+  }
+}
+
+// Whether residuals of kind `saved` can be stepped on as kind `mine`: the same
+// kind, or a parameter sent dense that this run starts compressing in the bucket
+// (its momentum u carries over, as at rampup_begin_step).  Residuals dropped (a
+// kind sent dense now) would lose the update they hold; the other kind
+// (learning rate folded in or not) would apply each entry at lr times, or 1/lr
+// times, its size.
+bool residuals_resumable(int32_t saved, int32_t mine) {
+  return saved == mine || (saved == kResidualNone && mine == kResidualGrad);
+}
+
 // signatures int32[R*W] (every worker's model signature, W values each,
-// gathered in rank order), width int32[1] = W, world int32[2], lr_scaled
+// gathered in rank order), width int32[1] = W, world int32[2], residuals
 // int32[2n] -> ok int32[1] = 1.  Fails with kErrReplica when world's two sizes
-// differ (the residuals were saved by another number of workers), when the
-// state's and this run's flags of a parameter in lr_scaled differ (its
-// residuals saved with or without the learning rate folded in), and,
-// after printing every worker's signature to stderr, when the workers disagree:
-// their exchange buffers would not match, and collectives on mismatched buffers
-// hang or corrupt memory.
+// differ (the residuals were saved by another number of workers), when a
+// parameter's residual kind in the state (residuals' first n values) cannot be
+// stepped on as this run's kind (its last n), and, after printing every
+// worker's signature to stderr, when the workers disagree: their exchange
+// buffers would not match, and collectives on mismatched buffers hang or
+// corrupt memory.
 int check_replicas_body(const AotCall &c) {
   using S = sig::ms_optim_check_replicas;
-  for (int s : {S::signatures, S::width, S::world, S::lr_scaled, S::ok})
+  for (int s : {S::signatures, S::width, S::world, S::residuals, S::ok})
     MSOPT_TRY(c.require_dtype(s, "int32"));
   MSOPT_CHECK(c, c.numel(S::width) == 1 && c.numel(S::ok) == 1, kErrSize,
               "width and ok must be int32[1], got %lld and %lld elements",
@@ -435,20 +459,21 @@ int check_replicas_body(const AotCall &c) {
               "the optimizer state holds the residuals of %d worker(s) and this run has %d: "
               "combine the checkpoints with ms_optim.dgc.resize_checkpoints first",
               world[0], world[1]);
-  const int64_t flags = c.numel(S::lr_scaled);
-  MSOPT_CHECK(c, flags >= 2 && flags % 2 == 0, kErrSize,
-              "lr_scaled must be int32[2n] (the state's flag per parameter, this run's), got "
-              "%lld elements", static_cast<long long>(flags));
-  // residuals of learning-rate-scaled gradients stepped as gradients, or the reverse:
-  // every pending entry would be applied at lr times (or 1/lr times) its size
-  const int32_t *saved = c.ptr<int32_t>(S::lr_scaled), *mine = saved + flags / 2;
-  for (int64_t j = 0; j < flags / 2; ++j)
-    MSOPT_CHECK(c, (saved[j] != 0) == (mine[j] != 0), kErrReplica,
-                "the optimizer state's residuals of parameter %lld hold %s and this run's "
-                "hold %s: resume with the lr_in_residuals and bucket_sparsity that saved them",
-                static_cast<long long>(j),
-                saved[j] ? "learning-rate-scaled gradients" : "gradients",
-                mine[j] ? "learning-rate-scaled gradients" : "gradients");
+  const int64_t kinds = c.numel(S::residuals);
+  MSOPT_CHECK(c, kinds >= 2 && kinds % 2 == 0, kErrSize,
+              "residuals must be int32[2n] (the state's residual kind per parameter, this "
+              "run's), got %lld elements", static_cast<long long>(kinds));
+  const int32_t *saved = c.ptr<int32_t>(S::residuals), *mine = saved + kinds / 2;
+  for (int64_t j = 0; j < kinds; ++j)
+    MSOPT_CHECK(c, saved[j] >= kResidualNone && saved[j] <= kResidualLrScaled, kErrValue,
+                "residuals[%lld] is %d, not a residual kind (0, 1 or 2)",
+                static_cast<long long>(j), saved[j]);
+  for (int64_t j = 0; j < kinds / 2; ++j)
+    MSOPT_CHECK(c, residuals_resumable(saved[j], mine[j]), kErrReplica,
+                "the optimizer state holds %s for parameter %lld and this run would step "
+                "%s: resume with the lr_in_residuals and bucket_sparsity that saved them",
+                residual_kind_name(saved[j]), static_cast<long long>(j),
+                residual_kind_name(mine[j]));
   const int64_t total = c.numel(S::signatures), width = c.ptr<int32_t>(S::width)[0];
   MSOPT_CHECK(c, width >= 1 && total % width == 0, kErrValue,
               "%lld signature values are not rows of width %lld", static_cast<long long>(total),

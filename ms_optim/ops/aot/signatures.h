@@ -97,10 +97,10 @@ struct Slot {
 
 // The workers' model signatures, gathered: fails unless all agree, unless
 // world = (the world size the state was saved by, this run's) agree, and unless
-// lr_scaled = (per parameter, whether the state's residuals hold
-// learning-rate-scaled gradients; then whether this run's do) agree.
+// residuals = (per parameter, the kind of the state's residuals; then of this
+// run's: 0 none, 1 gradients, 2 learning-rate-scaled gradients) can be resumed.
 #define MSOPT_AOT_CHECK_REPLICAS(IN, OUT) \
-  IN(signatures, kOne) IN(width, kOne) IN(world, kOne) IN(lr_scaled, kOne) OUT(ok, kOne)
+  IN(signatures, kOne) IN(width, kOne) IN(world, kOne) IN(residuals, kOne) OUT(ok, kOne)
 
 // A 64-bit digest of K tensors of one dtype.
 #define MSOPT_AOT_DIGEST(IN, OUT) IN(p, kEach) OUT(digest, kOne)
