@@ -339,6 +339,46 @@ def dgc_take_multi_op(k):
                      inplace=True)
 
 
+def _dgc_joint_op(entry, count, k, slots, outs):
+    """A DGC kernel over the bucket of `count` small float32 parameters (``bucket_sparsity``)
+    whose outputs `outs` (mindspore dtypes) hold its `k` selections over their
+    concatenation.  `slots`: the inputs' dtypes by name."""
+    op = native_op(entry, count, slots,
+                   out_shape=lambda *shapes: tuple([k] for _ in outs) if len(outs) > 1 else [k],
+                   out_dtype=lambda *dts: tuple(outs) if len(outs) > 1 else outs[0],
+                   inplace=True)
+    # ops that differ only in their output-shape function compare equal (see _dgc_bucket_op)
+    op.add_prim_attr("ms_optim_ks", (int(k),))
+    return op
+
+
+def dgc_bucket_select_op(count, k):
+    """DGC's local step for the bucket of `count` small float32 parameters in one op
+    (ops/aot/aot_dgc.cpp): u and v updated in place, then the `k` entries of largest |v|
+    over the concatenation, idx int32[k] (positions in it, ascending) and val float32[k]
+    (v there); u and v set to 0 there."""
+    f32, i32 = mstype.float32, mstype.int32
+    return _dgc_joint_op("ms_optim_dgc_bucket_select", count, k,
+                         dict(u=f32, v=f32, grad=f32, consts=f32, idx=i32, val=f32), (i32, f32))
+
+
+def dgc_bucket_propose_op(count, k):
+    """The first half of dgc_bucket_select_op: idx int32[k], nothing masked."""
+    f32, i32 = mstype.float32, mstype.int32
+    return _dgc_joint_op("ms_optim_dgc_bucket_propose", count, k,
+                         dict(u=f32, v=f32, grad=f32, consts=f32, idx=i32), (i32,))
+
+
+def dgc_bucket_take_op(count):
+    """The second half at shared positions (ops/aot/aot_dgc.cpp): val float32 shaped as idx,
+    v at each position of the bucket's concatenation (0 where a position repeats); u and v
+    set to 0 there."""
+    f32, i32 = mstype.float32, mstype.int32
+    return native_op("ms_optim_dgc_bucket_take", count, dict(u=f32, v=f32, idx=i32, val=f32),
+                     out_shape=lambda *shapes: shapes[2 * count], out_dtype=lambda *dts: f32,
+                     inplace=True)
+
+
 def dgc_apply_multi_op(k, dtype):
     """p -= lr * scatter_add(every worker's values) / R for k parameters of `dtype`
     (ops/aot/aot_dgc.cpp)."""

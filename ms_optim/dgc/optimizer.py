@@ -129,8 +129,9 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             and float16 parameters below 16384 elements together as one bucket at
             ``min(sparsity[i], bucket_sparsity)`` (biases and normalization parameters; a
             denser setting than `sparsity`, such as 0.9, keeps their accuracy).  Its
-            selection is ``ops.topk`` with either `impl`, and it crosses the workers in
-            its own buffer as `exchange` says.  None sends them dense.  Default: ``None``.
+            selection is one native kernel (``impl="native"``) or ``ops.topk``, and it
+            crosses the workers in its own buffer as `exchange` says.  None sends them
+            dense.  Default: ``None``.
         lr_in_residuals (bool, optional): The compressed and bucketed parameters' residuals
             accumulate learning-rate-scaled gradients, so that an entry held back is
             applied at the rate of the steps that produced it, not at the rate of the step
@@ -349,7 +350,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         sparse = NativeStep if self.impl == "native" else OpsStep
         self.sparse_step = sparse(state, self.plan, self.stage_exchange, Exchanges(
             self.sparse_exchange, self.warmup_exchange, self.shared_exchange))
-        self.bucket_step = (BucketStep(state, self.plan, self.bucket_v, self.bucket_exchange)
+        self.bucket_step = (BucketStep(state, self.plan, self.bucket_v, self.bucket_exchange,
+                                       native=self.impl == "native")
                             if self.bucket_ids else None)
 
         def momentum_step(ids, exchange):

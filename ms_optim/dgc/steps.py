@@ -402,10 +402,11 @@ class OpsStep(_SparseStep):
 
 
 class BucketStep(_Step):
-    """The bucket of small parameters (``DGCPlan.bucket_ids``) at stage `stage`, by
-    MindSpore ops: each parameter's residuals updated as a compressed one's, then exact
-    top-k selections (``ops.topk``) over the concatenation of their ``|v|``, crossing the
-    workers as ``bucket_exchange[stage]`` says:
+    """The bucket of small parameters (``DGCPlan.bucket_ids``) at stage `stage`: each
+    parameter's residuals updated as a compressed one's, then exact top-k selections over
+    the concatenation of their ``|v|`` (`native`: the kernels ``ms_optim_dgc_bucket_*``;
+    else MindSpore ops, ``ops.topk``), crossing the workers as ``bucket_exchange[stage]``
+    says:
 
     - "allgather" and "allreduce": each worker's top ``plan.bucket_k[stage]`` entries,
       masked there, gathered as (index, value) entries or scattered into zeros and the
@@ -419,9 +420,10 @@ class BucketStep(_Step):
     (exact below 2**24, ``FUSED_INDEX_LIMIT``; a bigger bucket gathers them in a second
     collective).  Each collective costs a round trip between the hosts."""
 
-    def __init__(self, state, plan, bucket_v, bucket_exchange):
+    def __init__(self, state, plan, bucket_v, bucket_exchange, native):
         super().__init__(state, plan.bucket_ids)
         self.v = tuple(bucket_v)
+        self.native = native
         self.numel = plan.bucket_numel
         self.bounds = tuple((lo, lo + p.size) for lo, p in zip(plan.bucket_offsets, self.params))
         self.stage_exchange = bucket_exchange
@@ -435,22 +437,22 @@ class BucketStep(_Step):
         if state.nranks > 1:
             self.all_gather = ops.AllGather()
         self.nranks_t = Tensor(float(state.nranks), mstype.float32)
+        if native:
+            count = len(self.ids)
+            self.select_ops = tuple(aot.dgc_bucket_select_op(count, k) for k in self.k)
+            self.propose_ops = tuple(aot.dgc_bucket_propose_op(count, k) for k in self.k)
+            self.take_op = aot.dgc_bucket_take_op(count)
+            self.select_order = aot.call_order("ms_optim_dgc_bucket_select")
+            self.propose_order = aot.call_order("ms_optim_dgc_bucket_propose")
+            self.take_order = aot.call_order("ms_optim_dgc_bucket_take")
 
     def construct(self, stage, lr, grads, step):
         exchange = self.stage_exchange[stage]
-        all_u, all_v = self.accumulate(grads)
-        _, idx = ops.topk(ops.abs(all_v), self.k[stage])
-        if exchange == "leader":
-            idx = self.shared.leader_indices(idx, step)
-        elif exchange == "union":
-            idx = self.shared.union_indices(idx)
+        if self.native:
+            idx, val = self.local_native(stage, exchange, grads, step)
+        else:
+            idx, val = self.local_ops(stage, exchange, grads, step)
         rows = idx.reshape(-1, 1)
-        val = ops.gather(all_v, idx, 0)
-        if exchange == "union" and self.nranks > 1:  # an index proposed twice: taken once
-            pos = ops.arange(0, idx.shape[0], dtype=mstype.int32)
-            first = ops.unsorted_segment_min(pos, idx, self.numel)
-            val = ops.select(ops.gather(first, idx, 0) == pos, val, ops.zeros_like(val))
-        val = F.depend(val, self.mask(all_u, all_v, rows))
         if exchange in ("leader", "union"):
             total = ops.tensor_scatter_add(ops.zeros((self.numel,), mstype.float32), rows,
                                            self.shared.sum(val))
@@ -461,6 +463,39 @@ class BucketStep(_Step):
         total = ops.tensor_scatter_add(ops.zeros((self.numel,), mstype.float32),
                                        idx_all.reshape(-1, 1), val_all)
         return self.apply(lr, total / self.nranks_t)
+
+    def shared_indices(self, exchange, idx, step):
+        """The indices every worker takes its values at: the leader's or every worker's."""
+        if exchange == "leader":
+            return self.shared.leader_indices(idx, step)
+        return self.shared.union_indices(idx)
+
+    def local_native(self, stage, exchange, grads, step):
+        """This worker's (idx, val) by the kernels: one select op, or with shared indices
+        one propose op, the exchange of indices and one take op; u and v masked in place."""
+        g = tuple(grads[i] for i in self.ids)
+        if exchange in ("leader", "union"):
+            idx = self.propose_ops[stage](*aot.arrange(self.propose_order, u=self.us, v=self.v,
+                                                       grad=g, consts=self.consts))
+            idx = self.shared_indices(exchange, idx, step)
+            # an index proposed twice takes its value once (the kernel gives 0 after)
+            return idx, self.take_op(*aot.arrange(self.take_order, u=self.us, v=self.v,
+                                                  idx=idx))
+        return self.select_ops[stage](*aot.arrange(self.select_order, u=self.us, v=self.v,
+                                                   grad=g, consts=self.consts))
+
+    def local_ops(self, stage, exchange, grads, step):
+        """This worker's (idx, val) by MindSpore ops, u and v masked by assignment."""
+        all_u, all_v = self.accumulate(grads)
+        _, idx = ops.topk(ops.abs(all_v), self.k[stage])
+        if exchange in ("leader", "union"):
+            idx = self.shared_indices(exchange, idx, step)
+        val = ops.gather(all_v, idx, 0)
+        if exchange == "union" and self.nranks > 1:  # an index proposed twice: taken once
+            pos = ops.arange(0, idx.shape[0], dtype=mstype.int32)
+            first = ops.unsorted_segment_min(pos, idx, self.numel)
+            val = ops.select(ops.gather(first, idx, 0) == pos, val, ops.zeros_like(val))
+        return idx, F.depend(val, self.mask(all_u, all_v, idx.reshape(-1, 1)))
 
     def accumulate(self, grads):
         """Momentum correction of the bucket, on the concatenations of its parameters'

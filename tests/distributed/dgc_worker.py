@@ -156,9 +156,8 @@ def mode_exchange(rank, nranks, out):
 def mode_shared(rank, nranks, out):
     arrays = {}
     # the bucket of the two small parameters (32 elements), with 3 workers: at 0.9 (3
-    # entries each) gathered, at 0.5 (16 each) the sparsified bucket all-reduced (the
-    # bucket's step is the same graph code with either impl), the latter with
-    # learning-rate-scaled residuals
+    # entries each, the native kernel) gathered, at 0.5 (16 each, ops.topk) the sparsified
+    # bucket all-reduced, the latter with learning-rate-scaled residuals
     for impl, bucket, tag, fold in (("native", 0.9, "bucket90_", False),
                                     ("ops", 0.5, "bucket50_", True)):
         arrays.update(known_steps(rank, nranks, impl, "auto", tag, bucket_sparsity=bucket,

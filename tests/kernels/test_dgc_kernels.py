@@ -320,6 +320,111 @@ def test_take_kernel_rejects_bad_indices_before_writing():
             consts=_consts(False), ks=np.array([2], np.int32), idx=np.zeros(3, np.int32))
 
 
+# ------------------------------------------------ the bucket's kernels --
+#
+# One selection over the concatenation of the tensors: the reference is the per-tensor rule
+# on the concatenated arrays (reference.dgc_select, dgc_propose, dgc_take).
+
+BUCKET_SIZES = [1, 7, 16383, 5, 16385]
+
+
+def _joint(arrays):
+    return np.concatenate(arrays)
+
+
+def _split(joint, like):
+    return np.split(joint, np.cumsum([a.size for a in like])[:-1])
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+@pytest.mark.parametrize("kind", ["random", "ties"])
+def test_bucket_select_kernel_matches_reference(isa, nesterov, kind):
+    """Tensors of odd sizes, k from one entry to every one: positions in the concatenation
+    (ascending, ties to the lower), values, and each tensor's residuals updated and masked
+    are the reference's on the concatenated arrays, step after step."""
+    rng = np.random.default_rng(13)
+    u = [np.zeros(n, np.float32) for n in BUCKET_SIZES]
+    v = [np.zeros(n, np.float32) for n in BUCKET_SIZES]
+    ru, rv = _joint(u), _joint(v)
+    total = ru.size
+    for k in [1, 3, total // 100, total // 7, total - 1, total]:
+        g = [_inputs(kind, n, rng) for n in BUCKET_SIZES]
+        idx, val = np.zeros(k, np.int32), np.zeros(k, np.float32)
+        testing.call_kernel("ms_optim_dgc_bucket_select", u=u, v=v, grad=g,
+                            consts=_consts(nesterov), idx=idx, val=val)
+        want_idx, want_val = reference.dgc_select(ru, rv, _joint(g), 0.9, k, nesterov)
+        np.testing.assert_array_equal(idx, want_idx)
+        np.testing.assert_array_equal(val, want_val)
+        for got, want in zip(u + v, _split(ru, u) + _split(rv, v)):
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("shared", ["leader", "union"])
+def test_bucket_propose_and_take_kernels_match_reference(isa, shared):
+    """Three workers, three steps: each worker's proposal is the reference's (u and v
+    updated, nothing masked) and its take at the leader's positions, or at every worker's
+    side by side (a position two workers propose is taken once), is the reference's."""
+    rng = np.random.default_rng(17)
+    workers, total = 3, sum(BUCKET_SIZES)
+    u = [[np.zeros(n, np.float32) for n in BUCKET_SIZES] for _ in range(workers)]
+    v = [[np.zeros(n, np.float32) for n in BUCKET_SIZES] for _ in range(workers)]
+    ru, rv = [_joint(w) for w in u], [_joint(w) for w in v]
+    repeats = 0
+    for step, k in enumerate([total // 50, 1, total // 3]):
+        proposals = []
+        for w in range(workers):
+            g = [_inputs("ties", n, rng) for n in BUCKET_SIZES]
+            idx = np.zeros(k, np.int32)
+            testing.call_kernel("ms_optim_dgc_bucket_propose", u=u[w], v=v[w], grad=g,
+                                consts=_consts(False), idx=idx)
+            np.testing.assert_array_equal(
+                idx, reference.dgc_propose(ru[w], rv[w], _joint(g), 0.9, k))
+            proposals.append(idx)
+        idx = (proposals[reference.dgc_leader(step, workers)] if shared == "leader"
+               else np.concatenate(proposals))
+        repeats += idx.size - np.unique(idx).size
+        for w in range(workers):
+            val = np.zeros(idx.size, np.float32)
+            testing.call_kernel("ms_optim_dgc_bucket_take", u=u[w], v=v[w], idx=idx, val=val)
+            np.testing.assert_array_equal(val, reference.dgc_take(ru[w], rv[w], idx))
+            for got, want in zip(u[w] + v[w], _split(ru[w], u[w]) + _split(rv[w], v[w])):
+                np.testing.assert_array_equal(got, want)
+    if shared == "union":
+        assert repeats > 0  # positions two workers proposed: taken once
+
+
+def test_bucket_kernels_reject_bad_input_before_writing():
+    """A position outside the bucket, a k outside [1, its elements], a val that is not
+    idx's length or a wrong dtype fail before any residual changes."""
+    u = [np.ones(10, np.float32), np.ones(5, np.float32)]
+    v = [np.full(10, 2.0, np.float32), np.full(5, 3.0, np.float32)]
+    g = [np.ones(10, np.float32), np.ones(5, np.float32)]
+
+    def state():
+        return dict(u=[x.copy() for x in u], v=[x.copy() for x in v])
+
+    for bad, message in [(np.array([3, 15, 2], np.int32), r"^idx\[1\] = 15 is outside \[0, 15\)"),
+                         (np.array([-1], np.int32), r"^idx\[0\] = -1 is outside \[0, 15\)")]:
+        args = state()
+        rejects("ms_optim_dgc_bucket_take", "MSOPT_ERR_VALUE", message + r" \(the bucket's "
+                r"elements\)$", **args, idx=bad, val=np.zeros(bad.size, np.float32))
+        for got, want in zip(args["u"] + args["v"], u + v):
+            np.testing.assert_array_equal(got, want)
+    rejects("ms_optim_dgc_bucket_take", "MSOPT_ERR_SIZE", "^val must have idx's length 2, got 3$",
+            **state(), idx=np.array([0, 1], np.int32), val=np.zeros(3, np.float32))
+    for k in (16,):
+        args = state()
+        rejects("ms_optim_dgc_bucket_select", "MSOPT_ERR_SIZE",
+                rf"^idx holds k = {k} entries, outside \[1, 15\] \(the bucket's elements\)$",
+                **args, grad=g, consts=_consts(False), idx=np.zeros(k, np.int32),
+                val=np.zeros(k, np.float32))
+        for got, want in zip(args["u"] + args["v"], u + v):
+            np.testing.assert_array_equal(got, want)
+    rejects("ms_optim_dgc_bucket_propose", "MSOPT_ERR_DTYPE", "^grad1 must be float32, got float64$",
+            slot="grad", **state(), grad=[g[0], np.ones(5)], consts=_consts(False),
+            idx=np.zeros(2, np.int32))
+
+
 @pytest.mark.parametrize("ranks", [1, 3])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 @pytest.mark.parametrize("group_lr", [False, True])

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
+#include <limits>
 #include <new>
 #include <utility>
 #include <vector>
@@ -364,6 +365,127 @@ int apply_body(const AotCall &c) {
   return kOk;
 }
 
+// ------------------------------------------- the bucket of small parameters --
+//
+// DGCMomentum's bucket_sparsity: the K tensors' residuals updated as in the
+// select, then one selection over their concatenation (tensor j's elements at
+// positions start[j] .. start[j] + n_j), so a tensor whose accumulated gradient
+// is large sends more of it.  k is the length of idx.
+
+// The positions where each of the K tensors (slot u) starts in the
+// concatenation, and the concatenation's length (< 2^31: positions are int32).
+int bucket_starts(const AotCall &c, int u, std::vector<int64_t> *start, int64_t *total) {
+  start->assign(c.K(), 0);
+  int64_t sum = 0;
+  for (int j = 0; j < c.K(); ++j) {
+    (*start)[j] = sum;
+    sum += c.numel(u, j);
+  }
+  MSOPT_CHECK(c, sum < (int64_t{1} << 31), kErrSize,
+              "the bucket holds %lld elements, more than int32 positions reach",
+              static_cast<long long>(sum));
+  *total = sum;
+  return kOk;
+}
+
+// u, v, grad float32 (tensor j of n_j elements), consts float32[2] =
+// (momentum, use_nesterov) -> momentum correction into u and v (in place, the
+// rule of the select), then the k entries of largest |v| over the
+// concatenation (ties to the lower position, ascending positions) at idx,
+// val = v there.
+template <class S>
+int bucket_accumulate_topk(const AotCall &c, const std::vector<int64_t> &start, int64_t total,
+                           int32_t *idx, float *val) {
+  for (int s : {S::u, S::v, S::grad}) MSOPT_TRY(c.require_dtype(s, "float32"));
+  MSOPT_TRY(c.require_same_numel(S::u, {S::v, S::grad}));
+  MSOPT_TRY(c.require_f32(S::consts, DgcConsts::kCount));
+  const DgcConsts &k = *c.ptr<const DgcConsts>(S::consts);
+  const int64_t kk = c.numel(S::idx);
+  MSOPT_CHECK(c, kk >= 1 && kk <= total, kErrSize,
+              "idx holds k = %lld entries, outside [1, %lld] (the bucket's elements)",
+              static_cast<long long>(kk), static_cast<long long>(total));
+  // the update alone: no candidate reaches an infinite threshold (cap 0 keeps none)
+  Gather none{};
+  none.threshold = std::numeric_limits<float>::infinity();
+  std::vector<float> all(static_cast<size_t>(total));
+  for (int j = 0; j < c.K(); ++j) {
+    float *u = c.ptr<float>(S::u, j), *v = c.ptr<float>(S::v, j);
+    const int64_t n = c.numel(S::u, j);
+    kernels().dgc_accumulate_range_f32(u, v, c.ptr<float>(S::grad, j), 0, n, k.momentum,
+                                       k.nesterov != 0.0f, &none);
+    std::copy(v, v + n, all.begin() + start[j]);
+  }
+  const ParallelSection section(total);
+  return topk_abs(all.data(), total, kk, idx, val);
+}
+
+// val[e] = v at position idx[e], then u and v set to 0 there (momentum factor
+// masking), entry by entry, so a position taken twice takes its value at its
+// first entry and 0 after.  The positions are in [0, total).
+template <class S>
+void bucket_take_entries(const AotCall &c, const std::vector<int64_t> &start, const int32_t *idx,
+                         float *val, int64_t count) {
+  for (int64_t e = 0; e < count; ++e) {
+    const int j = static_cast<int>(std::upper_bound(start.begin(), start.end(), idx[e]) -
+                                   start.begin()) - 1;
+    const int64_t i = idx[e] - start[j];
+    float *u = c.ptr<float>(S::u, j), *v = c.ptr<float>(S::v, j);
+    val[e] = v[i];
+    u[i] = 0.0f;
+    v[i] = 0.0f;
+  }
+}
+
+// u, v, grad, consts -> idx int32[k], val float32[k]: bucket_accumulate_topk,
+// then bucket_take_entries at the selected positions.
+int bucket_select_body(const AotCall &c) {
+  using S = sig::ms_optim_dgc_bucket_select;
+  MSOPT_TRY(check_outputs(c, S::idx, S::val));
+  std::vector<int64_t> start;
+  int64_t total = 0;
+  MSOPT_TRY(bucket_starts(c, S::u, &start, &total));
+  int32_t *idx = c.ptr<int32_t>(S::idx);
+  float *val = c.ptr<float>(S::val);
+  MSOPT_TRY(bucket_accumulate_topk<S>(c, start, total, idx, val));
+  bucket_take_entries<S>(c, start, idx, val, c.numel(S::idx));
+  return kOk;
+}
+
+// The same inputs -> idx int32[k]: the select's first half, nothing masked
+// (ms_optim_dgc_bucket_take is the second half, at shared positions).
+int bucket_propose_body(const AotCall &c) {
+  using S = sig::ms_optim_dgc_bucket_propose;
+  MSOPT_TRY(c.require_dtype(S::idx, "int32"));
+  std::vector<int64_t> start;
+  int64_t total = 0;
+  MSOPT_TRY(bucket_starts(c, S::u, &start, &total));
+  std::vector<float> val(static_cast<size_t>(c.numel(S::idx)));
+  return bucket_accumulate_topk<S>(c, start, total, c.ptr<int32_t>(S::idx), val.data());
+}
+
+// u, v float32, idx int32[m] (positions in the concatenation, any order,
+// repeats allowed) -> val float32[m]: bucket_take_entries, after checking every
+// position.
+int bucket_take_body(const AotCall &c) {
+  using S = sig::ms_optim_dgc_bucket_take;
+  for (int s : {S::u, S::v, S::val}) MSOPT_TRY(c.require_dtype(s, "float32"));
+  MSOPT_TRY(c.require_dtype(S::idx, "int32"));
+  MSOPT_TRY(c.require_same_numel(S::u, {S::v}));
+  MSOPT_CHECK(c, c.numel(S::val) == c.numel(S::idx), kErrSize,
+              "val must have idx's length %lld, got %lld",
+              static_cast<long long>(c.numel(S::idx)), static_cast<long long>(c.numel(S::val)));
+  std::vector<int64_t> start;
+  int64_t total = 0;
+  MSOPT_TRY(bucket_starts(c, S::u, &start, &total));
+  const int32_t *idx = c.ptr<int32_t>(S::idx);
+  for (int64_t e = 0; e < c.numel(S::idx); ++e)
+    MSOPT_CHECK(c, idx[e] >= 0 && idx[e] < total, kErrValue,
+                "idx[%lld] = %d is outside [0, %lld) (the bucket's elements)",
+                static_cast<long long>(e), idx[e], static_cast<long long>(total));
+  bucket_take_entries<S>(c, start, idx, c.ptr<float>(S::val), c.numel(S::idx));
+  return kOk;
+}
+
 // param (float32, or float16 updated in float32 and rounded once), u
 // (float32), src (the step's whole gradient tuple; tensor j's is src[gidx[j]],
 // float32), lr float32[1] or float32[K], consts float32[2] = (momentum,
@@ -567,6 +689,9 @@ MSOPT_AOT_ENTRY(ms_optim_dgc_select_multi, msopt::select_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_propose_multi, msopt::propose_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_take_multi, msopt::take_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_apply_multi, msopt::apply_body)
+MSOPT_AOT_ENTRY(ms_optim_dgc_bucket_select, msopt::bucket_select_body)
+MSOPT_AOT_ENTRY(ms_optim_dgc_bucket_propose, msopt::bucket_propose_body)
+MSOPT_AOT_ENTRY(ms_optim_dgc_bucket_take, msopt::bucket_take_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_momentum, msopt::momentum_body)
 MSOPT_AOT_ENTRY(ms_optim_check_replicas, msopt::check_replicas_body)
 MSOPT_AOT_ENTRY(ms_optim_digest, msopt::digest_body)

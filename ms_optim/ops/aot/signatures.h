@@ -84,6 +84,17 @@ struct Slot {
 #define MSOPT_AOT_DGC_TAKE_MULTI(IN, OUT) \
   IN(u, kEach) IN(v, kEach) IN(idx, kOne) IN(layout, kOne) OUT(val, kOne)
 
+// The bucket of small parameters (DGCMomentum's bucket_sparsity): the select,
+// propose and take above with one selection over the concatenation of the K
+// tensors (k = the length of idx, positions in the concatenation).
+#define MSOPT_AOT_DGC_BUCKET_SELECT(IN, OUT) \
+  IN(u, kEach) IN(v, kEach) IN(grad, kEach) IN(consts, kOne) OUT(idx, kOne) OUT(val, kOne)
+
+#define MSOPT_AOT_DGC_BUCKET_PROPOSE(IN, OUT) \
+  IN(u, kEach) IN(v, kEach) IN(grad, kEach) IN(consts, kOne) OUT(idx, kOne)
+
+#define MSOPT_AOT_DGC_BUCKET_TAKE(IN, OUT) IN(u, kEach) IN(v, kEach) IN(idx, kOne) OUT(val, kOne)
+
 // DGC's apply of every worker's selections: layout = (R, offsets[K], counts[K]).
 #define MSOPT_AOT_DGC_APPLY_MULTI(IN, OUT)                                                \
   IN(param, kEach) IN(idx, kOne) IN(val, kOne) IN(lr, kOne) IN(layout, kOne)              \
@@ -106,20 +117,23 @@ struct Slot {
 #define MSOPT_AOT_DIGEST(IN, OUT) IN(p, kEach) OUT(digest, kOne)
 
 // Every kernel: its exported entry and its list.
-#define MSOPT_AOT_KERNELS(X)                                  \
-  X(ms_optim_adam_inplace, MSOPT_AOT_ADAM_INPLACE)            \
-  X(ms_optim_adam_delta, MSOPT_AOT_ADAM_DELTA)                \
-  X(ms_optim_adam_q8_inplace, MSOPT_AOT_ADAM_Q8_INPLACE)      \
-  X(ms_optim_adam_q8_delta, MSOPT_AOT_ADAM_Q8_DELTA)          \
-  X(ms_optim_lamb, MSOPT_AOT_LAMB)                            \
-  X(ms_optim_sumsq, MSOPT_AOT_SUMSQ)                          \
-  X(ms_optim_topk_abs, MSOPT_AOT_TOPK_ABS)                    \
-  X(ms_optim_dgc_select_multi, MSOPT_AOT_DGC_SELECT_MULTI)    \
-  X(ms_optim_dgc_propose_multi, MSOPT_AOT_DGC_PROPOSE_MULTI)  \
-  X(ms_optim_dgc_take_multi, MSOPT_AOT_DGC_TAKE_MULTI)        \
-  X(ms_optim_dgc_apply_multi, MSOPT_AOT_DGC_APPLY_MULTI)      \
-  X(ms_optim_dgc_momentum, MSOPT_AOT_DGC_MOMENTUM)            \
-  X(ms_optim_check_replicas, MSOPT_AOT_CHECK_REPLICAS)        \
+#define MSOPT_AOT_KERNELS(X)                                   \
+  X(ms_optim_adam_inplace, MSOPT_AOT_ADAM_INPLACE)             \
+  X(ms_optim_adam_delta, MSOPT_AOT_ADAM_DELTA)                 \
+  X(ms_optim_adam_q8_inplace, MSOPT_AOT_ADAM_Q8_INPLACE)       \
+  X(ms_optim_adam_q8_delta, MSOPT_AOT_ADAM_Q8_DELTA)           \
+  X(ms_optim_lamb, MSOPT_AOT_LAMB)                             \
+  X(ms_optim_sumsq, MSOPT_AOT_SUMSQ)                           \
+  X(ms_optim_topk_abs, MSOPT_AOT_TOPK_ABS)                     \
+  X(ms_optim_dgc_select_multi, MSOPT_AOT_DGC_SELECT_MULTI)     \
+  X(ms_optim_dgc_propose_multi, MSOPT_AOT_DGC_PROPOSE_MULTI)   \
+  X(ms_optim_dgc_take_multi, MSOPT_AOT_DGC_TAKE_MULTI)         \
+  X(ms_optim_dgc_apply_multi, MSOPT_AOT_DGC_APPLY_MULTI)       \
+  X(ms_optim_dgc_bucket_select, MSOPT_AOT_DGC_BUCKET_SELECT)   \
+  X(ms_optim_dgc_bucket_propose, MSOPT_AOT_DGC_BUCKET_PROPOSE) \
+  X(ms_optim_dgc_bucket_take, MSOPT_AOT_DGC_BUCKET_TAKE)       \
+  X(ms_optim_dgc_momentum, MSOPT_AOT_DGC_MOMENTUM)             \
+  X(ms_optim_check_replicas, MSOPT_AOT_CHECK_REPLICAS)         \
   X(ms_optim_digest, MSOPT_AOT_DIGEST)
 
 // sig::<entry>: the slot ids (sig::ms_optim_lamb::grad, ...), kSlots, and
