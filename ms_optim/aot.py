@@ -379,6 +379,15 @@ def dgc_bucket_take_op(count):
                      inplace=True)
 
 
+def dgc_bucket_apply_op(dtypes):
+    """p_j -= lr_j * mean over parameter j's positions in the bucket's concatenation, for
+    parameters of `dtypes` (float32 or float16, each its own; ops/aot/aot_dgc.cpp)."""
+    f32 = mstype.float32
+    return native_op("ms_optim_dgc_bucket_apply", len(dtypes),
+                     dict(param=tuple(dtypes), mean=f32, lr=f32, done=f32),
+                     out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32, inplace=True)
+
+
 def dgc_apply_multi_op(k, dtype):
     """p -= lr * scatter_add(every worker's values) / R for k parameters of `dtype`
     (ops/aot/aot_dgc.cpp)."""
@@ -402,7 +411,7 @@ def dgc_momentum_op(dtypes, src_dtypes):
 def check_replicas_op():
     """Fails unless every worker's gathered int32 signature is the same, the world size
     the optimizer state was saved by is this run's, and each parameter's residuals in the
-    state are of a kind this run can step on (dgc/checkpoints.py, ``RESIDUAL_KINDS``)."""
+    state are of a kind this run can step on (dgc/checkpoints.py, ``resumable``)."""
     i32 = mstype.int32
     return native_op("ms_optim_check_replicas", 0,
                      dict(signatures=i32, width=i32, world=i32, residuals=i32, ok=i32),

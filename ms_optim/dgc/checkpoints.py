@@ -29,6 +29,7 @@ WORLD_SIZE_NAME = "dgc_world_size"
 # workers' mean gradient), gradients, or learning-rate-scaled gradients (lr_in_residuals)
 RESIDUAL_KIND_NAME = "dgc_residual_kind"
 RESIDUAL_NONE, RESIDUAL_GRADIENTS, RESIDUAL_LR_SCALED = 0, 1, 2
+RESIDUAL_KINDS = (RESIDUAL_NONE, RESIDUAL_GRADIENTS, RESIDUAL_LR_SCALED)
 _KIND_WORDS = ("no residuals", "residuals of gradients",
                "residuals of learning-rate-scaled gradients")
 # the residuals' Parameters are named "<prefix>.<parameter name>"
@@ -65,6 +66,14 @@ def residual_kind_message(cls, name, saved, mine, saved_folds, saved_bucket):
             f"'{name}' and {now}: construct the optimizer with lr_in_residuals={saved_folds} "
             f"and {bucket}, as the state was saved, to resume from it "
             f"(docs/dgc.md#resuming-with-other-settings).")
+
+
+def unknown_kind_message(cls, name, saved):
+    """What a step says when the state's residual kind of parameter `name` is none of
+    RESIDUAL_KINDS (a checkpoint not written by DGCMomentum, or edited)."""
+    return (f"For '{cls}', the optimizer state's {RESIDUAL_KIND_NAME} of parameter '{name}' "
+            f"is {saved}, not a residual kind (0, 1 or 2), which DGCMomentum does not write: "
+            f"load a checkpoint that it saved.")
 
 
 def world_size_message(cls, saved, nranks):

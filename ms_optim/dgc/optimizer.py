@@ -13,9 +13,10 @@ from ..clip import ClipGradByNorm
 from ..dgc_plan import DGCPlan
 from ..regularizer import L1Decay, L2Decay
 from . import checks, wire
-from .checkpoints import (RESIDUAL_KIND_NAME, RESIDUAL_LR_SCALED, RESIDUAL_NONE, U_PREFIX,
-                          V_PREFIX, WORLD_SIZE_NAME, residual_kind, residual_kind_message,
-                          resumable, world_size_message)
+from .checkpoints import (RESIDUAL_KIND_NAME, RESIDUAL_KINDS, RESIDUAL_LR_SCALED, RESIDUAL_NONE,
+                          U_PREFIX, V_PREFIX, WORLD_SIZE_NAME, residual_kind,
+                          residual_kind_message, resumable, unknown_kind_message,
+                          world_size_message)
 from .exchange import (DenseExchange, Exchanges, ReplicaSync, SharedExchange, SparseExchange,
                        check_stand_alone_in_graph, model_signature, require_stand_alone,
                        world_size)
@@ -463,6 +464,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
                 raise ValueError(world_size_message(self._NAME, saved, self.nranks)) from exc
             kinds = [int(k) for k in self.residual_kind.asnumpy().reshape(-1)]
             for p, theirs, mine in zip(self._parameters, kinds, self.residual_kinds):
+                if theirs not in RESIDUAL_KINDS:
+                    raise ValueError(unknown_kind_message(self._NAME, p.name, theirs)) from exc
                 if not resumable(theirs, mine):
                     raise ValueError(residual_kind_message(
                         self._NAME, p.name, theirs, mine,
@@ -512,6 +515,10 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         # nothing is exchanged before every worker is known to hold the same model, nor
         # stepped on residuals saved by another number of workers or of another kind
         synced = self.replicas.check(step, self.world_size, self.residual_kind)
+        # from here the residuals are of this run's kinds (a resumed parameter sent dense
+        # may have started in the bucket), and so are the checkpoints it saves
+        synced = F.depend(synced, F.assign(self.residual_kind,
+                                           F.depend(self.replicas.kinds_t, synced)))
         if self.nranks > 1:
             if _first_step is None:
                 if step == 0:

@@ -7,11 +7,13 @@
   indices, take, the workers' values summed, apply their mean), by the
   multi-tensor native kernels or by MindSpore ops (``ops.topk``).
 - ``BucketStep``: the small parameters' step as one bucket (``bucket_sparsity``):
-  top-k over their concatenation, by MindSpore ops, with any of the exchanges.
+  top-k over their concatenation, by the bucket kernels or by MindSpore ops, with
+  any of the exchanges.
 
 Every native DGC kernel (``aot.dgc_select_multi_op``, ``dgc_propose_multi_op``,
-``dgc_take_multi_op``, ``dgc_apply_multi_op``, ``dgc_momentum_op``) is built and
-called here.
+``dgc_take_multi_op``, ``dgc_apply_multi_op``, ``dgc_momentum_op``,
+``dgc_bucket_select_op``, ``dgc_bucket_propose_op``, ``dgc_bucket_take_op``,
+``dgc_bucket_apply_op``) is built and called here.
 """
 from typing import NamedTuple
 
@@ -404,9 +406,10 @@ class OpsStep(_SparseStep):
 class BucketStep(_Step):
     """The bucket of small parameters (``DGCPlan.bucket_ids``) at stage `stage`: each
     parameter's residuals updated as a compressed one's, then exact top-k selections over
-    the concatenation of their ``|v|`` (`native`: the kernels ``ms_optim_dgc_bucket_*``;
-    else MindSpore ops, ``ops.topk``), crossing the workers as ``bucket_exchange[stage]``
-    says:
+    the concatenation of their ``|v|``, crossing the workers as ``bucket_exchange[stage]``
+    says, and each parameter's share of the mean applied (`native`: the kernels
+    ``ms_optim_dgc_bucket_*``; else MindSpore ops, ``ops.topk`` and graph code per
+    parameter):
 
     - "allgather" and "allreduce": each worker's top ``plan.bucket_k[stage]`` entries,
       masked there, gathered as (index, value) entries or scattered into zeros and the
@@ -445,6 +448,8 @@ class BucketStep(_Step):
             self.select_order = aot.call_order("ms_optim_dgc_bucket_select")
             self.propose_order = aot.call_order("ms_optim_dgc_bucket_propose")
             self.take_order = aot.call_order("ms_optim_dgc_bucket_take")
+            self.apply_op = aot.dgc_bucket_apply_op([p.dtype for p in self.params])
+            self.apply_order = aot.call_order("ms_optim_dgc_bucket_apply")
 
     def construct(self, stage, lr, grads, step):
         exchange = self.stage_exchange[stage]
@@ -532,8 +537,13 @@ class BucketStep(_Step):
         return done
 
     def apply(self, lr, mean):
-        """p -= lr * mean for each parameter (its share of the bucket), in float32."""
+        """p -= lr * mean for each parameter (its share of the bucket), in float32: one op
+        (`native`) or graph code per parameter."""
         lrs = self.lrs(lr)
+        if self.native:
+            return self.apply_op(*aot.arrange(
+                self.apply_order, param=self.params, mean=mean,
+                lr=self.per_tensor(lrs, 0, len(self.ids), self.is_group_lr)))
         if not self.is_group_lr:
             mean = lrs * mean
         done = True

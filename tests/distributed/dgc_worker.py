@@ -48,7 +48,7 @@ FOLD_LRS = cosine_lrs(STEPS, peak=0.05)
 # the shared mode's exchanges of shared indices, each by both impls: (exchange, the impl
 # of its run without the bucket, the impl of its run with the bucket following the exchange
 # as the large parameters do)
-SHARED_RUNS = (("leader", "ops", "native"), ("union", "native", "ops"))
+SHARED_RUNS = (("leader", "native", "ops"), ("union", "ops", "native"))
 
 
 def known_grads(rank, step):

@@ -393,6 +393,55 @@ def test_bucket_propose_and_take_kernels_match_reference(isa, shared):
         assert repeats > 0  # positions two workers proposed: taken once
 
 
+@pytest.mark.parametrize("group_lr", [False, True])
+def test_bucket_apply_kernel_matches_reference(isa, group_lr):
+    """Tensors of odd sizes and both dtypes in one op: each gets p -= lr_j * mean over its
+    positions, in float32 and (float16) rounded once, as the ops rule computes it."""
+    rng = np.random.default_rng(19)
+    dtypes = [np.float16, np.float32, np.float32, np.float16, np.float32]
+    params = [rng.standard_normal(n).astype(d) for n, d in zip(BUCKET_SIZES, dtypes)]
+    mean = rng.standard_normal(sum(BUCKET_SIZES)).astype(np.float32)
+    lr = (rng.uniform(0.01, 0.5, len(params)) if group_lr else np.array([0.1])).astype(np.float32)
+    want = [(p.astype(np.float32) - lr[j if group_lr else 0] * m).astype(p.dtype)
+            for j, (p, m) in enumerate(zip(params, _split(mean, params)))]
+    done = np.ones(1, np.float32)
+    testing.call_kernel("ms_optim_dgc_bucket_apply", param=params, mean=mean, lr=lr, done=done)
+    for got, w in zip(params, want):
+        assert got.dtype == w.dtype
+        np.testing.assert_array_equal(got, w)
+
+
+def test_bucket_kernels_skip_empty_tensors(isa):
+    """Tensors of no elements at the start, in the middle and at the end hold no position:
+    the selection, the take and the apply are those of the bucket without them."""
+    rng = np.random.default_rng(23)
+    sizes = [0, 7, 0, 16385, 5, 0]
+    u = [np.zeros(n, np.float32) for n in sizes]
+    v = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+    g = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+    ru, rv = _joint(u), _joint(v)
+    k = 50
+    idx, val = np.zeros(k, np.int32), np.zeros(k, np.float32)
+    testing.call_kernel("ms_optim_dgc_bucket_select", u=u, v=v, grad=g, consts=_consts(True),
+                        idx=idx, val=val)
+    want_idx, want_val = reference.dgc_select(ru, rv, _joint(g), 0.9, k, True)
+    np.testing.assert_array_equal(idx, want_idx)
+    np.testing.assert_array_equal(val, want_val)
+    for got, want in zip(u + v, _split(ru, u) + _split(rv, v)):
+        np.testing.assert_array_equal(got, want)
+    at = np.array([0, 6, 7, 16391, 16396], np.int32)  # the first and last of each tensor
+    taken = np.zeros(at.size, np.float32)
+    testing.call_kernel("ms_optim_dgc_bucket_take", u=u, v=v, idx=at, val=taken)
+    np.testing.assert_array_equal(taken, reference.dgc_take(ru, rv, at))
+    params = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+    mean = rng.standard_normal(sum(sizes)).astype(np.float32)
+    want = [p - np.float32(0.5) * m for p, m in zip(params, _split(mean, params))]
+    testing.call_kernel("ms_optim_dgc_bucket_apply", param=params, mean=mean,
+                        lr=np.array([0.5], np.float32), done=np.zeros(1, np.float32))
+    for got, w in zip(params, want):
+        np.testing.assert_array_equal(got, w)
+
+
 def test_bucket_kernels_reject_bad_input_before_writing():
     """A position outside the bucket, a k outside [1, its elements], a val that is not
     idx's length or a wrong dtype fail before any residual changes."""
@@ -410,9 +459,12 @@ def test_bucket_kernels_reject_bad_input_before_writing():
                 r"elements\)$", **args, idx=bad, val=np.zeros(bad.size, np.float32))
         for got, want in zip(args["u"] + args["v"], u + v):
             np.testing.assert_array_equal(got, want)
+    args = state()
     rejects("ms_optim_dgc_bucket_take", "MSOPT_ERR_SIZE", "^val must have idx's length 2, got 3$",
-            **state(), idx=np.array([0, 1], np.int32), val=np.zeros(3, np.float32))
-    for k in (16,):
+            **args, idx=np.array([0, 1], np.int32), val=np.zeros(3, np.float32))
+    for got, want in zip(args["u"] + args["v"], u + v):
+        np.testing.assert_array_equal(got, want)
+    for k in (0, 16):
         args = state()
         rejects("ms_optim_dgc_bucket_select", "MSOPT_ERR_SIZE",
                 rf"^idx holds k = {k} entries, outside \[1, 15\] \(the bucket's elements\)$",
@@ -423,6 +475,15 @@ def test_bucket_kernels_reject_bad_input_before_writing():
     rejects("ms_optim_dgc_bucket_propose", "MSOPT_ERR_DTYPE", "^grad1 must be float32, got float64$",
             slot="grad", **state(), grad=[g[0], np.ones(5)], consts=_consts(False),
             idx=np.zeros(2, np.int32))
+    params = [np.ones(10, np.float32), np.ones(5, np.float16)]
+    rejects("ms_optim_dgc_bucket_apply", "MSOPT_ERR_SIZE",
+            r"^mean must hold the bucket's 15 elements, got 14$", param=params,
+            mean=np.ones(14, np.float32), lr=np.ones(1, np.float32), done=np.zeros(1, np.float32))
+    rejects("ms_optim_dgc_bucket_apply", "MSOPT_ERR_DTYPE",
+            r"^param1 must be float32 or float16, got float64$", slot="param",
+            param=[params[0], np.ones(5)], mean=np.ones(15, np.float32),
+            lr=np.ones(1, np.float32), done=np.zeros(1, np.float32))
+    np.testing.assert_array_equal(params[0], 1.0)
 
 
 @pytest.mark.parametrize("ranks", [1, 3])
@@ -566,7 +627,7 @@ def test_multi_kernels_reject_bad_input():
 # residuals: the state's residual kind per parameter, then this run's (0 none, 1 gradients,
 # 2 learning-rate-scaled gradients)
 SENT_DENSE = np.array([0, 0], np.int32)
-KIND_WORDS = ("no residuals \\(a parameter sent dense\\)", "residuals of gradients",
+KIND_WORDS = ("no residuals", "residuals of gradients",
               "residuals of learning-rate-scaled gradients")
 
 
@@ -602,10 +663,12 @@ def test_replica_check_refuses_residuals_it_cannot_step_on(saved, mine, which):
     run would drop (sent dense) or read as the other kind (the learning rate folded in or
     not) are refused, naming the first such parameter."""
     out = np.zeros(1, np.int32)
+    now = ("sends it dense, which would drop the update they hold" if mine[which] == 0
+           else f"would step {KIND_WORDS[mine[which]]}")
     rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA",
             rf"^the optimizer state holds {KIND_WORDS[saved[which]]} for parameter {which} and "
-            rf"this run would step {KIND_WORDS[mine[which]]}: resume with the lr_in_residuals "
-            rf"and bucket_sparsity that saved them$", **_check(saved + mine, out))
+            rf"this run {now}: resume with the lr_in_residuals and bucket_sparsity that saved "
+            rf"them$", **_check(saved + mine, out))
     assert out[0] == 0
 
 

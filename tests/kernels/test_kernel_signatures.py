@@ -144,7 +144,7 @@ def _select_call(ks, k_total):
                                      residuals=np.array([1, 0], np.int32),
                                      ok=np.zeros(1, np.int32)),
      "MSOPT_ERR_REPLICA",
-     "holds residuals of gradients for parameter 0 and this run would step no residuals"),
+     "holds residuals of gradients for parameter 0 and this run sends it dense"),
     ("ms_optim_check_replicas", dict(signatures=np.array([1, 2], np.int32),
                                      width=np.array([2], np.int32),
                                      world=np.array([2, 2], np.int32),

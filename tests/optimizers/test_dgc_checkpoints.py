@@ -172,8 +172,8 @@ def test_a_bucket_resumed_without_it_is_refused_in_a_compiled_step(tmp_path):
                               r"run sends it dense, which would drop the update they hold: "
                               r"construct the optimizer with lr_in_residuals=False and a "
                               r"bucket_sparsity",
-                    "holds residuals of gradients for parameter 1 and this run would step no "
-                    "residuals")
+                    "holds residuals of gradients for parameter 1 and this run sends it dense, "
+                    "which would drop the update they hold")
 
 
 @pytest.mark.parametrize("saved", [True, False])
@@ -192,7 +192,9 @@ def test_residuals_of_the_other_lr_in_residuals_are_refused_in_a_compiled_step(s
 
 def test_a_bucket_started_on_resume_carries_the_momentum(tmp_path):
     """Saved without the bucket, the small parameters' u is the momentum of the mean
-    gradient; a run that buckets them starts from it, as at rampup_begin_step, with v at 0."""
+    gradient; a run that buckets them starts from it, as at rampup_begin_step, with v at 0.
+    From its first step the state records the bucket's kinds, so its own checkpoint, whose
+    small parameters' v now hold updates, is refused by a run without the bucket."""
     path = _saved_state(tmp_path, "default")
     saved = ms.load_checkpoint(path)
     net, opt = _net_and_opt(bucket_sparsity=0.5)
@@ -202,6 +204,26 @@ def test_a_bucket_started_on_resume_carries_the_momentum(tmp_path):
     assert all(not v.asnumpy().any() for v in opt.bucket_v)
     assert not any(v.name in saved for v in opt.bucket_v)
     opt(_grads(net, 2))
+    again = str(tmp_path / "again.ckpt")
+    ms.save_checkpoint(opt, again)
+    assert ms.load_checkpoint(again)["dgc_residual_kind"].asnumpy().tolist() == [1, 1, 1, 1]
+    net, opt = _net_and_opt()
+    ms.load_param_into_net(opt, ms.load_checkpoint(again))
+    with pytest.raises(ValueError, match="'fc1.bias' and this run sends it dense"):
+        opt(_grads(net, 3))
+
+
+def test_an_unknown_residual_kind_is_refused(tmp_path):
+    """A kind DGCMomentum does not write (an edited checkpoint) is a ValueError naming the
+    entry and the parameter, from Python, and the kernel's error in a compiled step."""
+    state = ms.load_checkpoint(_saved_state(tmp_path, "default"))
+    state["dgc_residual_kind"] = ms.Parameter(Tensor(np.array([1, 5, 0, 0], np.int32)),
+                                              name="dgc_residual_kind")
+    net, opt = _net_and_opt()
+    ms.load_param_into_net(opt, state)
+    _assert_refused(net, opt, r"^For 'DGCMomentum', the optimizer state's dgc_residual_kind of "
+                              r"parameter 'fc1.bias' is 5, not a residual kind \(0, 1 or 2\)",
+                    "residuals[1] is 5, not a residual kind (0, 1 or 2)")
 
 
 def test_the_workers_signature_includes_what_folds():

@@ -486,6 +486,43 @@ int bucket_take_body(const AotCall &c) {
   return kOk;
 }
 
+// param (each float32, or float16 updated in float32 and rounded once), mean
+// float32[total] (the bucket's update in the concatenation's positions), lr
+// float32[1] or float32[K] -> done float32[1]: p_j -= lr_j * mean over tensor
+// j's positions, every element (DGC's apply, dense over the bucket).
+int bucket_apply_body(const AotCall &c) {
+  using S = sig::ms_optim_dgc_bucket_apply;
+  const int K = c.K();
+  for (int j = 0; j < K; ++j)
+    MSOPT_CHECK(c, c.is(S::param, "float32", j) || c.is(S::param, "float16", j), kErrDtype,
+                "%s must be float32 or float16, got %s", c.name(S::param, j),
+                c.dtype(S::param, j));
+  MSOPT_TRY(c.require_dtype(S::mean, "float32"));
+  MSOPT_TRY(c.require_f32(S::lr, 1, K));
+  MSOPT_TRY(c.require_f32(S::done, 1));
+  std::vector<int64_t> start;
+  int64_t total = 0;
+  MSOPT_TRY(bucket_starts(c, S::param, &start, &total));
+  MSOPT_CHECK(c, c.numel(S::mean) == total, kErrSize,
+              "mean must hold the bucket's %lld elements, got %lld",
+              static_cast<long long>(total), static_cast<long long>(c.numel(S::mean)));
+  const float *mean = c.ptr<float>(S::mean), *lr = c.ptr<float>(S::lr);
+  for (int j = 0; j < K; ++j) {
+    const float lr_j = lr[c.numel(S::lr) == 1 ? 0 : j];
+    const float *m = mean + start[j];
+    const int64_t n = c.numel(S::param, j);
+    if (c.is(S::param, "float16", j)) {
+      const F16Param p{c.ptr<half_bits>(S::param, j), kernels()};
+      for (int64_t i = 0; i < n; ++i) p.sub(static_cast<int32_t>(i), lr_j * m[i]);
+    } else {
+      const F32Param p{c.ptr<float>(S::param, j)};
+      for (int64_t i = 0; i < n; ++i) p.sub(static_cast<int32_t>(i), lr_j * m[i]);
+    }
+  }
+  *c.ptr<float>(S::done) = 0.0f;
+  return kOk;
+}
+
 // param (float32, or float16 updated in float32 and rounded once), u
 // (float32), src (the step's whole gradient tuple; tensor j's is src[gidx[j]],
 // float32), lr float32[1] or float32[K], consts float32[2] = (momentum,
@@ -540,7 +577,7 @@ constexpr int32_t kResidualNone = 0, kResidualGrad = 1, kResidualLrScaled = 2;
 
 const char *residual_kind_name(int32_t kind) {
   switch (kind) {
-    case kResidualNone: return "no residuals (a parameter sent dense)";
+    case kResidualNone: return "no residuals";
     case kResidualGrad: return "residuals of gradients";
     default: return "residuals of learning-rate-scaled gradients";
   }
@@ -590,12 +627,20 @@ int check_replicas_body(const AotCall &c) {
     MSOPT_CHECK(c, saved[j] >= kResidualNone && saved[j] <= kResidualLrScaled, kErrValue,
                 "residuals[%lld] is %d, not a residual kind (0, 1 or 2)",
                 static_cast<long long>(j), saved[j]);
-  for (int64_t j = 0; j < kinds / 2; ++j)
-    MSOPT_CHECK(c, residuals_resumable(saved[j], mine[j]), kErrReplica,
-                "the optimizer state holds %s for parameter %lld and this run would step "
-                "%s: resume with the lr_in_residuals and bucket_sparsity that saved them",
-                residual_kind_name(saved[j]), static_cast<long long>(j),
-                residual_kind_name(mine[j]));
+  for (int64_t j = 0; j < kinds / 2; ++j) {
+    if (residuals_resumable(saved[j], mine[j])) continue;
+    if (mine[j] == kResidualNone)
+      return c.fail(kErrReplica,
+                    "the optimizer state holds %s for parameter %lld and this run sends it "
+                    "dense, which would drop the update they hold: resume with the "
+                    "lr_in_residuals and bucket_sparsity that saved them",
+                    residual_kind_name(saved[j]), static_cast<long long>(j));
+    return c.fail(kErrReplica,
+                  "the optimizer state holds %s for parameter %lld and this run would step "
+                  "%s: resume with the lr_in_residuals and bucket_sparsity that saved them",
+                  residual_kind_name(saved[j]), static_cast<long long>(j),
+                  residual_kind_name(mine[j]));
+  }
   const int64_t total = c.numel(S::signatures), width = c.ptr<int32_t>(S::width)[0];
   MSOPT_CHECK(c, width >= 1 && total % width == 0, kErrValue,
               "%lld signature values are not rows of width %lld", static_cast<long long>(total),
@@ -692,6 +737,7 @@ MSOPT_AOT_ENTRY(ms_optim_dgc_apply_multi, msopt::apply_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_bucket_select, msopt::bucket_select_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_bucket_propose, msopt::bucket_propose_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_bucket_take, msopt::bucket_take_body)
+MSOPT_AOT_ENTRY(ms_optim_dgc_bucket_apply, msopt::bucket_apply_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_momentum, msopt::momentum_body)
 MSOPT_AOT_ENTRY(ms_optim_check_replicas, msopt::check_replicas_body)
 MSOPT_AOT_ENTRY(ms_optim_digest, msopt::digest_body)

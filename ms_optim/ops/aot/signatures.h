@@ -95,6 +95,10 @@ struct Slot {
 
 #define MSOPT_AOT_DGC_BUCKET_TAKE(IN, OUT) IN(u, kEach) IN(v, kEach) IN(idx, kOne) OUT(val, kOne)
 
+// p_j -= lr_j * mean at tensor j's positions; lr float32[1] or [K].
+#define MSOPT_AOT_DGC_BUCKET_APPLY(IN, OUT) \
+  IN(param, kEach) IN(mean, kOne) IN(lr, kOne) OUT(done, kOne)
+
 // DGC's apply of every worker's selections: layout = (R, offsets[K], counts[K]).
 #define MSOPT_AOT_DGC_APPLY_MULTI(IN, OUT)                                                \
   IN(param, kEach) IN(idx, kOne) IN(val, kOne) IN(lr, kOne) IN(layout, kOne)              \
@@ -132,6 +136,7 @@ struct Slot {
   X(ms_optim_dgc_bucket_select, MSOPT_AOT_DGC_BUCKET_SELECT)   \
   X(ms_optim_dgc_bucket_propose, MSOPT_AOT_DGC_BUCKET_PROPOSE) \
   X(ms_optim_dgc_bucket_take, MSOPT_AOT_DGC_BUCKET_TAKE)       \
+  X(ms_optim_dgc_bucket_apply, MSOPT_AOT_DGC_BUCKET_APPLY)     \
   X(ms_optim_dgc_momentum, MSOPT_AOT_DGC_MOMENTUM)             \
   X(ms_optim_check_replicas, MSOPT_AOT_CHECK_REPLICAS)         \
   X(ms_optim_digest, MSOPT_AOT_DIGEST)
