@@ -48,7 +48,11 @@ FOLD_LRS = cosine_lrs(STEPS, peak=0.05)
 # the shared mode's exchanges of shared indices, each by both impls: (exchange, the impl
 # of its run without the bucket, the impl of its run with the bucket following the exchange
 # as the large parameters do)
-SHARED_RUNS = (("leader", "native", "ops"), ("union", "ops", "native"))
+SHARED_RUNS = (("leader", "ops", "native"), ("union", "native", "ops"))
+# the union's bucket by the native kernels as well (the bucket runs' tags): an index two
+# workers propose is taken once by the take kernel, as by the ops
+BUCKET_SHARED_RUNS = (("leader", "bucket_leader_"), ("union", "bucket_union_"),
+                      ("union", "bucket_union_native_"))
 
 
 def known_grads(rank, step):
@@ -156,7 +160,7 @@ def mode_exchange(rank, nranks, out):
 def mode_shared(rank, nranks, out):
     arrays = {}
     # the bucket of the two small parameters (32 elements), with 3 workers: at 0.9 (3
-    # entries each, the native kernel) gathered, at 0.5 (16 each, ops.topk) the sparsified
+    # entries each, the native kernels) gathered, at 0.5 (16 each, ops.topk) the sparsified
     # bucket all-reduced, the latter with learning-rate-scaled residuals
     for impl, bucket, tag, fold in (("native", 0.9, "bucket90_", False),
                                     ("ops", 0.5, "bucket50_", True)):
@@ -191,6 +195,8 @@ def mode_shared(rank, nranks, out):
         arrays.update({f"{exchange}_model{i}": p.asnumpy()
                        for i, p in enumerate(net.trainable_params())})
         arrays.update({f"{exchange}_model_v{i}": v.asnumpy() for i, v in enumerate(opt.v)})
+    arrays.update(known_steps(rank, nranks, "native", "union", "bucket_union_native_",
+                              bucket_sparsity=0.9))
     np.savez(os.path.join(out, f"rank{rank}.npz"), **arrays)
     return "ok"
 

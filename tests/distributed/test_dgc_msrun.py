@@ -198,13 +198,12 @@ def test_bucket_matches_reference_and_keeps_replicas_identical(shared_run, bucke
     assert int(runs[0][f"{tags[0]}exchange_bytes"]) == 8 * (16 + 20) + bucket_bytes
 
 
-@pytest.mark.parametrize("exchange", ["leader", "union"])
-def test_bucket_with_shared_indices(shared_run, exchange):
+@pytest.mark.parametrize("exchange, tag", worker.BUCKET_SHARED_RUNS)
+def test_bucket_with_shared_indices(shared_run, exchange, tag):
     """The bucket follows exchange="leader" and "union" as the large parameters do (by the
-    impl worker.SHARED_RUNS names): the reference's rule, bitwise identical replicas, and what a
-    worker sends (SHARED_BUCKET_BYTES)."""
+    impl worker.SHARED_RUNS names, and the union by the native kernels too): the reference's
+    rule, bitwise identical replicas, and what a worker sends (SHARED_BUCKET_BYTES)."""
     runs = shared_run
-    tag = f"bucket_{exchange}_"
     _check_bucket_run(runs, tag, _bucket_reference(runs, exchange, 0.9))
     assert int(runs[0][f"{tag}exchange_bytes"]) == (SHARED_LARGE_BYTES[exchange]
                                                     + SHARED_BUCKET_BYTES[exchange])
