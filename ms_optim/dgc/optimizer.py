@@ -77,8 +77,9 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
           gradients or learning-rate-scaled gradients).  A step on a state saved by
           another number of workers, or on residuals this run would drop or read as the
           other kind (another `bucket_sparsity` or `lr_in_residuals`), fails before
-          anything is applied: ``ValueError`` called from Python, ``RuntimeError`` in a
-          compiled train step (docs/dgc.md, "Resuming with other settings").
+          anything is applied or counted: ``ValueError`` called from Python,
+          ``RuntimeError`` in a compiled train step (docs/dgc.md, "Resuming with other
+          settings").
         - ``compressed_params``, ``bucketed_params``, ``stage(step)`` and
           ``exchange_stats(step)`` say what is compressed alone and in the bucket, the
           `sparsity` index of a step, and what a worker sends.
@@ -508,7 +509,6 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         lr = self.get_lr()
         weight_decay = self.get_weight_decay()
         step = self.global_step.reshape(()) * 1
-        self.assignadd(self.global_step, self.global_step_increase_tensor)
         grads = self._local_grads(gradients, weight_decay)
         if self.folds:
             grads, lr = self._fold_lr(lr, grads)
@@ -519,6 +519,10 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         # may have started in the bucket), and so are the checkpoints it saves
         synced = F.depend(synced, F.assign(self.residual_kind,
                                            F.depend(self.replicas.kinds_t, synced)))
+        # the step counts once the check has passed: a refused step leaves global_step as
+        # it was, so the step can be retried after the fault is fixed
+        synced = F.depend(synced, self.assignadd(
+            self.global_step, F.depend(self.global_step_increase_tensor, synced)))
         if self.nranks > 1:
             if _first_step is None:
                 if step == 0:

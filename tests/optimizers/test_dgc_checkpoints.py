@@ -81,8 +81,9 @@ def test_resized_state_resumes_and_steps(saved_by_4, tmp_path):
 def _assert_refused(net, opt, message, native_message):
     """The optimizer refuses its state: called from Python, a ValueError matching
     `message`; compiled into a train step, the step's own check fails with the kernel's
-    `native_message`; and nothing is applied."""
+    `native_message`; and nothing is applied, nor counted as a step."""
     before = [p.asnumpy().copy() for p in net.trainable_params()]
+    step = int(opt.global_step.asnumpy()[0])
     with pytest.raises(ValueError, match=message):
         opt(_grads(net, 1))
     cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
@@ -91,6 +92,7 @@ def _assert_refused(net, opt, message, native_message):
     assert native_message in ms_optim.last_native_error()
     for p, b in zip(net.trainable_params(), before):
         np.testing.assert_array_equal(p.asnumpy(), b)
+    assert int(opt.global_step.asnumpy()[0]) == step
 
 
 def test_residuals_of_another_world_size_are_refused(saved_by_4):
@@ -150,8 +152,10 @@ def test_resuming_with_other_settings(saved, resumed, tmp_path):
     now = ("this run sends it dense, which would drop the update they hold" if mine[first] == 0
            else f"this run would step {KIND_WORDS[mine[first]]}")
     bucket = "a bucket_sparsity" if "bucket" in saved else "bucket_sparsity=None"
+    step = int(opt.global_step.asnumpy()[0])
     with pytest.raises(ValueError) as info:
         opt(_grads(net, 2))
+    assert int(opt.global_step.asnumpy()[0]) == step
     assert str(info.value) == (
         f"For 'DGCMomentum', the optimizer state holds {KIND_WORDS[kinds[first]]} for parameter "
         f"'{name}' and {now}: construct the optimizer with lr_in_residuals="
