@@ -16,8 +16,10 @@ Four things live here and nowhere else:
   kernel compares the names with the library's own list
   (``msopt_consts_layout``), so the two ends cannot drift apart silently.
 - **Bucketing** (``buckets``), on the model of apex's ``multi_tensor_apply``:
-  the parameters are cut into runs of one dtype of at most ``MAX_TENSORS``,
-  and each run is stepped by one multi-tensor op.  A MindSpore kernel launch
+  the parameters are cut into runs of at most ``MAX_TENSORS`` (of one dtype
+  where a kernel's inputs must share it), and each run is stepped by one
+  multi-tensor op; the bucket of small parameters (``bucket_sparsity``) is one
+  op whatever its size.  A MindSpore kernel launch
   costs more than a small parameter's update (benchmarks/README.md#where-a-steps-time-goes).
 - **The op factories**: one function per native kernel, returning a
   ``mindspore.ops.Custom`` pinned to the host CPU (``_native.aot_op``).
@@ -340,9 +342,9 @@ def dgc_take_multi_op(k):
 
 
 def _dgc_joint_op(entry, count, k, slots, outs):
-    """A DGC kernel over the bucket of `count` small float32 parameters (``bucket_sparsity``)
-    whose outputs `outs` (mindspore dtypes) hold its `k` selections over their
-    concatenation.  `slots`: the inputs' dtypes by name."""
+    """A DGC kernel over the bucket of `count` small parameters (``bucket_sparsity``; their
+    residuals and gradients float32) whose outputs `outs` (mindspore dtypes) hold its `k`
+    selections over their concatenation.  `slots`: the inputs' dtypes by name."""
     op = native_op(entry, count, slots,
                    out_shape=lambda *shapes: tuple([k] for _ in outs) if len(outs) > 1 else [k],
                    out_dtype=lambda *dts: tuple(outs) if len(outs) > 1 else outs[0],
@@ -353,7 +355,7 @@ def _dgc_joint_op(entry, count, k, slots, outs):
 
 
 def dgc_bucket_select_op(count, k):
-    """DGC's local step for the bucket of `count` small float32 parameters in one op
+    """DGC's local step for the bucket of `count` small parameters in one op
     (ops/aot/aot_dgc.cpp): u and v updated in place, then the `k` entries of largest |v|
     over the concatenation, idx int32[k] (positions in it, ascending) and val float32[k]
     (v there); u and v set to 0 there."""

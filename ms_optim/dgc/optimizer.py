@@ -464,9 +464,11 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             if saved != self.nranks:
                 raise ValueError(world_size_message(self._NAME, saved, self.nranks)) from exc
             kinds = [int(k) for k in self.residual_kind.asnumpy().reshape(-1)]
-            for p, theirs, mine in zip(self._parameters, kinds, self.residual_kinds):
+            # in the kernel's order: any unknown kind first, then the first refused one
+            for p, theirs in zip(self._parameters, kinds):
                 if theirs not in RESIDUAL_KINDS:
                     raise ValueError(unknown_kind_message(self._NAME, p.name, theirs)) from exc
+            for p, theirs, mine in zip(self._parameters, kinds, self.residual_kinds):
                 if not resumable(theirs, mine):
                     raise ValueError(residual_kind_message(
                         self._NAME, p.name, theirs, mine,
@@ -520,7 +522,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         synced = F.depend(synced, F.assign(self.residual_kind,
                                            F.depend(self.replicas.kinds_t, synced)))
         # the step counts once the check has passed: a refused step leaves global_step as
-        # it was, so the step can be retried after the fault is fixed
+        # it was
         synced = F.depend(synced, self.assignadd(
             self.global_step, F.depend(self.global_step_increase_tensor, synced)))
         if self.nranks > 1:

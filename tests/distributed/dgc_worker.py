@@ -11,7 +11,8 @@ Modes:
   shared         the bucket of small parameters (bucket_sparsity) on known per-worker
                  gradients, gathered or all-reduced (with lr_in_residuals); the exchanges of shared indices
                  ("leader", "union") on known gradients, by one impl without the bucket
-                 and by the other with it, then a small network trained with
+                 and by the other with it (the union's bucket by both), then a small
+                 network trained with
                  TrainOneStepCell (the leader chosen on the device); writes rank<r>.npz
   mismatch       rank 1 builds a different model: the first step must fail on both workers
   save           train 6 steps, save DIR/saved<N>/rank<r>.ckpt (N workers)
@@ -49,8 +50,8 @@ FOLD_LRS = cosine_lrs(STEPS, peak=0.05)
 # of its run without the bucket, the impl of its run with the bucket following the exchange
 # as the large parameters do)
 SHARED_RUNS = (("leader", "ops", "native"), ("union", "native", "ops"))
-# the union's bucket by the native kernels as well (the bucket runs' tags): an index two
-# workers propose is taken once by the take kernel, as by the ops
+# the bucket runs under shared indices (exchange, tag): SHARED_RUNS' and the union's bucket
+# by the native kernels as well
 BUCKET_SHARED_RUNS = (("leader", "bucket_leader_"), ("union", "bucket_union_"),
                       ("union", "bucket_union_native_"))
 

@@ -219,9 +219,10 @@ def test_a_bucket_started_on_resume_carries_the_momentum(tmp_path):
 
 def test_an_unknown_residual_kind_is_refused(tmp_path):
     """A kind DGCMomentum does not write (an edited checkpoint) is a ValueError naming the
-    entry and the parameter, from Python, and the kernel's error in a compiled step."""
+    entry and the parameter, from Python, and the kernel's error in a compiled step; both
+    before the other kind of fc1.weight, as the kernel checks every kind first."""
     state = ms.load_checkpoint(_saved_state(tmp_path, "default"))
-    state["dgc_residual_kind"] = ms.Parameter(Tensor(np.array([1, 5, 0, 0], np.int32)),
+    state["dgc_residual_kind"] = ms.Parameter(Tensor(np.array([2, 5, 0, 0], np.int32)),
                                               name="dgc_residual_kind")
     net, opt = _net_and_opt()
     ms.load_param_into_net(opt, state)
