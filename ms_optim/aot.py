@@ -295,12 +295,14 @@ def topk_abs_op(k):
                      out_dtype=lambda x: (mstype.int32, mstype.float32), inplace=False)
 
 
-def _dgc_bucket_op(entry, ks, slots, outs):
-    """A DGC kernel over a bucket of len(ks) float32 parameters whose outputs `outs`
-    (mindspore dtypes) each hold sum(ks) entries, parameter j's k_j side by side: the
-    bucket's block of the fused exchange buffer.  `slots`: the inputs' dtypes by name."""
+def _dgc_entries_op(entry, count, ks, slots, outs):
+    """A DGC kernel over `count` parameters' float32 residuals whose outputs `outs`
+    (mindspore dtypes) each hold sum(ks) entries, blocks of k_j side by side: one per
+    parameter of a multi-tensor select (the bucket's block of the fused exchange buffer),
+    or one for the selection over the bucket of small parameters.  `slots`: the inputs'
+    dtypes by name."""
     total = int(sum(ks))
-    op = native_op(entry, len(ks), slots,
+    op = native_op(entry, count, slots,
                    out_shape=lambda *shapes: tuple([total] for _ in outs) if len(outs) > 1
                    else [total],
                    out_dtype=lambda *dts: tuple(outs) if len(outs) > 1 else outs[0],
@@ -316,9 +318,9 @@ def dgc_select_multi_op(ks):
     idx int32[L] and val float32[L], L = sum(ks), parameter j's k_j selections side by
     side, the bucket's block of the fused exchange buffer; u and v updated in place."""
     f32, i32 = mstype.float32, mstype.int32
-    return _dgc_bucket_op("ms_optim_dgc_select_multi", ks,
-                          dict(u=f32, v=f32, grad=f32, consts=f32, ks=i32, idx=i32, val=f32),
-                          (i32, f32))
+    return _dgc_entries_op("ms_optim_dgc_select_multi", len(ks), ks,
+                           dict(u=f32, v=f32, grad=f32, consts=f32, ks=i32, idx=i32, val=f32),
+                           (i32, f32))
 
 
 def dgc_propose_multi_op(ks):
@@ -326,8 +328,8 @@ def dgc_propose_multi_op(ks):
     (ops/aot/aot_dgc.cpp): idx int32[sum(ks)], each parameter's top-k indices of its
     accumulated residual; u and v updated in place, nothing masked."""
     f32, i32 = mstype.float32, mstype.int32
-    return _dgc_bucket_op("ms_optim_dgc_propose_multi", ks,
-                          dict(u=f32, v=f32, grad=f32, consts=f32, ks=i32, idx=i32), (i32,))
+    return _dgc_entries_op("ms_optim_dgc_propose_multi", len(ks), ks,
+                           dict(u=f32, v=f32, grad=f32, consts=f32, ks=i32, idx=i32), (i32,))
 
 
 def dgc_take_multi_op(k):
@@ -341,34 +343,22 @@ def dgc_take_multi_op(k):
                      inplace=True)
 
 
-def _dgc_joint_op(entry, count, k, slots, outs):
-    """A DGC kernel over the bucket of `count` small parameters (``bucket_sparsity``; their
-    residuals and gradients float32) whose outputs `outs` (mindspore dtypes) hold its `k`
-    selections over their concatenation.  `slots`: the inputs' dtypes by name."""
-    op = native_op(entry, count, slots,
-                   out_shape=lambda *shapes: tuple([k] for _ in outs) if len(outs) > 1 else [k],
-                   out_dtype=lambda *dts: tuple(outs) if len(outs) > 1 else outs[0],
-                   inplace=True)
-    # ops that differ only in their output-shape function compare equal (see _dgc_bucket_op)
-    op.add_prim_attr("ms_optim_ks", (int(k),))
-    return op
-
-
 def dgc_bucket_select_op(count, k):
     """DGC's local step for the bucket of `count` small parameters in one op
     (ops/aot/aot_dgc.cpp): u and v updated in place, then the `k` entries of largest |v|
     over the concatenation, idx int32[k] (positions in it, ascending) and val float32[k]
     (v there); u and v set to 0 there."""
     f32, i32 = mstype.float32, mstype.int32
-    return _dgc_joint_op("ms_optim_dgc_bucket_select", count, k,
-                         dict(u=f32, v=f32, grad=f32, consts=f32, idx=i32, val=f32), (i32, f32))
+    return _dgc_entries_op("ms_optim_dgc_bucket_select", count, (k,),
+                           dict(u=f32, v=f32, grad=f32, consts=f32, idx=i32, val=f32),
+                           (i32, f32))
 
 
 def dgc_bucket_propose_op(count, k):
     """The first half of dgc_bucket_select_op: idx int32[k], nothing masked."""
     f32, i32 = mstype.float32, mstype.int32
-    return _dgc_joint_op("ms_optim_dgc_bucket_propose", count, k,
-                         dict(u=f32, v=f32, grad=f32, consts=f32, idx=i32), (i32,))
+    return _dgc_entries_op("ms_optim_dgc_bucket_propose", count, (k,),
+                           dict(u=f32, v=f32, grad=f32, consts=f32, idx=i32), (i32,))
 
 
 def dgc_bucket_take_op(count):

@@ -221,6 +221,15 @@ int accumulate_topk(const AotCall &c, const std::vector<int64_t> &kk,
   return topk_abs_multi(srcs.data(), n.data(), kk.data(), off.data(), K, idx, val);
 }
 
+// One chosen entry i of a tensor's residuals: its value of v, then u and v set
+// to 0 there (momentum factor masking).
+inline float take_entry(float *u, float *v, int64_t i) {
+  const float x = v[i];
+  u[i] = 0.0f;
+  v[i] = 0.0f;
+  return x;
+}
+
 // The second half of DGC's local step at chosen entries (S: a kernel with
 // slots u and v): tensor j's entries idx[base + off[j] .. + kk[j]), entry by
 // entry, val = v at the index, then u and v set to 0 there (momentum factor
@@ -231,11 +240,8 @@ void take_entries(const AotCall &c, const int32_t *idx, float *val, int64_t base
                   const int64_t *kk, const int64_t *off) {
   for (int j = 0; j < c.K(); ++j) {
     float *u = c.ptr<float>(S::u, j), *v = c.ptr<float>(S::v, j);
-    for (int64_t e = base + off[j]; e < base + off[j] + kk[j]; ++e) {
-      val[e] = v[idx[e]];
-      u[idx[e]] = 0.0f;
-      v[idx[e]] = 0.0f;
-    }
+    for (int64_t e = base + off[j]; e < base + off[j] + kk[j]; ++e)
+      val[e] = take_entry(u, v, idx[e]);
   }
 }
 
@@ -419,20 +425,16 @@ int bucket_accumulate_topk(const AotCall &c, const std::vector<int64_t> &start, 
   return topk_abs(all.data(), total, kk, idx, val);
 }
 
-// val[e] = v at position idx[e], then u and v set to 0 there (momentum factor
-// masking), entry by entry, so a position taken twice takes its value at its
-// first entry and 0 after.  The positions are in [0, total).
+// val[e] = take_entry at position idx[e], entry by entry, so a position taken
+// twice takes its value at its first entry and 0 after.  The positions are in
+// [0, total).
 template <class S>
 void bucket_take_entries(const AotCall &c, const std::vector<int64_t> &start, const int32_t *idx,
                          float *val, int64_t count) {
   for (int64_t e = 0; e < count; ++e) {
     const int j = static_cast<int>(std::upper_bound(start.begin(), start.end(), idx[e]) -
                                    start.begin()) - 1;
-    const int64_t i = idx[e] - start[j];
-    float *u = c.ptr<float>(S::u, j), *v = c.ptr<float>(S::v, j);
-    val[e] = v[i];
-    u[i] = 0.0f;
-    v[i] = 0.0f;
+    val[e] = take_entry(c.ptr<float>(S::u, j), c.ptr<float>(S::v, j), idx[e] - start[j]);
   }
 }
 
