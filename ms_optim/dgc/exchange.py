@@ -17,8 +17,10 @@
   worker sends does not grow with the number of workers (for the union, while
   every parameter's k is at least N).
 - ``ReplicaSync``: before anything else is exchanged, every worker's model
-  signature and step are all-gathered and compared (a mismatched worker fails
-  with a clear error instead of hanging in, or corrupting, a collective).  On
+  signature, step and optimizer state (the world size it was saved by, a
+  digest of its residual kinds) are all-gathered and compared (a mismatched
+  worker fails with a clear error instead of hanging in, or corrupting, a
+  collective, and so does every other worker).  On
   the first step a digest of every worker's parameters is compared too, and
   rank 0's parameters are broadcast only when the digests differ.
 
@@ -186,8 +188,12 @@ class Exchanges(NamedTuple):
 class ReplicaSync(nn.Cell):
     """Checks that every worker built the same model at the same step, and that the
     optimizer state was saved by as many workers as this run has, with residuals of kinds
-    it can step on (`residual_kinds`: this run's, per parameter, checkpoints.py); makes the
-    parameters identical on the first step."""
+    it can step on (`residual_kinds`: this run's, per parameter, checkpoints.py), the same
+    on every worker; makes the parameters identical on the first step.
+
+    A worker's gathered row is `signature`, the step, the state's world size and a 64-bit
+    digest of the state's residual kinds: a state that one worker refuses differs from the
+    others' and every worker refuses it."""
 
     def __init__(self, nranks, signature, params, residual_kinds):
         super().__init__()
@@ -195,11 +201,14 @@ class ReplicaSync(nn.Cell):
         self.nranks_t = Tensor(np.array([nranks], np.int32))
         self.kinds_t = Tensor(np.array(residual_kinds, np.int32).reshape(-1))
         self.signature = Tensor(np.array(signature, np.int32))
-        self.width = Tensor(np.array([len(signature) + 1], np.int32))
+        self.width = Tensor(np.array([len(signature) + 4], np.int32))
         self.check_op = aot.check_replicas_op()
         self.check_order = aot.call_order("ms_optim_check_replicas")
+        # one worker's digest column is compared with nobody's
+        self.no_digest = Tensor(np.zeros(2, np.int32))
         if nranks > 1:
             self.all_gather = ops.AllGather()
+            self.kinds_digest = aot.digest_op(1, mstype.int32)
             self.broadcast = ops.Broadcast(0)
             self.digest_order = aot.call_order("ms_optim_digest")
             self.digest_groups = self._digest_groups(params)
@@ -218,11 +227,15 @@ class ReplicaSync(nn.Cell):
                      for lo, hi in aot.buckets(dtypes))
 
     def check(self, step, saved_world, saved_kinds):
-        """int32[1] once every worker's signature and step matched, `saved_world` (int32[1],
-        the world size the optimizer state was saved by) is this run's and every
-        parameter's residual kind in the state (`saved_kinds`, int32[n]) can be stepped on
-        as this run's (fails otherwise)."""
-        mine = ops.concat((self.signature, F.cast(step, mstype.int32).reshape(1)))
+        """int32[1] once every worker's signature, step and optimizer state matched,
+        `saved_world` (int32[1], the world size the optimizer state was saved by) is this
+        run's and every parameter's residual kind in the state (`saved_kinds`, int32[n])
+        can be stepped on as this run's (fails otherwise)."""
+        digest = self.no_digest
+        if self.nranks > 1:
+            digest = self.kinds_digest(*aot.arrange(self.digest_order, p=(saved_kinds,)))
+        mine = ops.concat((self.signature, F.cast(step, mstype.int32).reshape(1), saved_world,
+                           digest))
         return self.check_op(*aot.arrange(
             self.check_order, signatures=self.all_gather(mine) if self.nranks > 1 else mine,
             width=self.width, world=ops.concat((saved_world, self.nranks_t)),

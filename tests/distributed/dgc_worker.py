@@ -15,6 +15,9 @@ Modes:
                  network trained with
                  TrainOneStepCell (the leader chosen on the device); writes rank<r>.npz
   mismatch       rank 1 builds a different model: the first step must fail on both workers
+  state_mismatch rank 1 holds another optimizer state (--case world: saved by another
+                 number of workers; kinds: other residual kinds): the step must fail on
+                 both workers
   save           train 6 steps, save DIR/saved<N>/rank<r>.ckpt (N workers)
   resume         load --ckpt (with {rank}), train 3 more steps; the model is written to
                  DIR/rank<r>.npz
@@ -253,6 +256,27 @@ def mode_step_mismatch(rank, nranks, out):
         return f"error: {exc}"
 
 
+def mode_state_mismatch(rank, nranks, out, case):
+    """Both workers build the same model at step 0, but rank 1's optimizer state is
+    another's: saved by 4 workers (`case` "world") or holding residuals of
+    learning-rate-scaled gradients ("kinds").  The step must fail on both workers, rank 0
+    included, which alone would step on its own state.  (A failed step ends a distributed
+    MindSpore run's steps, hence one case per run.)"""
+    opt = ms_optim.DGCMomentum(make_params(0), **CONFIG)
+    if rank == 1 and case == "world":
+        opt.world_size.set_data(Tensor([4], ms.int32))
+    if rank == 1 and case == "kinds":
+        kinds = opt.residual_kind.asnumpy()
+        opt.residual_kind.set_data(Tensor(np.where(kinds == 1, 2, kinds).astype(np.int32)))
+    try:
+        opt(tuple(Tensor(g) for g in known_grads(rank, 0)))
+        seen = "stepped"
+    except (RuntimeError, ValueError) as exc:
+        message = ms_optim.last_native_error() if isinstance(exc, RuntimeError) else exc
+        seen = f"error: {type(exc).__name__}: {message}"
+    return f"{seen}\nglobal_step {int(opt.global_step.asnumpy()[0])}"
+
+
 def mode_save(rank, nranks, out):
     folder = os.path.join(out, f"saved{nranks}")
     os.makedirs(folder, exist_ok=True)
@@ -280,15 +304,18 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", required=True,
                         choices=["exchange", "shared", "data_parallel", "mismatch", "step_mismatch",
-                                 "save", "resume", "resume_refused"])
+                                 "state_mismatch", "save", "resume", "resume_refused"])
     parser.add_argument("--out", required=True)
     parser.add_argument("--ckpt", help="resume: the checkpoint to load, {rank} for the rank")
+    parser.add_argument("--case", choices=["world", "kinds"],
+                        help="state_mismatch: what differs in rank 1's optimizer state")
     args = parser.parse_args()
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
     init()
     rank, nranks = get_rank(), get_group_size()
-    extra = (args.ckpt,) if args.mode.startswith("resume") else ()
+    extra = ((args.ckpt,) if args.mode.startswith("resume")
+             else (args.case,) if args.mode == "state_mismatch" else ())
     result = globals()[f"mode_{args.mode}"](rank, nranks, args.out, *extra)
     with open(os.path.join(args.out, f"rank{rank}.txt"), "w") as fh:
         fh.write(result)

@@ -239,9 +239,30 @@ def test_workers_at_different_steps_fail_cleanly(tmp_path):
     assert rc == 0, logs[-4000:]
     for result in _results(tmp_path):
         assert result.startswith("error: ") and "ms_optim_check_replicas" in result
-    # the signatures by rank end with each worker's step
-    assert "rank 0: " in logs and " 0\n" in logs.split("rank 0: ")[1][:80]
-    assert " 5\n" in logs.split("rank 1: ")[1][:80]
+    # each rank's row: 3 signature values, the step, the state's world size and digest
+    rows = [logs.split(f"rank {r}: ")[1].split("\n")[0].split() for r in (0, 1)]
+    assert [len(r) for r in rows] == [7, 7] and rows[0][:3] == rows[1][:3]
+    assert (rows[0][3], rows[1][3]) == ("0", "5") and rows[0][4:] == rows[1][4:]
+
+
+@pytest.mark.parametrize("case, mine, theirs", [
+    ("world", "holds the residuals of 4 worker(s) and rank 0's of 2",
+     "the optimizer state holds the residuals of 4 worker(s) and this run has 2: convert"),
+    ("kinds", "holds other residual kinds than rank 0's",
+     "the optimizer state holds residuals of learning-rate-scaled gradients for parameter 'w0' "
+     "and this run would step residuals of gradients")])
+def test_a_state_one_worker_refuses_is_refused_by_every_worker(tmp_path, case, mine, theirs):
+    """Rank 1 alone holds a state saved by 4 workers, or one of other residual kinds: it
+    refuses it, and rank 0, whose own state is fine, refuses the step too, naming rank 1,
+    instead of going on to a collective that rank 1 never joins."""
+    rc, logs = _msrun("state_mismatch", tmp_path, extra=["--case", case])
+    assert rc == 0, logs[-4000:]
+    own, other = _results(tmp_path)
+    assert own == (f"error: RuntimeError: ms_optim_check_replicas: rank 1's optimizer state "
+                   f"{mine}: resume every worker from the checkpoints of one save\n"
+                   f"global_step 0")
+    assert other.startswith(f"error: ValueError: For 'DGCMomentum', {theirs}"), other
+    assert other.endswith("\nglobal_step 0")
 
 
 @pytest.fixture(scope="module")

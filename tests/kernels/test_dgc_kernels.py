@@ -630,10 +630,23 @@ KIND_WORDS = ("no residuals", "residuals of gradients",
               "residuals of learning-rate-scaled gradients")
 
 
+def _row(step=0, world=1, digest=(0, 0)):
+    """A worker's gathered row: a model signature (3 values), the step, then its optimizer
+    state's world size and digest of residual kinds."""
+    return [3, 100, 7, step, world, *digest]
+
+
+ROW = len(_row())
+
+
+def _rows(*rows):
+    return dict(signatures=np.array([v for r in rows for v in r], np.int32),
+                width=np.array([ROW], np.int32))
+
+
 def _check(residuals, out, **call):
     """Calls the replica check of one worker on `residuals` (the state's kinds, this run's)."""
-    call = dict(dict(signatures=np.array([3, 100, 7], np.int32), width=np.array([3], np.int32),
-                     world=np.array([1, 1], np.int32)), **call)
+    call = dict(dict(_rows(_row()), world=np.array([1, 1], np.int32)), **call)
     return dict(call, residuals=np.array(residuals, np.int32), ok=out)
 
 
@@ -643,15 +656,42 @@ def _check(residuals, out, **call):
     ([0], [1]), ([1, 0, 0], [1, 1, 1])])
 def test_replica_check_kernel(saved, mine):
     out = np.zeros(1, np.int32)
-    same = np.array([3, 100, 7] * 2, np.int32)
+    two = np.array([2, 2], np.int32)
     testing.call_kernel("ms_optim_check_replicas",
-                        **_check(saved + mine, out, signatures=same,
-                                 world=np.array([2, 2], np.int32)))
+                        **_check(saved + mine, out, **_rows(_row(world=2), _row(world=2)),
+                                 world=two))
     assert out[0] == 1
     out[0] = 0
+    other = _row(world=2)
+    other[1] = 101
     rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA", "^workers disagree on the model$",
-            **_check(saved + mine, out, signatures=np.array([3, 100, 7, 3, 101, 7], np.int32),
-                     world=np.array([2, 2], np.int32)))
+            **_check(saved + mine, out, **_rows(_row(world=2), other), world=two))
+    assert out[0] == 0
+
+
+@pytest.mark.parametrize("differ, message", [
+    # another model, or the same at another step, is named first, whatever else differs
+    (dict(step=5), "^workers disagree on the model$"),
+    (dict(step=5, world=4, digest=(9, 9)), "^workers disagree on the model$"),
+    (dict(world=4), r"^rank 2's optimizer state holds the residuals of 4 worker\(s\) and rank "
+                    r"0's of 3: resume every worker from the checkpoints of one save$"),
+    (dict(world=4, digest=(5, 6)), r"^rank 2's optimizer state holds the residuals of 4 "
+                                   r"worker\(s\)"),
+    (dict(digest=(5, 7)), "^rank 2's optimizer state holds other residual kinds than rank 0's: "
+                          "resume every worker from the checkpoints of one save$"),
+    (dict(digest=(6, 6)), "^rank 2's optimizer state holds other residual kinds"),
+])
+def test_replica_check_refuses_workers_of_other_states(differ, message):
+    """Every worker's row ends with its optimizer state's world size and a digest of its
+    residual kinds: a worker whose state differs from rank 0's (which it alone may refuse)
+    fails the check on every worker, rank 0 and the others included."""
+    same = dict(world=3, digest=(5, 6))
+    out = np.zeros(1, np.int32)
+    rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA", message,
+            **_check([1, 1], out, **_rows(_row(**same), _row(**same),
+                                          _row(**dict(same, **differ)), _row(**same)),
+                     world=np.array([3, 3], np.int32)))
+    assert out[0] == 0
 
 
 @pytest.mark.parametrize("saved, mine, which", [
@@ -686,19 +726,28 @@ def test_replica_check_rejects_unknown_kinds(kinds, at):
             slot="residuals", **_check(kinds, np.zeros(1, np.int32)))
 
 
+@pytest.mark.parametrize("width", [3, 1, 0])
+def test_replica_check_rejects_rows_without_the_state(width):
+    """A row must hold more than the state's 3 values."""
+    rejects("ms_optim_check_replicas", "MSOPT_ERR_VALUE",
+            rf"^6 signature values are not rows of width {width} \(more than 3\)$",
+            slot="width", **_check([1, 1], np.zeros(1, np.int32),
+                                   signatures=np.arange(6, dtype=np.int32),
+                                   width=np.array([width], np.int32)))
+
+
 @pytest.mark.parametrize("saved, nranks", [(4, 2), (4, 8), (4, 1), (1, 2)])
 def test_replica_check_refuses_residuals_of_another_world_size(saved, nranks):
     out = np.zeros(1, np.int32)
     rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA",
             rf"^the optimizer state holds the residuals of {saved} worker\(s\) and this run has "
             rf"{nranks}: combine the checkpoints with ms_optim.dgc.resize_checkpoints first$",
-            signatures=np.array([3, 100, 7] * nranks, np.int32), width=np.array([3], np.int32),
+            **_rows(*[_row(world=saved)] * nranks),
             world=np.array([saved, nranks], np.int32), residuals=SENT_DENSE, ok=out)
     assert out[0] == 0
     rejects("ms_optim_check_replicas", "MSOPT_ERR_SIZE",
             r"^world must be int32\[2\] \(the state's world size, this run's\), got 1 elements$",
-            slot="world", signatures=np.array([3, 100, 7], np.int32),
-            width=np.array([3], np.int32), world=np.array([1], np.int32), residuals=SENT_DENSE,
+            slot="world", **_rows(_row()), world=np.array([1], np.int32), residuals=SENT_DENSE,
             ok=out)
 
 

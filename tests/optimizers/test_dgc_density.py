@@ -46,7 +46,7 @@ def test_seconds_are_the_optimizers_wire_bytes_over_the_rate():
                                    exchange=exchange, bucket_sparsity=bucket)
         for workers in (2, 4, 32):
             stats = opt.exchange_stats(0, workers=workers)
-            signature = wire.allgather_wire_bytes(16, workers)
+            signature = wire.allgather_wire_bytes(28, workers)  # 7 int32 per worker
             seconds = density.exchange_seconds([p.size for p in params], 0.99,
                                                workers=workers, link_gbit_s=2.0,
                                                exchange=exchange, bucket_sparsity=bucket)

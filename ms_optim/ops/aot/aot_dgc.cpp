@@ -595,15 +595,23 @@ bool residuals_resumable(int32_t saved, int32_t mine) {
   return saved == mine || (saved == kResidualNone && mine == kResidualGrad);
 }
 
-// signatures int32[R*W] (every worker's model signature, W values each,
-// gathered in rank order), width int32[1] = W, world int32[2], residuals
-// int32[2n] -> ok int32[1] = 1.  Fails with kErrReplica when world's two sizes
-// differ (the residuals were saved by another number of workers), when a
-// parameter's residual kind in the state (residuals' first n values) cannot be
-// stepped on as this run's kind (its last n), and, after printing every
-// worker's signature to stderr, when the workers disagree: their exchange
-// buffers would not match, and collectives on mismatched buffers hang or
-// corrupt memory.
+// A worker's row of the gathered signatures ends with kStateValues values of
+// its optimizer state: the world size it was saved by and a 64-bit digest of
+// its residual kinds.  The values before them are the model's signature and
+// the step.
+constexpr int64_t kStateValues = 3;
+
+// signatures int32[R*W] (every worker's row, W values each, gathered in rank
+// order), width int32[1] = W, world int32[2], residuals int32[2n] -> ok
+// int32[1] = 1.  Fails with kErrReplica when world's two sizes differ (the
+// residuals were saved by another number of workers), when a parameter's
+// residual kind in the state (residuals' first n values) cannot be stepped on
+// as this run's kind (its last n), and when the rows differ: after printing
+// every row to stderr when the workers disagree on the model or the step
+// (their exchange buffers would not match, and collectives on mismatched
+// buffers hang or corrupt memory), and naming the rank when a worker loaded
+// another optimizer state than rank 0.  Every worker sees every row, so a
+// state that one worker refuses is refused by every worker.
 int check_replicas_body(const AotCall &c) {
   using S = sig::ms_optim_check_replicas;
   for (int s : {S::signatures, S::width, S::world, S::residuals, S::ok})
@@ -644,22 +652,40 @@ int check_replicas_body(const AotCall &c) {
                   residual_kind_name(mine[j]));
   }
   const int64_t total = c.numel(S::signatures), width = c.ptr<int32_t>(S::width)[0];
-  MSOPT_CHECK(c, width >= 1 && total % width == 0, kErrValue,
-              "%lld signature values are not rows of width %lld", static_cast<long long>(total),
-              static_cast<long long>(width));
+  MSOPT_CHECK(c, width > kStateValues && total % width == 0, kErrValue,
+              "%lld signature values are not rows of width %lld (more than %lld)",
+              static_cast<long long>(total), static_cast<long long>(width),
+              static_cast<long long>(kStateValues));
   const int32_t *sig = c.ptr<int32_t>(S::signatures);
-  bool same = true;
-  for (int64_t i = width; i < total; ++i) same &= sig[i] == sig[i % width];
-  if (!same) {
+  const int64_t ranks = total / width, model = width - kStateValues;
+  // whether rank r's values [lo, hi) differ from rank 0's
+  const auto differs = [&](int64_t r, int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; ++j)
+      if (sig[r * width + j] != sig[j]) return true;
+    return false;
+  };
+  for (int64_t r = 1; r < ranks; ++r) {
+    if (!differs(r, 0, model)) continue;
     std::fprintf(stderr, "ms_optim: DGCMomentum workers were built with different models; "
-                 "signatures (parameters, elements, hash of shapes and settings, step) by rank:\n");
-    for (int64_t w = 0; w < total / width; ++w) {
+                 "signatures (parameters, elements, hash of shapes and settings, step, then "
+                 "the state's world size and digest of residual kinds) by rank:\n");
+    for (int64_t w = 0; w < ranks; ++w) {
       std::fprintf(stderr, "  rank %lld:", static_cast<long long>(w));
       for (int64_t j = 0; j < width; ++j) std::fprintf(stderr, " %d", sig[w * width + j]);
       std::fprintf(stderr, "\n");
     }
     return c.fail(kErrReplica, "workers disagree on the model");
   }
+  for (int64_t r = 1; r < ranks; ++r)
+    MSOPT_CHECK(c, !differs(r, model, model + 1), kErrReplica,
+                "rank %lld's optimizer state holds the residuals of %d worker(s) and rank 0's "
+                "of %d: resume every worker from the checkpoints of one save",
+                static_cast<long long>(r), sig[r * width + model], sig[model]);
+  for (int64_t r = 1; r < ranks; ++r)
+    MSOPT_CHECK(c, !differs(r, model + 1, width), kErrReplica,
+                "rank %lld's optimizer state holds other residual kinds than rank 0's: resume "
+                "every worker from the checkpoints of one save",
+                static_cast<long long>(r));
   *c.ptr<int32_t>(S::ok) = 1;
   return kOk;
 }
