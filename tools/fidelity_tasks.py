@@ -49,6 +49,11 @@ import ms_optim
 from examples.common.cli import nonnegative_int, positive_int
 from examples.common.digits import batches, load_data, make_net, set_weights
 
+# MindSpore's oneDNN runs a small convnet's step about 50x slower with its AVX-512 code on some
+# CPUs (docs/platform.md, "MindSpore's own convolutions on AVX-512 CPUs"); oneDNN reads the
+# cap at its first convolution, so setting it here is in time
+os.environ.setdefault("DNNL_MAX_CPU_ISA", "AVX2")
+
 DTYPES = ("float32", "bfloat16", "int8")
 # The standard library modules the charlm corpus is made of, in this order.
 CORPUS_MODULES = ("argparse.py", "ast.py", "calendar.py", "collections/__init__.py",

@@ -38,6 +38,11 @@ from mindspore.communication import get_group_size, get_rank, init
 import ms_optim
 from examples.common import digits
 
+# MindSpore's oneDNN runs a small convnet's step about 50x slower with its AVX-512 code on some
+# CPUs (docs/platform.md, "MindSpore's own convolutions on AVX-512 CPUs"); oneDNN reads the
+# cap at its first convolution, so setting it here is in time
+os.environ.setdefault("DNNL_MAX_CPU_ISA", "AVX2")
+
 MOMENTUM = 0.9
 WARMUP = [0.75, 0.9375, 0.984375, 0.996, 0.999]
 
