@@ -18,9 +18,9 @@ Examples:
     'allgather'
     >>> s = wire.exchange_stats(step=5, stage=0, sparsity=0.75, workers=2, exchange="allgather",
     ...                         selected=250, small_elements=10, compressed_elements=1000,
-    ...                         signature_bytes=16)
+    ...                         signature_bytes=28)
     >>> s["bytes"], s["wire_bytes"], s["dense_bytes"], s["compression"]
-    (2040, 4112, 4040, 1.9803921568627452)
+    (2040, 4136, 4040, 1.9803921568627452)
 """
 
 # Measured (tx_bytes of each host's interface, 2, 4 and 8 hosts): an AllReduce of B

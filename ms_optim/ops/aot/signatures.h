@@ -110,8 +110,9 @@ struct Slot {
   IN(param, kEach) IN(u, kEach) IN(src, kRest) IN(lr, kOne) IN(consts, kOne)              \
   IN(gidx, kCountK) OUT(done, kOne)
 
-// The workers' model signatures, gathered: fails unless all agree, unless
-// world = (the world size the state was saved by, this run's) agree, and unless
+// The workers' rows, gathered (model signature, step, then the state's world
+// size and a two-word digest of its residual kinds): fails unless all agree,
+// unless world = (the world size the state was saved by, this run's) agree, and unless
 // residuals = (per parameter, the kind of the state's residuals; then of this
 // run's: 0 none, 1 gradients, 2 learning-rate-scaled gradients) can be resumed.
 #define MSOPT_AOT_CHECK_REPLICAS(IN, OUT) \

@@ -27,7 +27,8 @@ enum Status : int {
   kErrInternal = MSOPT_ERR_INTERNAL,  // a bug
   kErrArgs = MSOPT_ERR_ARGS,          // an AOT kernel got the wrong number of tensors
   kErrValue = MSOPT_ERR_VALUE,        // a value read from a tensor is out of range
-  kErrReplica = MSOPT_ERR_REPLICA,    // distributed workers disagree on the model
+  kErrReplica = MSOPT_ERR_REPLICA,    // workers disagree on the model, step or state, or the
+                                      // state cannot be resumed
 };
 
 // Records a printf-style message for msopt_last_error() on this thread and

@@ -63,7 +63,8 @@ typedef enum MSOPT_ENUM_BASE_ {
  * return these): */
 #define MSOPT_ERR_ARGS (-10)    /* a kernel got the wrong number of tensors */
 #define MSOPT_ERR_VALUE (-11)   /* a value read from a tensor is out of range (an index, a k) */
-#define MSOPT_ERR_REPLICA (-12) /* distributed workers disagree on the model */
+#define MSOPT_ERR_REPLICA (-12) /* distributed workers disagree on the model, the step or the
+                                   optimizer state, or the state cannot be resumed */
 
 typedef struct msopt_optimizer msopt_optimizer;
 
