@@ -231,15 +231,23 @@ def mode_data_parallel(rank, nranks, out):
     return "\n".join(seen)
 
 
+def first_step(opt, grads):
+    """What a step of `opt` on the numpy gradients `grads` did: "stepped", or
+    "error: <exception type>: <message>", the native kernel's own message for a
+    RuntimeError (ms_optim.last_native_error())."""
+    try:
+        opt(tuple(Tensor(g) for g in grads))
+        return "stepped"
+    except (RuntimeError, ValueError) as exc:
+        message = ms_optim.last_native_error() if isinstance(exc, RuntimeError) else exc
+        return f"error: {type(exc).__name__}: {message}"
+
+
 def mode_mismatch(rank, nranks, out):
     shapes = SHAPES if rank == 0 else [(130, 129), (20001,), (7, 3), (11,)]
     params = make_params(rank, shapes)
     opt = ms_optim.DGCMomentum(params, **CONFIG)
-    try:
-        opt(tuple(Tensor(np.ones(s, np.float32)) for s in shapes))
-        return "stepped"
-    except RuntimeError as exc:
-        return f"error: {exc}"
+    return first_step(opt, [np.ones(s, np.float32) for s in shapes])
 
 
 def mode_step_mismatch(rank, nranks, out):
@@ -249,11 +257,7 @@ def mode_step_mismatch(rank, nranks, out):
     opt = ms_optim.DGCMomentum(params, **CONFIG)
     if rank == 1:
         opt.global_step.set_data(Tensor([5], ms.int32))
-    try:
-        opt(tuple(Tensor(g) for g in known_grads(rank, 0)))
-        return "stepped"
-    except RuntimeError as exc:
-        return f"error: {exc}"
+    return first_step(opt, known_grads(rank, 0))
 
 
 def mode_state_mismatch(rank, nranks, out, case):
@@ -268,12 +272,7 @@ def mode_state_mismatch(rank, nranks, out, case):
     if rank == 1 and case == "kinds":
         kinds = opt.residual_kind.asnumpy()
         opt.residual_kind.set_data(Tensor(np.where(kinds == 1, 2, kinds).astype(np.int32)))
-    try:
-        opt(tuple(Tensor(g) for g in known_grads(rank, 0)))
-        seen = "stepped"
-    except (RuntimeError, ValueError) as exc:
-        message = ms_optim.last_native_error() if isinstance(exc, RuntimeError) else exc
-        seen = f"error: {type(exc).__name__}: {message}"
+    seen = first_step(opt, known_grads(rank, 0))
     return f"{seen}\nglobal_step {int(opt.global_step.asnumpy()[0])}"
 
 
