@@ -33,7 +33,9 @@ def _fmt(value):
             return f"Tensor({value.asnumpy().item()!r})"
         return f"Tensor(shape={tuple(value.shape)})"
     if isinstance(value, (list, tuple)):
-        if len(value) <= 8 and all(isinstance(v, numbers.Real) for v in value):
+        value = type(value)(getattr(v, "name", v) if isinstance(v, Parameter) else v
+                            for v in value)
+        if len(value) <= 8 and all(isinstance(v, (numbers.Real, str)) for v in value):
             return repr(value)
         return f"{type(value).__name__}(len={len(value)})"
     if isinstance(value, LearningRateSchedule):

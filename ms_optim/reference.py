@@ -391,6 +391,9 @@ class DGCReference:
     compressed parameter), the mean of every worker's selection applied (DGCMomentum's
     ``bucket_sparsity``).
 
+    The parameters whose indices are in `dense` are never compressed, alone or in the
+    bucket (DGCMomentum's ``dense_params``).
+
     With `lr_in_residuals`, a compressed or bucketed parameter's local gradient is
     multiplied by the step's learning rate (float32) once prepared, at every step, and the
     parameter is stepped with a learning rate of 1: u and v hold learning-rate-scaled
@@ -400,7 +403,7 @@ class DGCReference:
     def __init__(self, params, momentum, rampup_begin_step, rampup_step=1, sparsity=(0.999,),
                  nesterov=False, clip_norm=None, l1=0.0, wd=None, nranks=1, loss_scale=1.0,
                  min_numel=dgc_plan.MIN_COMPRESSED_NUMEL, exchange="exact",
-                 bucket_sparsity=None, lr_in_residuals=False):
+                 bucket_sparsity=None, lr_in_residuals=False, dense=()):
         if exchange not in ("exact", "leader", "union"):
             raise ValueError(f"exchange must be 'exact', 'leader' or 'union', got {exchange!r}")
         self.params = params
@@ -411,11 +414,12 @@ class DGCReference:
         self.l1 = l1
         self.wd = wd if wd is not None else [0.0] * len(params)
         self.nranks, self.inv_scale = nranks, f32(1.0 / loss_scale)
-        self.compressed = [p.dtype in (np.float32, np.float16) and p.size >= min_numel
-                           for p in params]
+        able = [p.dtype in (np.float32, np.float16) and i not in dense
+                for i, p in enumerate(params)]
+        self.compressed = [a and p.size >= min_numel for a, p in zip(able, params)]
         self.bucket_sparsity = bucket_sparsity
-        self.bucketed = [bucket_sparsity is not None and p.dtype in (np.float32, np.float16)
-                         and 0 < p.size < min_numel for p in params]
+        self.bucketed = [bucket_sparsity is not None and a and 0 < p.size < min_numel
+                         for a, p in zip(able, params)]
         # float32 residuals and float32 math for the compressed and the bucketed parameters
         self.wide = [c or b for c, b in zip(self.compressed, self.bucketed)]
         self.folded = [lr_in_residuals and w for w in self.wide]

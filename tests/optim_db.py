@@ -576,6 +576,10 @@ DGC_MOMENTUM = OptimizerInfo(
         ErrorInput(dict(lr_in_residuals=1), TypeError, "lr_in_residuals"),
         ErrorInput(dict(lr_in_residuals="yes"), TypeError, "lr_in_residuals"),
         ErrorInput(dict(lr_in_residuals=None), TypeError, "lr_in_residuals"),
+        ErrorInput(dict(dense_params="weight"), TypeError, "dense_params"),
+        ErrorInput(dict(dense_params=[0]), TypeError, "dense_params"),
+        ErrorInput(dict(dense_params=["no.such.weight"]), ValueError,
+                   "'dense_params' names 'no.such.weight', which is not one of"),
         # numpy integers are ints, numpy bools are not
         ErrorInput(dict(rampup_begin_step=np.int64(-1)), ValueError,
                    "For 'DGCMomentum', the 'rampup_begin_step' must be greater than or equal to 0"),
@@ -604,7 +608,7 @@ DGC_MOMENTUM = OptimizerInfo(
                        start="DGCMomentum(learning_rate=0.1, momentum=0.9, rampup_begin_step=5, "
                              "rampup_step=1, sparsity=(0.75, 0.999), ",
                        end="impl='native', exchange='auto', bucket_sparsity=None, "
-                           "lr_in_residuals=False, nranks=1, params=3)"),
+                           "lr_in_residuals=False, dense_params=None, nranks=1, params=3)"),
     # the same selections, sums and residual updates in either: the same bits
     agreements=[Agreement("dense_and_both_stages", "native", "ops",
                           lambda impl: wide_dgc(impl=impl), _wide_batch(), 12, bit_identical),

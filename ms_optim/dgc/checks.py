@@ -59,19 +59,44 @@ def check_bfloat16(cls, parameters, target):
                 f"Use float16 or float32 on CPU.")
 
 
-def warn_uncompressed(cls, parameters, is_compressed, bucketed=False):
-    """One warning per parameter large enough to compress that is sent dense anyway, and one
-    when no parameter is compressed, alone or in a bucket (`bucketed`) (attributed to the
-    caller of DGCMomentum's constructor)."""
-    for p, compressed in zip(parameters, is_compressed):
-        if compressed or p.size < MIN_COMPRESSED_NUMEL:
+def dense_mask(cls, dense_params, names):
+    """Per parameter (of `names`), whether `dense_params` asks it to be sent dense: None, or
+    a list or tuple of Parameters or parameter names, each naming one of them once."""
+    if dense_params is None:
+        return (False,) * len(names)
+    if not isinstance(dense_params, (list, tuple)):
+        raise TypeError(f"For '{cls}', the 'dense_params' must be None or a list or tuple of "
+                        f"Parameters or parameter names, but got {type(dense_params).__name__}.")
+    asked = []
+    for entry in dense_params:
+        name = entry if isinstance(entry, str) else getattr(entry, "name", None)
+        if not isinstance(name, str) or not isinstance(entry, (str, mindspore.Parameter)):
+            raise TypeError(f"For '{cls}', every entry of 'dense_params' must be a Parameter "
+                            f"or a parameter name, but got {type(entry).__name__}: {entry!r}.")
+        if name not in names:
+            raise ValueError(f"For '{cls}', 'dense_params' names '{name}', which is not one of "
+                             f"the optimizer's parameters.")
+        if name in asked:
+            raise ValueError(f"For '{cls}', 'dense_params' names '{name}' twice.")
+        asked.append(name)
+    return tuple(n in asked for n in names)
+
+
+def warn_uncompressed(cls, parameters, is_compressed, bucketed=False, asked_dense=None):
+    """One warning per parameter large enough to compress that is sent dense anyway (unless
+    `asked_dense` says the caller asked for it), and one when no parameter is compressed,
+    alone or in a bucket (`bucketed`) (attributed to the caller of DGCMomentum's
+    constructor)."""
+    asked_dense = asked_dense or (False,) * len(parameters)
+    for p, compressed, asked in zip(parameters, is_compressed, asked_dense):
+        if compressed or asked or p.size < MIN_COMPRESSED_NUMEL:
             continue
         why = ("bfloat16 is never compressed (MindSpore 2.10 has no CPU kernels to build "
                "and check that path with)" if p.dtype == mstype.bfloat16 else
                "only float32 and float16 parameters are compressed")
         warnings.warn(f"{cls}: parameter '{p.name}' ({str(p.dtype).lower()}, {p.size} elements) "
                       f"is exchanged dense on every step: {why}.", UserWarning, stacklevel=3)
-    if parameters and not any(is_compressed) and not bucketed:
+    if parameters and not any(is_compressed) and not bucketed and not any(asked_dense):
         warnings.warn(f"{cls} compresses none of its {len(parameters)} parameter(s): only float32 "
                       f"and float16 parameters of {MIN_COMPRESSED_NUMEL} elements or more are "
                       f"compressed, and the largest here has {max(p.size for p in parameters)}. "

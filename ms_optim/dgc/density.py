@@ -21,7 +21,7 @@ import numbers
 
 from .. import _checks
 from ..dgc_plan import DGCPlan
-from . import wire
+from . import checks, wire
 from .optimizer import COMPRESSED_DTYPES
 from .plan import applied_entries
 
@@ -57,9 +57,9 @@ def exchange_seconds(sizes, sparsity, *, workers, link_gbit_s, exchange="auto",
     return stats["wire_bytes"] * 8 / (link_gbit_s * 1e9)
 
 
-def _sizes(params):
+def _sizes(params, dense_params=None):
     """(elements, compressible) per parameter, from Parameters (their ``size`` and
-    ``dtype``) or ints (compressible)."""
+    ``dtype``) or ints (compressible); those `dense_params` names are not compressible."""
     if isinstance(params, (str, bytes)) or not hasattr(params, "__iter__"):
         raise TypeError(f"For '{_NAME}', the 'params' must be a list of Parameters or of "
                         f"element counts, but got {type(params).__name__}.")
@@ -73,11 +73,13 @@ def _sizes(params):
         compressible.append(getattr(p, "dtype", COMPRESSED_DTYPES[0]) in COMPRESSED_DTYPES)
     if not sizes:
         raise ValueError(f"For '{_NAME}', the 'params' must not be empty.")
-    return sizes, compressible
+    asked = checks.dense_mask(_NAME, dense_params, [getattr(p, "name", None) for p in params])
+    return sizes, [c and not d for c, d in zip(compressible, asked)]
 
 
 def choose_sparsity(params, *, workers, link_gbit_s, step_s, budget=0.5,
-                    exchange="auto", choices=SPARSITY_CHOICES, bucket_sparsity=None):
+                    exchange="auto", choices=SPARSITY_CHOICES, bucket_sparsity=None,
+                    dense_params=None):
     """The densest sparsity of `choices` whose exchange takes at most `budget` times the
     step's compute time on the given link (the sparsest of them when none does).
 
@@ -97,6 +99,8 @@ def choose_sparsity(params, *, workers, link_gbit_s, step_s, budget=0.5,
             ``SPARSITY_CHOICES``, 0.9 to 0.999.
         bucket_sparsity (float): DGCMomentum's `bucket_sparsity`, whose bucket of small
             parameters is modeled (None: they are sent dense).  Default: ``None``.
+        dense_params (Union[list, tuple]): DGCMomentum's `dense_params`, Parameters of
+            `params` or their names, modeled as sent dense.  Default: ``None``.
 
     Returns:
         float, an entry of `choices`, to pass as ``DGCMomentum(sparsity=[...])``.
@@ -105,9 +109,10 @@ def choose_sparsity(params, *, workers, link_gbit_s, step_s, budget=0.5,
         TypeError: If an argument has the wrong type.
         ValueError: If `workers` < 1, `link_gbit_s`, `step_s` or `budget` is not
             positive, `exchange` is not one of ``wire.EXCHANGES``, `choices` is empty
-            or holds a value outside [0, 1), or `bucket_sparsity` is outside [0, 1).
+            or holds a value outside [0, 1), `bucket_sparsity` is outside [0, 1), or
+            `dense_params` names a parameter that is not among `params` (or one twice).
     """
-    sizes, compressible = _sizes(params)
+    sizes, compressible = _sizes(params, dense_params)
     workers = _checks.check_int(_NAME, "workers", workers)
     if workers < 1:
         raise ValueError(f"For '{_NAME}', the 'workers' must be >= 1, but got {workers}.")

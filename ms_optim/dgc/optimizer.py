@@ -10,7 +10,7 @@ from .. import _checks
 from .._api import OptimizerAPI
 from .._step import StepSkeleton
 from ..clip import ClipGradByNorm
-from ..dgc_plan import DGCPlan
+from ..dgc_plan import MIN_COMPRESSED_NUMEL, DGCPlan
 from ..regularizer import L1Decay, L2Decay
 from . import checks, wire
 from .checkpoints import (RESIDUAL_KIND_NAME, RESIDUAL_KINDS, RESIDUAL_LR_SCALED, RESIDUAL_NONE,
@@ -51,7 +51,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
     1. The local gradient :math:`g` is divided by `loss_scale`, clipped per tensor to
        norm :math:`c / \sqrt{N}` (`local_grad_clip_norm` or `grad_clip`), then
        regularized (`weight_decay` or `regularization`).
-    2. Compressed parameters (float32 or float16, at least 16384 elements), from
+    2. Compressed parameters (float32 or float16, at least 16384 elements, not in
+       `dense_params`), from
        `rampup_begin_step` on: :math:`u = \mu u + g,\ v = v + u` (Nesterov:
        :math:`u = \mu (u + g),\ v = v + u + g`); the :math:`k` entries of largest
        :math:`|v|` are selected, :math:`u` and :math:`v` set to 0 there, every worker's
@@ -76,10 +77,10 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
           them with ``dgc_world_size`` and ``dgc_residual_kind`` (per parameter: none,
           gradients or learning-rate-scaled gradients).  A step on a state saved by
           another number of workers, or on residuals this run would drop or read as the
-          other kind (another `bucket_sparsity` or `lr_in_residuals`), fails before
-          anything is applied or counted: ``ValueError`` called from Python,
-          ``RuntimeError`` in a compiled train step (docs/dgc.md, "Resuming with other
-          settings").
+          other kind (another `bucket_sparsity`, `dense_params` or `lr_in_residuals`),
+          fails before anything is applied or counted: ``ValueError`` called from
+          Python, ``RuntimeError`` in a compiled train step (docs/dgc.md, "Resuming with
+          other settings").
         - ``compressed_params``, ``bucketed_params``, ``stage(step)`` and
           ``exchange_stats(step)`` say what is compressed alone and in the bucket, the
           `sparsity` index of a step, and what a worker sends.
@@ -138,6 +139,11 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             accumulate learning-rate-scaled gradients, so that an entry held back is
             applied at the rate of the steps that produced it, not at the rate of the step
             that sends it; the same up to rounding at a constant rate.  Default: ``False``.
+        dense_params (Union[list, tuple], optional): Parameters, or their names, that are
+            never compressed: all-reduced dense on every step with the small ones (step 3).
+            A classifier's last layer trains in fewer steps sent whole: its gradient is
+            small next to the other layers' and feeds every class (docs/dgc.md, "Choosing
+            the sparsity").  Default: ``None``.
 
     Inputs:
         - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
@@ -156,7 +162,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             int; `use_nesterov` not a bool; `weight_decay` not a float, an int or a Cell;
             `grad_clip` not None or a ClipGradByNorm; `regularization` not None, L1Decay
             or L2Decay; `bucket_sparsity` not None, a float or an int; `lr_in_residuals`
-            not a bool.
+            not a bool; `dense_params` not None, a list or a tuple, or an entry of it not
+            a Parameter or a str.
         ValueError: If `params` is empty, names a parameter twice or has a group that sets
             ``"grad_centralization"``; `learning_rate` (or a group's ``"lr"``) is negative
             or not finite, a Tensor or numpy array of more than one dimension, or a
@@ -165,7 +172,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             decreases; `rampup_begin_step` < 0; `rampup_step` < 1; `local_grad_clip_norm`
             <= 0; `loss_scale` <= 0 or not finite; `weight_decay` < 0 or not finite;
             `num_trainers` < 1 or not the number of workers; `impl` or `exchange` is not
-            one of its choices; `bucket_sparsity` is not in [0.0, 1.0).
+            one of its choices; `bucket_sparsity` is not in [0.0, 1.0); `dense_params`
+            names a parameter that is not among `params`, or one twice.
         ValueError: If both `grad_clip` and `local_grad_clip_norm`, or `regularization`
             and a non-zero `weight_decay`, are given.
         RuntimeError: If the parallel mode is not stand-alone (``DATA_PARALLEL``, ...).
@@ -210,7 +218,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
                  sparsity=(0.999,), use_nesterov=False, local_grad_clip_norm=None,
                  num_trainers=None, regularization=None, grad_clip=None, weight_decay=0.0,
                  loss_scale=1.0, impl="auto", exchange="auto", bucket_sparsity=None,
-                 lr_in_residuals=False):
+                 lr_in_residuals=False, dense_params=None):
         cls = self._NAME
         params = _checks.check_params(cls, params)
         checked = checks.validate(
@@ -248,7 +256,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
                           local_grad_clip_norm=local_grad_clip_norm, regularization=regularization,
                           grad_clip=grad_clip, weight_decay=weight_decay, loss_scale=loss_scale,
                           impl=impl, exchange=exchange, bucket_sparsity=bucket_sparsity,
-                          lr_in_residuals=lr_in_residuals, nranks=self.nranks)
+                          lr_in_residuals=lr_in_residuals, dense_params=dense_params,
+                          nranks=self.nranks)
         # impl="ops"'s per-parameter loops, and the bucket's, nest deeper than MindSpore's
         # default allows
         if impl == "ops" or bucket_sparsity is not None:
@@ -264,8 +273,11 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         self.l1 = regularization.coeff if isinstance(regularization, L1Decay) else 0.0
         self.l2 = regularization.coeff if isinstance(regularization, L2Decay) else 0.0
 
+        self.asked_dense = asked_dense = checks.dense_mask(
+            cls, dense_params, [p.name for p in self._parameters])
         self.plan = DGCPlan([p.size for p in self._parameters],
-                            [p.dtype in COMPRESSED_DTYPES for p in self._parameters],
+                            [p.dtype in COMPRESSED_DTYPES and not d
+                             for p, d in zip(self._parameters, asked_dense)],
                             sparsity, rampup_begin_step, rampup_step,
                             bucket_sparsity=bucket_sparsity)
         plan = self.plan
@@ -279,7 +291,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
                              for c, b, p in zip(self.is_compressed, plan.in_bucket,
                                                 self._parameters))
         checks.warn_uncompressed(cls, self._parameters, self.is_compressed,
-                                 bucketed=bool(self.bucket_ids))
+                                 bucketed=bool(self.bucket_ids), asked_dense=asked_dense)
         self.any_widened = any(self.widened)
         # with lr_in_residuals, the parameters whose gradients enter u (and the exchange)
         # multiplied by their learning rate, then stepped with a learning rate of 1
@@ -468,13 +480,15 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             for p, theirs in zip(self._parameters, kinds):
                 if theirs not in RESIDUAL_KINDS:
                     raise ValueError(unknown_kind_message(self._NAME, p.name, theirs)) from exc
-            for p, theirs, mine in zip(self._parameters, kinds, self.residual_kinds):
+            for p, theirs, mine, asked in zip(self._parameters, kinds, self.residual_kinds,
+                                              self.asked_dense):
                 if not resumable(theirs, mine):
                     raise ValueError(residual_kind_message(
                         self._NAME, p.name, theirs, mine,
                         saved_folds=RESIDUAL_LR_SCALED in kinds,
-                        saved_bucket=any(k != RESIDUAL_NONE and not c
-                                         for k, c in zip(kinds, self.is_compressed)))
+                        saved_bucket=any(k != RESIDUAL_NONE and q.size < MIN_COMPRESSED_NUMEL
+                                         for k, q in zip(kinds, self._parameters)),
+                        asked_dense=asked)
                     ) from exc
             raise
 

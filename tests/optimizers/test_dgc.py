@@ -79,6 +79,58 @@ def test_optimizer_matches_reference(impl, config):
     assert_close_to_mindspore(got, want)
 
 
+# ---------------------------------------------------------------- dense_params --
+
+@pytest.mark.parametrize("impl,bucket", [
+    ("native", None),
+    pytest.param("ops", None, marks=pytest.mark.slow),
+    pytest.param("native", 0.9, marks=pytest.mark.slow)])
+def test_dense_params_match_reference(impl, bucket):
+    """A parameter large enough to compress, asked dense, takes the dense path on every step
+    (and a small one stays out of the bucket): parameters and residuals hold the
+    reference's bits through the dense steps and both stages."""
+    params = _params()
+    opt = ms_optim.DGCMomentum(params, learning_rate=0.05, momentum=0.9, rampup_begin_step=2,
+                               rampup_step=4, sparsity=[0.9, 0.99], impl=impl,
+                               bucket_sparsity=bucket, dense_params=["emb.table", params[3]])
+    ref = reference.DGCReference([p.asnumpy().copy() for p in params], 0.9, 2, 4, [0.9, 0.99],
+                                 bucket_sparsity=bucket, dense=(1, 3))
+    assert opt.compressed_params == ["fc.weight"]
+    assert opt.bucketed_params == ([] if bucket is None else ["fc2.weight"])
+    _fold_run(opt, ref, [0.05] * 12)
+    for i, p in enumerate(params):
+        np.testing.assert_array_equal(p.asnumpy(), ref.params[i], err_msg=f"p{i}")
+        np.testing.assert_array_equal(opt.u[i].asnumpy(), ref.u[0][i], err_msg=f"u{i}")
+    for j, i in enumerate(opt.comp_ids):
+        np.testing.assert_array_equal(opt.v[j].asnumpy(), ref.v[0][i], err_msg=f"v{i}")
+
+
+def test_dense_params_are_sent_whole():
+    """exchange_stats counts the parameter asked dense with the small ones; it warns of
+    nothing, and repr names it."""
+    params = _params()
+    plain = ms_optim.DGCMomentum(params, 0.05, 0.9, 0, sparsity=[0.99])
+    opt, warned = _uncompressed_warnings(params, rampup_begin_step=0, sparsity=[0.99],
+                                         dense_params=[params[1]])
+    assert warned == []
+    assert "dense_params=['emb.table']" in repr(opt)
+    got, was = opt.exchange_stats(0, workers=2), plain.exchange_stats(0, workers=2)
+    assert got["dense_part_bytes"] == was["dense_part_bytes"] + 4 * 20000
+    assert got["selected"] == was["selected"] - 200
+    assert got["dense_bytes"] == was["dense_bytes"]
+
+
+def test_dense_params_name_each_parameter_once():
+    params = _params()
+    with pytest.raises(ValueError, match="'dense_params' names 'fc.weight' twice"):
+        ms_optim.DGCMomentum(params, 0.05, 0.9, 0, dense_params=["fc.weight", params[0]])
+    stranger = Parameter(Tensor(np.zeros(3, np.float32)), name="other.weight")
+    with pytest.raises(ValueError, match="'other.weight', which is not one of"):
+        ms_optim.DGCMomentum(params, 0.05, 0.9, 0, dense_params=[stranger])
+    with pytest.raises(TypeError, match="'dense_params'"):
+        ms_optim.DGCMomentum(params, 0.05, 0.9, 0, dense_params={"fc.weight"})
+
+
 # ------------------------------------------------------------ lr_in_residuals --
 
 def _fold_run(opt, ref, lrs, shapes=SHAPES, dtypes=None, seed=5):

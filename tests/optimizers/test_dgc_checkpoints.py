@@ -111,6 +111,7 @@ SETTINGS = {
     "lr_in_residuals": ({"lr_in_residuals": True}, [2, 0, 0, 0]),
     "bucket": ({"bucket_sparsity": 0.5}, [1, 1, 1, 1]),
     "bucket, lr_in_residuals": ({"bucket_sparsity": 0.5, "lr_in_residuals": True}, [2, 2, 2, 2]),
+    "dense_params": ({"dense_params": ["fc1.weight"]}, [0, 0, 0, 0]),
 }
 KIND_WORDS = ("no residuals", "residuals of gradients",
               "residuals of learning-rate-scaled gradients")
@@ -152,6 +153,7 @@ def test_resuming_with_other_settings(saved, resumed, tmp_path):
     now = ("this run sends it dense, which would drop the update they hold" if mine[first] == 0
            else f"this run would step {KIND_WORDS[mine[first]]}")
     bucket = "a bucket_sparsity" if "bucket" in saved else "bucket_sparsity=None"
+    dense = f", without '{name}' in dense_params" if "dense_params" in resumed else ""
     step = int(opt.global_step.asnumpy()[0])
     with pytest.raises(ValueError) as info:
         opt(_grads(net, 2))
@@ -159,7 +161,8 @@ def test_resuming_with_other_settings(saved, resumed, tmp_path):
     assert str(info.value) == (
         f"For 'DGCMomentum', the optimizer state holds {KIND_WORDS[kinds[first]]} for parameter "
         f"'{name}' and {now}: construct the optimizer with lr_in_residuals="
-        f"{'lr_in_residuals' in saved} and {bucket}, as the state was saved, to resume from it "
+        f"{'lr_in_residuals' in saved} and {bucket}{dense}, as the state was saved, to resume "
+        f"from it "
         f"(docs/dgc.md#resuming-with-other-settings).")
     for p, b in zip(net.trainable_params(), before):
         np.testing.assert_array_equal(p.asnumpy(), b)

@@ -72,6 +72,24 @@ def test_parameters_that_are_not_compressed_count_dense():
     assert choose_sparsity([big32], workers=2, link_gbit_s=1.0, step_s=0.09) == 0.98
 
 
+def test_dense_params_are_modeled_dense():
+    """A compressible parameter named in dense_params costs what DGCMomentum sends for it
+    dense, so the pick can get sparser; given by Parameter or by name alike."""
+    params = [Parameter(Tensor(np.zeros(n, np.float32)), name=f"fc{i}.w")
+              for i, n in enumerate(MLP)]
+    head = params[4]   # the 4096 x 10 classifier
+    picks = [choose_sparsity(params, workers=2, link_gbit_s=1.0, step_s=0.092, **kw)
+             for kw in ({}, {"dense_params": [head]}, {"dense_params": ["fc4.w"]})]
+    assert picks == [0.98, 0.99, 0.99]
+    opt = ms_optim.DGCMomentum(params, 0.1, 0.9, rampup_begin_step=0, sparsity=[0.99],
+                               dense_params=[head])
+    stats = opt.exchange_stats(0, workers=2)
+    signature = wire.allgather_wire_bytes(28, 2)
+    seconds = density.exchange_seconds(MLP, 0.99, workers=2, link_gbit_s=2.0,
+                                       compressible=[True] * 4 + [False, True])
+    assert seconds * 2e9 / 8 == pytest.approx(stats["wire_bytes"] - signature, abs=1)
+
+
 @pytest.mark.parametrize("kwargs, error, name", [
     ({"params": "w"}, TypeError, "'params'"),
     ({"params": []}, ValueError, "'params'"),
@@ -87,6 +105,8 @@ def test_parameters_that_are_not_compressed_count_dense():
     ({"bucket_sparsity": "0.9"}, TypeError, "'bucket_sparsity'"),
     ({"choices": []}, ValueError, "'choices'"),
     ({"choices": [0.9, 1.0]}, ValueError, "'choices'"),
+    ({"dense_params": "l0"}, TypeError, "'dense_params'"),
+    ({"dense_params": ["l0"]}, ValueError, "'dense_params' names 'l0'"),   # sizes: no names
 ])
 def test_bad_arguments_are_named(kwargs, error, name):
     args = dict(params=MLP, workers=2, link_gbit_s=1.0, step_s=0.09)
