@@ -62,6 +62,18 @@ RECIPES = {
             "sparsity": [0.98]},
     "dgc-90": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
                "sparsity": [0.9]},
+    # the recipe with the classifier (the last weight) all-reduced dense
+    "dgc-head": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
+                 "sparsity": [0.98], "dense_params": "classifier"},
+    "dgc-99-head": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
+                    "sparsity": [0.99], "dense_params": "classifier"},
+    # denser first steps, then the recipe's 0.98
+    "dgc-ramp15": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 15,
+                   "sparsity": [0.75, 0.9375, 0.98]},
+    "dgc-ramp30": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 30,
+                   "sparsity": [0.75, 0.9375, 0.98]},
+    "dgc-90-98": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 20,
+                  "sparsity": [0.9, 0.98]},
     # a short warm-up: 0.99 for 10 steps, then 0.999 (fewer bytes, more steps)
     "dgc-99-999": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 20,
                    "sparsity": [0.99, 0.999]},
@@ -103,6 +115,8 @@ def make_optimizer(run, params, lr):
     if settings.pop("data_parallel", False):
         ms.set_auto_parallel_context(parallel_mode=ParallelMode.DATA_PARALLEL,
                                      gradients_mean=True)
+    if settings.get("dense_params") == "classifier":
+        settings["dense_params"] = [[p for p in params if p.ndim > 1][-1]]
     cls = {"Momentum": nn.Momentum, "DGCMomentum": ms_optim.DGCMomentum}[kind]
     return cls(params, learning_rate=lr, momentum=MOMENTUM, **settings)
 
