@@ -33,8 +33,10 @@ def _fmt(value):
             return f"Tensor({value.asnumpy().item()!r})"
         return f"Tensor(shape={tuple(value.shape)})"
     if isinstance(value, (list, tuple)):
-        value = type(value)(getattr(v, "name", v) if isinstance(v, Parameter) else v
-                            for v in value)
+        # Parameters by name; a plain list or tuple (a subclass such as ParameterTuple may
+        # not take names)
+        names = [v.name if isinstance(v, Parameter) else v for v in value]
+        value = names if isinstance(value, list) else tuple(names)
         if len(value) <= 8 and all(isinstance(v, (numbers.Real, str)) for v in value):
             return repr(value)
         return f"{type(value).__name__}(len={len(value)})"
