@@ -53,17 +53,18 @@ def resumable(saved, mine):
     return saved == mine or (saved == RESIDUAL_NONE and mine == RESIDUAL_GRADIENTS)
 
 
-def residual_kind_message(cls, name, saved, mine, saved_folds, saved_bucket, asked_dense=False):
+def residual_kind_message(cls, name, saved, mine, saved_folds, saved_bucket, dense=None):
     """What a step says when parameter `name`'s residuals in the state, of kind `saved`,
     cannot be stepped on as this run's kind `mine` (`saved_folds`, `saved_bucket`: whether
-    the state was saved with lr_in_residuals=True, and with a bucket; `asked_dense`:
-    whether this run's dense_params names the parameter)."""
+    the state was saved with lr_in_residuals=True, and with a bucket; `dense`: "without"
+    when this run's dense_params names the parameter, "with" when the state was saved with
+    it there, None otherwise)."""
     if mine == RESIDUAL_NONE:
         now = "this run sends it dense, which would drop the update they hold"
     else:
         now = f"this run would step {_KIND_WORDS[mine]}"
     bucket = "a bucket_sparsity" if saved_bucket else "bucket_sparsity=None"
-    dense = f", without '{name}' in dense_params" if asked_dense else ""
+    dense = f", {dense} '{name}' in dense_params" if dense else ""
     return (f"For '{cls}', the optimizer state holds {_KIND_WORDS[saved]} for parameter "
             f"'{name}' and {now}: construct the optimizer with lr_in_residuals={saved_folds} "
             f"and {bucket}{dense}, as the state was saved, to resume from it "

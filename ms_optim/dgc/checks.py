@@ -75,7 +75,7 @@ def dense_mask(cls, dense_params, names):
                             f"or a parameter name, but got {type(entry).__name__}: {entry!r}.")
         if name not in names:
             raise ValueError(f"For '{cls}', 'dense_params' names '{name}', which is not one of "
-                             f"the optimizer's parameters.")
+                             f"the parameters in 'params'.")
         if name in asked:
             raise ValueError(f"For '{cls}', 'dense_params' names '{name}' twice.")
         asked.append(name)

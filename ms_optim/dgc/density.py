@@ -63,6 +63,7 @@ def _sizes(params, dense_params=None):
     if isinstance(params, (str, bytes)) or not hasattr(params, "__iter__"):
         raise TypeError(f"For '{_NAME}', the 'params' must be a list of Parameters or of "
                         f"element counts, but got {type(params).__name__}.")
+    params = list(params)   # read twice: sizes, then names
     sizes, compressible = [], []
     for p in params:
         n = getattr(p, "size", p)

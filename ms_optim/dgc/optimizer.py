@@ -142,8 +142,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         dense_params (Union[list, tuple], optional): Parameters, or their names, that are
             never compressed: all-reduced dense on every step with the small ones (step 3).
             A classifier's last layer trains in fewer steps sent whole: its gradient is
-            small next to the other layers' and feeds every class (docs/dgc.md, "Choosing
-            the sparsity").  Default: ``None``.
+            small next to the other layers' and feeds every class (docs/dgc.md, "The
+            classifier sent dense").  Default: ``None``.
 
     Inputs:
         - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
@@ -488,7 +488,9 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
                         saved_folds=RESIDUAL_LR_SCALED in kinds,
                         saved_bucket=any(k != RESIDUAL_NONE and q.size < MIN_COMPRESSED_NUMEL
                                          for k, q in zip(kinds, self._parameters)),
-                        asked_dense=asked)
+                        dense="without" if asked else "with" if (
+                            theirs == RESIDUAL_NONE and p.size >= MIN_COMPRESSED_NUMEL)
+                        else None)
                     ) from exc
             raise
 

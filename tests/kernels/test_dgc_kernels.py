@@ -707,8 +707,8 @@ def test_replica_check_refuses_residuals_it_cannot_step_on(saved, mine, which):
            else f"would step {KIND_WORDS[mine[which]]}")
     rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA",
             rf"^the optimizer state holds {KIND_WORDS[saved[which]]} for parameter {which} and "
-            rf"this run {now}: resume with the lr_in_residuals and bucket_sparsity that saved "
-            rf"them$", **_check(saved + mine, out))
+            rf"this run {now}: resume with the lr_in_residuals, bucket_sparsity and dense_params "
+            rf"that saved them$", **_check(saved + mine, out))
     assert out[0] == 0
 
 

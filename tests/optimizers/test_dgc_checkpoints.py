@@ -112,6 +112,10 @@ SETTINGS = {
     "bucket": ({"bucket_sparsity": 0.5}, [1, 1, 1, 1]),
     "bucket, lr_in_residuals": ({"bucket_sparsity": 0.5, "lr_in_residuals": True}, [2, 2, 2, 2]),
     "dense_params": ({"dense_params": ["fc1.weight"]}, [0, 0, 0, 0]),
+    "dense_params, lr_in_residuals": ({"dense_params": ["fc1.weight"], "lr_in_residuals": True},
+                                      [0, 0, 0, 0]),
+    "bucket, lr_in_residuals, dense_params": ({"bucket_sparsity": 0.5, "lr_in_residuals": True,
+                                               "dense_params": ["fc1.bias"]}, [2, 0, 2, 2]),
 }
 KIND_WORDS = ("no residuals", "residuals of gradients",
               "residuals of learning-rate-scaled gradients")
@@ -152,8 +156,11 @@ def test_resuming_with_other_settings(saved, resumed, tmp_path):
     name = net.trainable_params()[first].name
     now = ("this run sends it dense, which would drop the update they hold" if mine[first] == 0
            else f"this run would step {KIND_WORDS[mine[first]]}")
-    bucket = "a bucket_sparsity" if "bucket" in saved else "bucket_sparsity=None"
-    dense = f", without '{name}' in dense_params" if "dense_params" in resumed else ""
+    bucket = "a bucket_sparsity" if any(kinds[1:]) else "bucket_sparsity=None"  # small ones
+    asked = name in SETTINGS[resumed][0].get("dense_params", ())
+    was_dense = kinds[first] == 0 and first == 0   # fc1.weight: large, dense only if asked
+    dense = (f", without '{name}' in dense_params" if asked
+             else f", with '{name}' in dense_params" if was_dense else "")
     step = int(opt.global_step.asnumpy()[0])
     with pytest.raises(ValueError) as info:
         opt(_grads(net, 2))
@@ -161,7 +168,7 @@ def test_resuming_with_other_settings(saved, resumed, tmp_path):
     assert str(info.value) == (
         f"For 'DGCMomentum', the optimizer state holds {KIND_WORDS[kinds[first]]} for parameter "
         f"'{name}' and {now}: construct the optimizer with lr_in_residuals="
-        f"{'lr_in_residuals' in saved} and {bucket}{dense}, as the state was saved, to resume "
+        f"{2 in kinds} and {bucket}{dense}, as the state was saved, to resume "
         f"from it "
         f"(docs/dgc.md#resuming-with-other-settings).")
     for p, b in zip(net.trainable_params(), before):

@@ -81,6 +81,10 @@ def test_dense_params_are_modeled_dense():
     picks = [choose_sparsity(params, workers=2, link_gbit_s=1.0, step_s=0.092, **kw)
              for kw in ({}, {"dense_params": [head]}, {"dense_params": ["fc4.w"]})]
     assert picks == [0.98, 0.99, 0.99]
+    # an iterator is read once
+    assert choose_sparsity(iter(params), workers=2, link_gbit_s=1.0, step_s=0.092,
+                           dense_params=[head]) == 0.99
+    assert choose_sparsity(iter(MLP), workers=2, link_gbit_s=1.0, step_s=0.092) == 0.98
     opt = ms_optim.DGCMomentum(params, 0.1, 0.9, rampup_begin_step=0, sparsity=[0.99],
                                dense_params=[head])
     stats = opt.exchange_stats(0, workers=2)

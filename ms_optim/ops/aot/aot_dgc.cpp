@@ -643,11 +643,12 @@ int check_replicas_body(const AotCall &c) {
       return c.fail(kErrReplica,
                     "the optimizer state holds %s for parameter %lld and this run sends it "
                     "dense, which would drop the update they hold: resume with the "
-                    "lr_in_residuals and bucket_sparsity that saved them",
+                    "lr_in_residuals, bucket_sparsity and dense_params that saved them",
                     residual_kind_name(saved[j]), static_cast<long long>(j));
     return c.fail(kErrReplica,
                   "the optimizer state holds %s for parameter %lld and this run would step "
-                  "%s: resume with the lr_in_residuals and bucket_sparsity that saved them",
+                  "%s: resume with the lr_in_residuals, bucket_sparsity and dense_params that "
+                  "saved them",
                   residual_kind_name(saved[j]), static_cast<long long>(j),
                   residual_kind_name(mine[j]));
   }
