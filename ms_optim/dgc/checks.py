@@ -69,10 +69,10 @@ def dense_mask(cls, dense_params, names):
                         f"Parameters or parameter names, but got {type(dense_params).__name__}.")
     asked = []
     for entry in dense_params:
-        name = entry if isinstance(entry, str) else getattr(entry, "name", None)
-        if not isinstance(name, str) or not isinstance(entry, (str, mindspore.Parameter)):
+        if not isinstance(entry, (str, mindspore.Parameter)):
             raise TypeError(f"For '{cls}', every entry of 'dense_params' must be a Parameter "
                             f"or a parameter name, but got {type(entry).__name__}: {entry!r}.")
+        name = entry if isinstance(entry, str) else entry.name
         if name not in names:
             raise ValueError(f"For '{cls}', 'dense_params' names '{name}', which is not one of "
                              f"the parameters in 'params'.")

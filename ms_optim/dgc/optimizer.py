@@ -482,16 +482,17 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
                     raise ValueError(unknown_kind_message(self._NAME, p.name, theirs)) from exc
             for p, theirs, mine, asked in zip(self._parameters, kinds, self.residual_kinds,
                                               self.asked_dense):
-                if not resumable(theirs, mine):
-                    raise ValueError(residual_kind_message(
-                        self._NAME, p.name, theirs, mine,
-                        saved_folds=RESIDUAL_LR_SCALED in kinds,
-                        saved_bucket=any(k != RESIDUAL_NONE and q.size < MIN_COMPRESSED_NUMEL
-                                         for k, q in zip(kinds, self._parameters)),
-                        dense="without" if asked else "with" if (
-                            theirs == RESIDUAL_NONE and p.size >= MIN_COMPRESSED_NUMEL)
-                        else None)
-                    ) from exc
+                if resumable(theirs, mine):
+                    continue
+                # a large parameter without residuals in the state was in its dense_params
+                saved_dense = theirs == RESIDUAL_NONE and p.size >= MIN_COMPRESSED_NUMEL
+                raise ValueError(residual_kind_message(
+                    self._NAME, p.name, theirs, mine,
+                    saved_folds=RESIDUAL_LR_SCALED in kinds,
+                    saved_bucket=any(k != RESIDUAL_NONE and q.size < MIN_COMPRESSED_NUMEL
+                                     for k, q in zip(kinds, self._parameters)),
+                    dense="without" if asked else "with" if saved_dense else None)
+                ) from exc
             raise
 
     def _call(self, *args, **kwargs):
