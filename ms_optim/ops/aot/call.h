@@ -5,7 +5,9 @@
 // exports ms_optim_lamb with MindSpore's AOT ABI
 //   int F(int nparam, void **params, int *ndims, int64_t **shapes,
 //         const char **dtypes, void *stream, void *extra)
-// (params: the inputs, then the outputs).  It binds the call (the tensor count
+// (params: the inputs, then the outputs; stream: the cudaStream_t of a GPU
+// kernel, c.a.stream in the body, null on CPU).  The CUDA library's entries
+// (ops/cuda/) are declared and bound the same way.  It binds the call (the tensor count
 // against the declaration: kErrArgs naming the expected form), runs
 // lamb_body(const AotCall &c), turns an escaping exception into kErrNoMem or
 // kErrInternal, and on any failure records the message for
@@ -94,11 +96,12 @@ int run_aot(const char *entry, const Slot *spec, int slots, const AotArgs &args,
     if (const int rc_ = (expr)) return rc_; \
   } while (0)
 
-#define MSOPT_AOT_ENTRY(entry, body)                                                         \
-  static_assert(::msopt::sig::entry::kSlots <= ::msopt::AotCall::kMaxSlots, #entry);         \
-  MSOPT_API int entry(int nparam, void **params, int *ndims, int64_t **shapes,               \
-                      const char **dtypes, void *, void *) {                                 \
-    return ::msopt::run_aot(::msopt::sig::entry::kEntry, ::msopt::sig::entry::kSpec,         \
-                            ::msopt::sig::entry::kSlots,                                     \
-                            ::msopt::AotArgs{nparam, params, ndims, shapes, dtypes}, (body)); \
+#define MSOPT_AOT_ENTRY(entry, body)                                                          \
+  static_assert(::msopt::sig::entry::kSlots <= ::msopt::AotCall::kMaxSlots, #entry);          \
+  MSOPT_API int entry(int nparam, void **params, int *ndims, int64_t **shapes,                \
+                      const char **dtypes, void *stream, void *) {                            \
+    return ::msopt::run_aot(::msopt::sig::entry::kEntry, ::msopt::sig::entry::kSpec,          \
+                            ::msopt::sig::entry::kSlots,                                      \
+                            ::msopt::AotArgs{nparam, params, ndims, shapes, dtypes, stream},  \
+                            (body));                                                          \
   }

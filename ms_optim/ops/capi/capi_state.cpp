@@ -13,6 +13,7 @@
 //       then nreg i64 (the step each row's regularization has reached)
 //   end-4 u32 CRC-32 (zlib's) of every byte before it
 #include <cstdio>
+#include <initializer_list>
 #include <cstring>
 
 #include "capi/capi_internal.h"

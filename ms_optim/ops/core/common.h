@@ -35,13 +35,15 @@ enum Status : int {
 // returns `code`, so callers can write `return fail(kErrSize, "...", ...)`.
 int fail(Status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-// The argument arrays MindSpore passes to an AOT kernel: inputs, then outputs.
+// The argument arrays MindSpore passes to an AOT kernel: inputs, then outputs,
+// and the stream its GPU kernels run on (a cudaStream_t; null on CPU).
 struct AotArgs {
   int nparam;
   void **params;
   int *ndims;
   int64_t **shapes;
   const char **dtypes;
+  void *stream;
 
   int64_t numel(int i) const {
     int64_t n = 1;

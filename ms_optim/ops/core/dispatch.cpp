@@ -1,9 +1,8 @@
-// Run-time choice of the kernel table, and the per-thread error message.
+// Run-time choice of the kernel table (the per-thread error message is core/errors.cpp).
 #include <omp.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -105,7 +104,6 @@ const Isa *best_isa() {
 
 std::atomic<const Isa *> g_isa{nullptr};
 std::mutex g_parallel;
-thread_local char t_error[512] = "";
 
 // The instruction set chosen for this process (on first use: the widest this
 // CPU runs, or MS_OPTIM_ISA; later: msopt_select_isa).
@@ -149,17 +147,7 @@ ParallelSection::~ParallelSection() {
   if (held_) g_parallel.unlock();
 }
 
-int fail(Status code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(t_error, sizeof t_error, fmt, ap);
-  va_end(ap);
-  return code;
-}
-
 }  // namespace msopt
-
-const char *msopt_last_error(void) { return msopt::t_error; }
 
 const char *msopt_isa(void) { return msopt::kernels().isa; }
 
