@@ -2,14 +2,22 @@
 // native path (the AOT kernels' loops and the C library for parameter servers).
 //
 // Plain inline templates over the element type, no loops, no threads, no
-// intrinsics: callers wrap them in `omp simd` loops compiled per ISA.  The
-// operation order here is mirrored exactly by ms_optim/reference.py; with
-// floating-point contraction off, results agree bit for bit.
+// intrinsics: callers wrap them in `omp simd` loops compiled per ISA, and the
+// CUDA kernels (ops/cuda/) call the same functions per thread (MSOPT_HD makes
+// each one __host__ __device__ under nvcc).  The operation order here is
+// mirrored exactly by ms_optim/reference.py; with floating-point contraction
+// off (g++ -ffp-contract=off, nvcc -fmad=false), results agree bit for bit.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+
+#if defined(__CUDACC__)
+#define MSOPT_HD __host__ __device__
+#else
+#define MSOPT_HD
+#endif
 
 namespace msopt {
 namespace rules {
@@ -17,14 +25,14 @@ namespace rules {
 // Weight decay coupled into the gradient (MindSpore's decay_weight): g + wd * p.
 // Callers skip it when wd == 0, so 0 * p is never formed (NaN for an infinite p).
 template <class T>
-inline T decayed_grad(T g, T p, T wd) {
+MSOPT_HD inline T decayed_grad(T g, T p, T wd) {
   return g + wd * p;
 }
 
 // Lamb's gradient with value clipping (the AOT kernel): scaled, then clamped
 // to [lo, hi].
 template <class T>
-inline T clipped_grad(T g, T scale, T lo, T hi) {
+MSOPT_HD inline T clipped_grad(T g, T scale, T lo, T hi) {
   return std::min(std::max(g * scale, lo), hi);
 }
 
@@ -32,7 +40,7 @@ inline T clipped_grad(T g, T scale, T lo, T hi) {
 //   m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g * g
 // c1 = 1 - beta1 and c2 = 1 - beta2 are passed precomputed.
 template <class T>
-inline void moments(T g, T &m, T &v, T beta1, T c1, T beta2, T c2) {
+MSOPT_HD inline void moments(T g, T &m, T &v, T beta1, T c1, T beta2, T c2) {
   m = beta1 * m + c1 * g;
   v = beta2 * v + c2 * g * g;
 }
@@ -40,7 +48,7 @@ inline void moments(T g, T &m, T &v, T beta1, T c1, T beta2, T c2) {
 // Adam's step before the learning rate: num / (sqrt(v) + eps), where num is m,
 // or beta1 * m + (1 - beta1) * g with Nesterov (m, v already updated).
 template <class T, bool kNesterov>
-inline T adam_direction(T g, T m, T v, T beta1, T c1, T eps) {
+MSOPT_HD inline T adam_direction(T g, T m, T v, T beta1, T c1, T eps) {
   const T num = kNesterov ? beta1 * m + c1 * g : m;
   return num / (std::sqrt(v) + eps);
 }
@@ -48,21 +56,22 @@ inline T adam_direction(T g, T m, T v, T beta1, T c1, T eps) {
 // AdamW's (nn.AdamWeightDecay's) decoupled weight decay, added to the direction
 // before the learning rate: wd * p + direction.
 template <class T>
-inline T decoupled_decay(T direction, T p, T wd) {
+MSOPT_HD inline T decoupled_decay(T direction, T p, T wd) {
   return wd * p + direction;
 }
 
 // Adam's bias-corrected step size lr * sqrt(1 - beta2^t) / (1 - beta1^t)
 // (MindSpore), from beta1_power = beta1^t and beta2_power = beta2^t.
 template <class T>
-inline T adam_step_size(T lr, T beta1_power, T beta2_power) {
+MSOPT_HD inline T adam_step_size(T lr, T beta1_power, T beta2_power) {
   return lr * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
 }
 
 // Lamb's bias corrections as lamb_direction takes them: 1 / (1 - beta1^t)
 // and 1 / sqrt(1 - beta2^t).
 template <class T>
-inline void lamb_bias_corrections(T beta1_power, T beta2_power, T &inv_bc1, T &inv_sqrt_bc2) {
+MSOPT_HD inline void lamb_bias_corrections(T beta1_power, T beta2_power, T &inv_bc1,
+                                           T &inv_sqrt_bc2) {
   inv_bc1 = T(1) / (T(1) - beta1_power);
   inv_sqrt_bc2 = T(1) / std::sqrt(T(1) - beta2_power);
 }
@@ -75,20 +84,20 @@ inline void lamb_bias_corrections(T beta1_power, T beta2_power, T &inv_bc1, T &i
 // three divisions (the kernel runs this twice per element and is otherwise
 // compute-bound).
 template <class T>
-inline T lamb_direction(T p, T m, T v, T inv_bc1, T inv_sqrt_bc2, T eps, T wd) {
+MSOPT_HD inline T lamb_direction(T p, T m, T v, T inv_bc1, T inv_sqrt_bc2, T eps, T wd) {
   return (m * inv_bc1) / (std::sqrt(v) * inv_sqrt_bc2 + eps) + wd * p;
 }
 
 // Lamb's parameter step with its trust ratio: p - (lr * ratio) * r.
 template <class T>
-inline T lamb_apply(T p, T r, T lr_ratio) {
+MSOPT_HD inline T lamb_apply(T p, T r, T lr_ratio) {
   return p - lr_ratio * r;
 }
 
 // Lamb's trust ratio from the squared norms of p and r (PaddlePaddle's rule):
 // ||p|| / ||r|| when both are positive, else 1.  Callers use it only with
 // weight decay (or always_adapt).
-inline double lamb_trust_ratio(double p_sq, double r_sq) {
+MSOPT_HD inline double lamb_trust_ratio(double p_sq, double r_sq) {
   const double pn = std::sqrt(p_sq), rn = std::sqrt(r_sq);
   return pn > 0.0 && rn > 0.0 ? pn / rn : 1.0;
 }
@@ -96,7 +105,7 @@ inline double lamb_trust_ratio(double p_sq, double r_sq) {
 // Per-tensor norm clipping (ClipGradByNorm) of a gradient that is multiplied
 // by `scale`: g_sq = sum(g^2) of the unscaled gradient; returns the scale that
 // brings the norm down to `clip` when it is above it.
-inline float norm_clip_scale(double g_sq, float scale, float clip) {
+MSOPT_HD inline float norm_clip_scale(double g_sq, float scale, float clip) {
   const double norm = std::sqrt(g_sq) * static_cast<double>(scale);
   return norm > clip ? scale * static_cast<float>(clip / norm) : scale;
 }
@@ -106,7 +115,7 @@ inline float norm_clip_scale(double g_sq, float scale, float clip) {
 //   plain:    u = momentum * u + g;        v = v + u
 //   Nesterov: u = momentum * (u + g);      v = v + u + g
 template <class T, bool kNesterov>
-inline void dgc_accumulate(T g, T &u, T &v, T momentum) {
+MSOPT_HD inline void dgc_accumulate(T g, T &u, T &v, T momentum) {
   if (kNesterov) {
     u = momentum * (u + g);
     v = v + u + g;
@@ -122,7 +131,7 @@ inline void dgc_accumulate(T g, T &u, T &v, T momentum) {
 //   u = momentum * u + g;   step = u  (Nesterov: g + momentum * u)
 // and the caller does p -= lr * step.
 template <class T, bool kNesterov>
-inline T dgc_dense_momentum(T g, T &u, T momentum) {
+MSOPT_HD inline T dgc_dense_momentum(T g, T &u, T momentum) {
   u = momentum * u + g;
   return kNesterov ? g + momentum * u : u;
 }
@@ -134,14 +143,14 @@ inline T dgc_dense_momentum(T g, T &u, T momentum) {
 
 // Plain SGD (MindSpore's SGD without momentum): p - lr * g.
 template <class T>
-inline T ps_sgd(T p, T g, T lr) {
+MSOPT_HD inline T ps_sgd(T p, T g, T lr) {
   return p - lr * g;
 }
 
 // Momentum (MindSpore's ApplyMomentum): v = v * momentum + g, then
 // p - lr * v, or with Nesterov p - (g * lr + v * momentum * lr).
 template <class T, bool kNesterov>
-inline T ps_momentum(T p, T g, T &v, T lr, T momentum) {
+MSOPT_HD inline T ps_momentum(T p, T g, T &v, T lr, T momentum) {
   v = v * momentum + g;
   return kNesterov ? p - (g * lr + v * momentum * lr) : p - lr * v;
 }
@@ -149,7 +158,7 @@ inline T ps_momentum(T p, T g, T &v, T lr, T momentum) {
 // Adagrad with epsilon (MindSpore's ApplyAdagradV2): a = a + g * g, then
 // p - lr * g / (sqrt(a) + eps).
 template <class T>
-inline T ps_adagrad(T p, T g, T &a, T lr, T eps) {
+MSOPT_HD inline T ps_adagrad(T p, T g, T &a, T lr, T eps) {
   a = a + g * g;
   return p - lr * g / (std::sqrt(a) + eps);
 }
@@ -159,14 +168,14 @@ inline T ps_adagrad(T p, T g, T &a, T lr, T eps) {
 //   p <- sign(p) * max(|p| - lam1, 0) * c2,   lam1 = lr * l1,  c2 = 1 / (1 + lr * l2)
 // A NaN stays NaN; a zero keeps its sign.  ps_prox_constants gives lam1, c2.
 template <class T>
-inline T ps_prox(T p, T lam1, T c2) {
+MSOPT_HD inline T ps_prox(T p, T lam1, T c2) {
   T a = std::fabs(p) - lam1;
   a = a <= T(0) ? T(0) : a;
   return std::copysign(a * c2, p);
 }
 
 template <class T>
-inline void ps_prox_constants(T lr, T l1, T l2, T &lam1, T &c2) {
+MSOPT_HD inline void ps_prox_constants(T lr, T l1, T l2, T &lam1, T &c2) {
   lam1 = lr * l1;
   c2 = T(1) / (T(1) + lr * l2);
 }
@@ -179,7 +188,7 @@ inline void ps_prox_constants(T lr, T l1, T l2, T &lam1, T &c2) {
 // "lowbias32" constants); products wrap modulo 2^32.
 constexpr uint32_t kQ8Golden = 0x9e3779b9u;  // 2^32 / the golden ratio, odd
 
-inline uint32_t q8_mix(uint32_t x) {
+MSOPT_HD inline uint32_t q8_mix(uint32_t x) {
   x ^= x >> 16;
   x *= 0x7feb352du;
   x ^= x >> 15;
@@ -190,14 +199,14 @@ inline uint32_t q8_mix(uint32_t x) {
 
 // The key of parameter `tensor` (its position among the optimizer's
 // parameters) at `step` (global_step, after the step's increment).
-inline uint32_t q8_tensor_key(uint32_t step, uint32_t tensor) {
+MSOPT_HD inline uint32_t q8_tensor_key(uint32_t step, uint32_t tensor) {
   return q8_mix(q8_mix(step) + tensor * kQ8Golden);
 }
 
 // Element j's 32 bits: the low 16 round m's code, the high 16 v's.  One
 // multiply of q8_mix's two: the key already carries the step and the parameter,
 // and key + j * kQ8Golden runs through distinct values along the tensor.
-inline uint32_t q8_round_bits(uint32_t key, uint32_t j) {
+MSOPT_HD inline uint32_t q8_round_bits(uint32_t key, uint32_t j) {
   uint32_t x = key + j * kQ8Golden;
   x ^= x >> 16;
   x *= 0x7feb352du;

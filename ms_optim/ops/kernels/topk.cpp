@@ -10,6 +10,7 @@
 // 4. Otherwise (too few, or too many, e.g. many ties at the threshold) fall
 //    back to an exact radix select over the whole array: three histogram
 //    passes find T and how many ties to take, a last pass emits the result.
+// The keys and digits are core/radix.h's, which the CUDA kernels share.
 #include "kernels/topk.h"
 
 #include <omp.h>
@@ -22,23 +23,13 @@
 
 #include "core/common.h"
 #include "core/kernels.h"
+#include "core/radix.h"
 #include "core/rules.h"
 
 namespace msopt {
 namespace {
 
-// Order-preserving integer key of |x| (NaN-free input: NaN sorts above inf).
-inline uint32_t mag_key(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return b & 0x7fffffffu;
-}
-
-inline float key_to_float(uint32_t k) {
-  float f;
-  std::memcpy(&f, &k, 4);
-  return f;
-}
+using radix::magnitude_key;
 
 constexpr int64_t kSampleMax = 1 << 14;
 constexpr int64_t kSampleMin = 1 << 12;
@@ -72,7 +63,7 @@ float estimate_threshold(const TopkSource &s, int64_t n, int64_t k, int64_t *exp
   const int64_t stride = n / m;
   std::vector<uint32_t> keys(static_cast<size_t>(m));
   for (int64_t j = 0; j < m; ++j)
-    keys[j] = mag_key(sampled_value(s, j * stride + sample_offset(j, stride)));
+    keys[j] = magnitude_key(sampled_value(s, j * stride + sample_offset(j, stride)));
   const double frac = static_cast<double>(k) / static_cast<double>(n);
   const double mean = frac * static_cast<double>(m);
   const int64_t rank = static_cast<int64_t>(std::ceil(1.3 * mean + 3.0 * std::sqrt(mean) + 8.0));
@@ -82,7 +73,7 @@ float estimate_threshold(const TopkSource &s, int64_t n, int64_t k, int64_t *exp
   }
   std::nth_element(keys.begin(), keys.begin() + rank, keys.end(), std::greater<uint32_t>());
   *expect = static_cast<int64_t>(static_cast<double>(rank) * n / m) + 1;
-  return key_to_float(keys[rank]);
+  return radix::key_value(keys[rank]);
 }
 
 // Emits the result from the candidates (ascending indices, every value with
@@ -90,7 +81,7 @@ float estimate_threshold(const TopkSource &s, int64_t n, int64_t k, int64_t *exp
 void select_from_candidates(const float *x, const int32_t *cand, int64_t c, int64_t k,
                             int32_t *idx, float *val) {
   std::vector<uint32_t> keys(static_cast<size_t>(c));
-  for (int64_t j = 0; j < c; ++j) keys[j] = mag_key(x[cand[j]]);
+  for (int64_t j = 0; j < c; ++j) keys[j] = magnitude_key(x[cand[j]]);
   std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(), std::greater<uint32_t>());
   const uint32_t t = keys[k - 1];
   int64_t above = 0;
@@ -98,7 +89,7 @@ void select_from_candidates(const float *x, const int32_t *cand, int64_t c, int6
   int64_t ties = k - above;  // how many candidates equal to t to take, lowest index first
   int64_t o = 0;
   for (int64_t j = 0; j < c && o < k; ++j) {
-    const uint32_t key = mag_key(x[cand[j]]);
+    const uint32_t key = magnitude_key(x[cand[j]]);
     if (key > t || (key == t && ties-- > 0)) {
       idx[o] = cand[j];
       val[o] = x[cand[j]];
@@ -108,22 +99,20 @@ void select_from_candidates(const float *x, const int32_t *cand, int64_t c, int6
 }
 
 // Exact fallback: radix select of the k-th largest key over the whole array
-// (11 + 11 + 10 bits), then one ordered pass.
+// (core/radix.h's digits), then one ordered pass.
 void radix_select(const float *x, int64_t n, int64_t k, int32_t *idx, float *val) {
   uint32_t prefix = 0, mask = 0;
   int64_t need = k;  // how many of the keys matching `prefix` still belong to the top k
-  const int shifts[3] = {21, 10, 0};
-  const int widths[3] = {11, 11, 10};
-  for (int level = 0; level < 3; ++level) {
-    const int shift = shifts[level];
-    const uint32_t bins = 1u << widths[level];
+  for (int level = 0; level < radix::kRadixLevels; ++level) {
+    const int shift = radix::kRadixShift[level];
+    const uint32_t bins = 1u << radix::kRadixWidth[level];
     std::vector<int64_t> hist(bins, 0);
 #pragma omp parallel
     {
       std::vector<int64_t> local(bins, 0);
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < n; ++i) {
-        const uint32_t key = mag_key(x[i]);
+        const uint32_t key = magnitude_key(x[i]);
         if ((key & mask) == prefix) ++local[(key >> shift) & (bins - 1)];
       }
 #pragma omp critical
@@ -141,7 +130,7 @@ void radix_select(const float *x, int64_t n, int64_t k, int32_t *idx, float *val
   // prefix is now the k-th largest key; `need` keys equal to it are taken.
   int64_t o = 0;
   for (int64_t i = 0; i < n && o < k; ++i) {
-    const uint32_t key = mag_key(x[i]);
+    const uint32_t key = magnitude_key(x[i]);
     if (key > prefix || (key == prefix && need-- > 0)) {
       idx[o] = static_cast<int32_t>(i);
       val[o] = x[i];
