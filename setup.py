@@ -7,10 +7,17 @@ loaded by MindSpore's AOT custom ops and by ctypes.  The kernels are compiled
 three times (core/isa_scalar.cpp, isa_avx2.cpp, isa_avx512.cpp), each with its
 own instruction-set flags; the library picks one at run time, so one build runs
 on any x86-64 CPU.
+
+Where nvcc is found (on PATH, or $CUDA_HOME/bin), the CUDA kernels of ops/cuda/
+are compiled too, into ms_optim/libms_optim_cuda.so, MindSpore's GPU AOT ops.
+MSOPT_CUDA=0 skips them, MSOPT_CUDA=1 makes a missing nvcc an error;
+MSOPT_CUDA_ARCHS lists the GPU architectures (default "75;90": Turing-and-later
+PTX, Hopper machine code).  Without nvcc the CPU build is all there is.
 """
 import glob
 import os
 import shlex
+import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,6 +30,17 @@ from setuptools.command.build_ext import build_ext
 OPS = os.path.join("ms_optim", "ops")
 SOURCES = sorted(glob.glob(os.path.join(OPS, "**", "*.cpp"), recursive=True))
 HEADERS = sorted(glob.glob(os.path.join(OPS, "**", "*.h"), recursive=True))
+# The CUDA library: its kernels, and the host code it shares with the CPU one (the AOT
+# call binding and the error messages).
+CUDA_SOURCES = sorted(glob.glob(os.path.join(OPS, "cuda", "*.cu")))
+CUDA_HEADERS = sorted(glob.glob(os.path.join(OPS, "cuda", "*.cuh")))
+CUDA_HOST_SOURCES = [os.path.join(OPS, "aot", "call.cpp"), os.path.join(OPS, "core", "errors.cpp")]
+CUDA_LIB = "libms_optim_cuda.so"
+# -fmad=false: no fused multiply-adds, so each element's rule rounds as on the CPU
+# (-ffp-contract=off there) and as in ms_optim/reference.py.
+NVCC_FLAGS = ["-std=c++17", "-O3", "-fmad=false", "--expt-relaxed-constexpr",
+              "-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden",
+              "-D_GLIBCXX_USE_CXX11_ABI=0"]
 
 # -fno-math-errno lets sqrt vectorize; -ffp-contract=off and no -ffast-math keep
 # every operation IEEE-rounded, so each ISA matches the numpy reference bit for bit.
@@ -47,10 +65,22 @@ def _describe_flags(cxx):
 
 
 class BuildNative(build_ext):
-    """Compiles the C++ kernels with per-file ISA flags into libms_optim.so."""
+    """Compiles the C++ kernels with per-file ISA flags into libms_optim.so (and the CUDA
+    kernels into libms_optim_cuda.so beside it)."""
+
+    cuda_outputs = ()
 
     def get_ext_filename(self, fullname):
         return fullname.replace(".", os.sep) + ".so"
+
+    def get_outputs(self):
+        return super().get_outputs() + list(self.cuda_outputs)
+
+    def copy_extensions_to_source(self):
+        super().copy_extensions_to_source()
+        package_dir = self.get_finalized_command("build_py").get_package_dir("ms_optim")
+        for built in self.cuda_outputs:
+            self.copy_file(built, os.path.join(package_dir, os.path.basename(built)))
 
     def build_extension(self, ext):
         cxx = shlex.split(os.environ.get("CXX", "g++"))
@@ -66,8 +96,21 @@ class BuildNative(build_ext):
             if os.path.basename(src) == "dispatch.cpp":
                 flags = flags + [f'-DMSOPT_BUILD_FLAGS="{_describe_flags(cxx)}"']
             jobs.append((src, obj, cxx + flags + ["-c", os.path.abspath(src), "-o", obj]))
-        # the ISA units first: they take the longest
-        jobs.sort(key=lambda job: not os.path.basename(job[0]).startswith("isa_"))
+        cpu_objs = [obj for _, obj, _ in jobs]
+        nvcc, gencode = cuda_build()
+        cuda_objs = []
+        if nvcc is not None:
+            for src in CUDA_SOURCES:
+                obj = os.path.join(tmp, os.path.basename(src) + ".o")
+                jobs.append((src, obj, [nvcc] + NVCC_FLAGS + gencode + includes
+                             + ["-c", os.path.abspath(src), "-o", obj]))
+                cuda_objs.append(obj)
+            # the host code it shares with the CPU library: the same objects
+            cuda_objs += [os.path.join(tmp, os.path.basename(src) + ".o")
+                          for src in CUDA_HOST_SOURCES]
+        # the CUDA and ISA units first: they take the longest
+        jobs.sort(key=lambda job: not (job[0].endswith(".cu")
+                                       or os.path.basename(job[0]).startswith("isa_")))
         done = []
 
         def compile_one(job):
@@ -81,8 +124,13 @@ class BuildNative(build_ext):
         workers = int(os.environ.get("MSOPT_BUILD_JOBS", os.cpu_count() or 1))
         with ThreadPoolExecutor(max(1, workers)) as pool:
             list(pool.map(compile_one, jobs))
-        self._run(cxx + ["-shared", "-fopenmp", "-o", out] + [obj for _, obj, _ in jobs])
+        self._run(cxx + ["-shared", "-fopenmp", "-o", out] + cpu_objs)
         print(f"ms_optim: linked {out}", flush=True)
+        if nvcc is not None:
+            cuda_out = os.path.join(os.path.dirname(out), CUDA_LIB)
+            self._run([nvcc, "-shared"] + gencode + ["-o", cuda_out] + cuda_objs)
+            self.cuda_outputs = (cuda_out,)
+            print(f"ms_optim: linked {cuda_out}", flush=True)
 
     @staticmethod
     def _run(cmd):
@@ -91,10 +139,37 @@ class BuildNative(build_ext):
         subprocess.check_call(cmd)
 
 
+def cuda_build():
+    """(nvcc, its -gencode flags) for the CUDA library, or (None, None) when it is not built
+    (module docstring: MSOPT_CUDA, MSOPT_CUDA_ARCHS)."""
+    want = os.environ.get("MSOPT_CUDA", "")
+    nvcc = find_nvcc()
+    if want == "0" or (nvcc is None and want != "1"):
+        print("ms_optim: no CUDA kernels (" + ("MSOPT_CUDA=0" if want == "0" else
+                                                "nvcc not found") + ")", flush=True)
+        return None, None
+    if nvcc is None:
+        raise RuntimeError("MSOPT_CUDA=1 but nvcc is neither on PATH nor in $CUDA_HOME/bin")
+    archs = [a.strip() for a in os.environ.get("MSOPT_CUDA_ARCHS", "75;90").split(";")
+             if a.strip()]
+    # machine code for each architecture, and PTX of the oldest for the ones after it
+    return nvcc, [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs[1:]] + [
+        f"-gencode=arch=compute_{archs[0]},code=[sm_{archs[0]},compute_{archs[0]}]"]
+
+
+def find_nvcc():
+    """nvcc on PATH, else in $CUDA_HOME/bin, else None."""
+    found = shutil.which("nvcc")
+    if found is None and os.environ.get("CUDA_HOME"):
+        candidate = os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
+        found = candidate if os.access(candidate, os.X_OK) else None
+    return found
+
+
 # The project's metadata, dependencies and package data are in pyproject.toml; this file
 # only describes the native library, whose per-file compiler flags need code.
 setup(
-    ext_modules=[Extension("ms_optim.libms_optim",
-                           sources=SOURCES, depends=HEADERS, include_dirs=[OPS])],
+    ext_modules=[Extension("ms_optim.libms_optim", sources=SOURCES,
+                           depends=HEADERS + CUDA_SOURCES + CUDA_HEADERS, include_dirs=[OPS])],
     cmdclass={"build_ext": BuildNative},
 )

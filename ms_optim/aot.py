@@ -25,14 +25,13 @@ Four things live here and nowhere else:
   ``mindspore.ops.Custom`` pinned to the host CPU (``_native.aot_op``).
 """
 import ctypes
-from typing import NamedTuple
 
 import numpy as np
 from mindspore import Tensor
 from mindspore import dtype as mstype
 from mindspore.ops import DataType
 
-from . import _native
+from . import _native, _slots
 
 MAX_TENSORS = 256  # parameters per multi-tensor op
 
@@ -110,31 +109,14 @@ def _fmt(dtype):
 
 # ------------------------------------------------------- calls by name --
 
-class Slot(NamedTuple):
-    """One slot of a kernel's declaration: its name, its arity (``"one"``; ``"each"``, one
-    tensor per parameter; ``"count"``, one tensor of K elements; ``"rest"``, as many as
-    remain) and whether it is an output."""
-    name: str
-    arity: str
-    output: bool
-
-    @property
-    def multi(self):
-        """True for a slot of several tensors (given as a sequence)."""
-        return self.arity in ("each", "rest")
-
-
+Slot = _slots.Slot
 _signatures = {}
 
 
 def signature(entry):
     """The slots of AOT kernel `entry`, in call order, as the library declares them."""
     if entry not in _signatures:
-        text = _native.aot_signature(entry)
-        inputs, _, outputs = text.partition(" -> ")
-        _signatures[entry] = tuple(
-            Slot(*(word.split(":") + ["one"])[:2], output)
-            for part, output in ((inputs, False), (outputs, True)) for word in part.split())
+        _signatures[entry] = _slots.parse(_native.aot_signature(entry))
     return _signatures[entry]
 
 
@@ -157,14 +139,6 @@ def arrange(order, **named):
     return out
 
 
-def _check_names(entry, given, want):
-    missing = [n for n in want if n not in given]
-    unknown = [n for n in given if n not in want]
-    if missing or unknown:
-        raise ValueError(f"native kernel {entry}: missing {missing}, unknown {unknown}; it "
-                         f"takes {list(want)}")
-
-
 def first_index(entry, name, k):
     """The position of slot `name`'s first tensor among the inputs of a call of `entry` on
     `k` parameters (before any ``"rest"`` slot)."""
@@ -182,16 +156,7 @@ def arrange_arrays(entry, **named):
     """The flat array list (inputs, then outputs) of a direct call of `entry` (through
     ``ms_optim.testing``), from its tensors given by name; ValueError naming a missing or
     unknown slot, or slots of one tensor per parameter whose lengths differ."""
-    slots = signature(entry)
-    _check_names(entry, named, [s.name for s in slots])
-    counts = {s.name: len(named[s.name]) for s in slots if s.arity == "each"}
-    if len(set(counts.values())) > 1:
-        raise ValueError(f"native kernel {entry}: the per-parameter slots differ in length: "
-                         f"{counts}")
-    out = []
-    for s in slots:
-        out.extend(named[s.name] if s.multi else [named[s.name]])
-    return out
+    return _slots.flat_arrays(entry, signature(entry), named)
 
 
 def native_op(entry, k, dtypes, out_shape, out_dtype, inplace, rest=0):
@@ -200,7 +165,7 @@ def native_op(entry, k, dtypes, out_shape, out_dtype, inplace, rest=0):
     dtype for all its tensors or a sequence of one per tensor.  ValueError naming a
     missing or unknown slot."""
     slots = signature(entry)
-    _check_names(entry, dtypes, [s.name for s in slots])
+    _slots.check_names(entry, dtypes, [s.name for s in slots])
     names = {False: [], True: []}
     formats = []
     for s in slots:

@@ -1,0 +1,156 @@
+"""The Python face of the CUDA kernel library (ms_optim/libms_optim_cuda.so).
+
+The library is built at install time where nvcc is found (setup.py).  Its
+entries take MindSpore's AOT arguments with device pointers and the CUDA
+stream, and share the CPU library's declarations (``ops/aot/signatures.h``):
+on a GPU device target the optimizers build their ops on them
+(``ms_optim._native.aot_op(..., device="GPU")``).
+
+This module needs neither MindSpore nor a GPU to load the library and read
+what it declares; ``call`` runs an entry on any arrays that expose
+``__cuda_array_interface__`` (PyTorch, CuPy, Numba), which is how the kernels
+are tested on a GPU machine without MindSpore.  Nothing is loaded at import.
+"""
+import ctypes
+import os
+import threading
+
+from . import _slots
+
+LIB_NAME = "libms_optim_cuda.so"
+_lock = threading.Lock()
+_lib = None
+
+_SIGNATURES = {
+    "msopt_last_error": (ctypes.c_char_p, []),
+    "msopt_cuda_kernels": (ctypes.c_char_p, []),
+    "msopt_cuda_device": (ctypes.c_char_p, []),
+    "msopt_cuda_status": (ctypes.c_int, [ctypes.c_void_p]),
+    "msopt_aot_signature": (ctypes.c_char_p, [ctypes.c_char_p]),
+}
+_AOT_ARGTYPES = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
+                 ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_char_p),
+                 ctypes.c_void_p, ctypes.c_void_p]
+# __cuda_array_interface__'s typestr -> the dtype names MindSpore passes to AOT kernels
+_DTYPES = {"<f4": "float32", "<f2": "float16", "<i4": "int32", "<f8": "float64",
+           "<i8": "int64", "|i1": "int8", "|u1": "uint8", "<i2": "int16"}
+
+
+class CudaLibraryError(RuntimeError):
+    """The CUDA kernel library is missing (not built: no nvcc at install) or cannot load."""
+
+
+def library_path():
+    """Absolute path of the CUDA library inside the installed package."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), LIB_NAME)
+
+
+def lib():
+    """The CUDA library loaded with ctypes, signatures declared; CudaLibraryError if it was
+    not built or cannot be loaded."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is None:
+            path = library_path()
+            if not os.path.isfile(path):
+                raise CudaLibraryError(
+                    f"ms_optim's CUDA kernels are not built: {path} is missing. They are "
+                    f"built by 'pip install .' where nvcc is on PATH or in $CUDA_HOME/bin.")
+            try:
+                handle = ctypes.CDLL(path)
+                for name, (restype, argtypes) in _SIGNATURES.items():
+                    fn = getattr(handle, name)
+                    fn.restype, fn.argtypes = restype, argtypes
+            except (OSError, AttributeError) as exc:
+                raise CudaLibraryError(f"ms_optim's CUDA library {path} cannot be loaded "
+                                       f"({exc}); reinstall with 'pip install .'.") from exc
+            _lib = handle
+    return _lib
+
+
+def available():
+    """True when the CUDA library was built and loads (a GPU is not needed to load it)."""
+    try:
+        lib()
+    except CudaLibraryError:
+        return False
+    return True
+
+
+def kernels():
+    """The AOT kernel entries the CUDA library has."""
+    return tuple(lib().msopt_cuda_kernels().decode().split())
+
+
+def device():
+    """The current CUDA device, e.g. ``"NVIDIA H100 80GB HBM3, sm_90"``, or why there is none."""
+    return lib().msopt_cuda_device().decode()
+
+
+def signature(entry):
+    """The slots of CUDA entry `entry` (ValueError for one the library lacks)."""
+    if entry not in kernels():
+        raise ValueError(f"the CUDA library has no kernel {entry!r}; it has {kernels()}")
+    return _slots.parse(lib().msopt_aot_signature(entry.encode()).decode())
+
+
+def aot_func(entry):
+    """The ``"path:function"`` string of CUDA entry `entry` for MindSpore's AOT Custom op,
+    checked to load (CudaLibraryError, or ValueError for an entry the library lacks)."""
+    signature(entry)
+    return f"{library_path()}:{entry}"
+
+
+def status(stream=0):
+    """Waits for `stream` (an integer cudaStream_t, 0: the default stream) and raises
+    RuntimeError with the library's message when a kernel found a value it could only read
+    on the device (ks, a layout, an index) out of range; that call wrote nothing."""
+    rc = lib().msopt_cuda_status(ctypes.c_void_p(stream))
+    if rc != 0:
+        raise RuntimeError(f"code {rc}: {lib().msopt_last_error().decode()}")
+
+
+def _describe(array):
+    face = array.__cuda_array_interface__
+    if face.get("strides") is not None:
+        raise TypeError("the CUDA kernels take C-contiguous device arrays")
+    typestr = face["typestr"]
+    if typestr not in _DTYPES:
+        raise TypeError(f"unsupported element type {typestr}")
+    return face["data"][0], tuple(face["shape"]), _DTYPES[typestr]
+
+
+def prepare(entry, arrays, stream=0):
+    """A callable running CUDA entry `entry` on `arrays` (inputs, then outputs: device
+    arrays with ``__cuda_array_interface__``, C-contiguous, kept alive by the callable) on
+    `stream` (an integer cudaStream_t), its arguments built once.  Raises RuntimeError with
+    the entry's message when it returns an error code."""
+    lib()
+    fn = getattr(_lib, entry)
+    fn.restype, fn.argtypes = ctypes.c_int, _AOT_ARGTYPES
+    arrays = list(arrays)
+    described = [_describe(a) for a in arrays]
+    n = len(arrays)
+    ptrs = (ctypes.c_void_p * n)(*[d[0] for d in described])
+    ndims = (ctypes.c_int * n)(*[len(d[1]) for d in described])
+    shape_bufs = [(ctypes.c_int64 * max(len(d[1]), 1))(*d[1]) for d in described]
+    shapes = (ctypes.POINTER(ctypes.c_int64) * n)(
+        *[ctypes.cast(b, ctypes.POINTER(ctypes.c_int64)) for b in shape_bufs])
+    dtypes = (ctypes.c_char_p * n)(*[d[2].encode() for d in described])
+
+    def run():
+        rc = fn(n, ptrs, ndims, shapes, dtypes, ctypes.c_void_p(stream), None)
+        if rc != 0:
+            raise RuntimeError(f"{entry} failed with code {rc}: "
+                               f"{_lib.msopt_last_error().decode()}")
+
+    run.keep = (arrays, shape_bufs)
+    return run
+
+
+def call(entry, stream=0, **tensors):
+    """Runs CUDA entry `entry` once on device arrays given by slot name (a list for a slot
+    of one tensor per parameter), queued on `stream`."""
+    prepare(entry, _slots.flat_arrays(entry, signature(entry), tensors), stream)()
