@@ -1,8 +1,8 @@
 """The suite's set-up: MindSpore in GRAPH_MODE on CPU, the tiers, and the `isa` parameter.
 
-The tiers: tests marked slow, msrun, netns or sanitizers (pyproject.toml) are deselected unless
---all is given (every tier) or -m selects tests by marker; what is left is the fast default
-tier.
+The tiers: tests marked slow, msrun, netns, sanitizers or cuda (pyproject.toml) are
+deselected unless --all is given (every tier) or -m selects tests by marker; what is left is
+the fast default tier.  The cuda tier skips itself where PyTorch sees no CUDA device.
 
 A test that takes an argument named `isa` runs once per instruction set this CPU runs, with
 the kernels of that one selected (ms_optim.testing.select_isa) and the process's own restored
@@ -16,7 +16,7 @@ import mindspore as ms
 ms.set_context(mode=ms.GRAPH_MODE)
 ms.set_device("CPU")
 
-TIERS = ("slow", "msrun", "netns", "sanitizers")
+TIERS = ("slow", "msrun", "netns", "sanitizers", "cuda")
 
 
 def pytest_addoption(parser):

@@ -1,0 +1,219 @@
+"""The CUDA kernels timed on a GPU against the same steps composed of PyTorch ops.
+
+What a GPU user of ms_optim compares: the native kernels (``impl="native"`` on a GPU
+device target) against a step built from framework ops, as ``impl="ops"`` builds it from
+MindSpore's (per parameter: top-k of |v|, a gather, two scatters; Lamb's moments, norms and
+update).  MindSpore's GPU build does not run here, so the composed steps are PyTorch's, on
+the same device and the same shapes.  Layout: ResNet-50's parameters
+(benchmarks.layouts), DGC on those of 16384 elements or more at sparsity 0.999.
+
+Each figure is the median over --repeat timed calls (CUDA events), after warm-up calls.
+Bandwidths count the bytes a kernel must move at least (20 per element for DGC's residual
+update, 40 for Lamb's two passes) against the device-to-device copy measured in the same run.
+Run from the repository root on a machine with PyTorch and a CUDA device:
+
+    python -m benchmarks.cuda_kernels [--repeat 20] [--json results.json] [--profile]
+
+--profile also prints where the select's time goes, kernel by kernel (PyTorch's profiler).
+"""
+import argparse
+import json
+
+import numpy as np
+import torch
+
+from benchmarks.cuda_harness import cuda_library
+from benchmarks.layouts import resnet50_shapes
+
+SPARSITY, MOMENTUM, RANKS = 0.999, 0.9, 8
+
+
+def timed(fn, repeat, warmup=3):
+    """Median milliseconds of fn() over `repeat` calls, each between two CUDA events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return float(np.median(times))
+
+
+def copy_bandwidth(repeat):
+    """Device-to-device copy, GB/s counting the bytes read and written."""
+    x = torch.empty(1 << 28, dtype=torch.float32, device="cuda")
+    y = torch.empty_like(x)
+    ms = timed(lambda: y.copy_(x), repeat)
+    return 2 * x.numel() * 4 / ms / 1e6
+
+
+def _stream():
+    return torch.cuda.current_stream().cuda_stream
+
+
+def select_call(sizes):
+    """A prepared multi-tensor select over fresh residuals of `sizes` (sparsity SPARSITY)."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    tensors = [[torch.zeros(n, device="cuda") for n in sizes],
+               [torch.randn(n, device="cuda", generator=gen) for n in sizes],
+               [torch.randn(n, device="cuda", generator=gen) for n in sizes]]
+    ks = [max(1, int(n * (1 - SPARSITY))) for n in sizes]
+    rest = [torch.tensor([MOMENTUM, 0.0], device="cuda"),
+            torch.tensor(ks, dtype=torch.int32, device="cuda"),
+            torch.zeros(sum(ks), dtype=torch.int32, device="cuda"),
+            torch.zeros(sum(ks), device="cuda")]
+    return cuda_library.prepare("ms_optim_dgc_select_multi", sum(tensors, []) + rest, _stream())
+
+
+def profile_select(sizes, calls=5):
+    """The select's kernels, by name: total device time over `calls` calls."""
+    run = select_call(sizes)
+    run()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            run()
+        torch.cuda.synchronize()
+    return prof.key_averages().table(sort_by="device_time_total", row_limit=20)
+
+
+def dgc_select(sizes, repeat):
+    """One multi-tensor select over `sizes` against torch's per-tensor step."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    u = [torch.zeros(n, device="cuda") for n in sizes]
+    v = [torch.randn(n, device="cuda", generator=gen) for n in sizes]
+    g = [torch.randn(n, device="cuda", generator=gen) for n in sizes]
+    ks = [max(1, int(n * (1 - SPARSITY))) for n in sizes]
+    total = sum(ks)
+    idx = torch.zeros(total, dtype=torch.int32, device="cuda")
+    val = torch.zeros(total, device="cuda")
+    consts = torch.tensor([MOMENTUM, 0.0], device="cuda")
+    ks_t = torch.tensor(ks, dtype=torch.int32, device="cuda")
+    ours = cuda_library.prepare(
+        "ms_optim_dgc_select_multi", u + v + g + [consts, ks_t, idx, val], _stream())
+
+    def composed():
+        for j in range(len(sizes)):
+            u[j].mul_(MOMENTUM).add_(g[j])
+            v[j].add_(u[j])
+            _, top = torch.topk(v[j].abs(), ks[j])
+            v[j].gather(0, top)
+            u[j].index_fill_(0, top, 0.0)
+            v[j].index_fill_(0, top, 0.0)
+
+    def update_alone():
+        for j in range(len(sizes)):
+            u[j].mul_(MOMENTUM).add_(g[j])
+            v[j].add_(u[j])
+
+    return {"ours_ms": timed(ours, repeat), "torch_ms": timed(composed, repeat),
+            "torch_update_alone_ms": timed(update_alone, repeat),
+            "elements": int(sum(sizes)), "tensors": len(sizes), "k": total}
+
+
+def dgc_apply(sizes, repeat):
+    """The apply of RANKS workers' selections against torch's index_add_ per tensor."""
+    rng = np.random.default_rng(0)
+    ks = [max(1, int(n * (1 - SPARSITY))) for n in sizes]
+    block = sum(ks)
+    runs = [[np.sort(rng.choice(n, k, replace=False)).astype(np.int32) for n, k in zip(sizes, ks)]
+            for _ in range(RANKS)]
+    idx = torch.from_numpy(np.concatenate([np.concatenate(r) for r in runs])).cuda()
+    val = torch.randn(RANKS * block, device="cuda")
+    p = [torch.randn(n, device="cuda") for n in sizes]
+    offsets = np.concatenate([[0], np.cumsum(ks)[:-1]])
+    layout = torch.tensor([RANKS] + list(offsets) + ks, dtype=torch.int32, device="cuda")
+    lr = torch.tensor(0.1, device="cuda")
+    done = torch.zeros(1, device="cuda")
+    ours = cuda_library.prepare("ms_optim_dgc_apply_multi", p + [idx, val, lr, layout, done],
+                                _stream())
+    per = []
+    for j in range(len(sizes)):
+        at = np.concatenate([r * block + offsets[j] + np.arange(ks[j]) for r in range(RANKS)])
+        at = torch.from_numpy(at).cuda()
+        per.append((idx[at].long(), val[at]))
+
+    def composed():
+        for j in range(len(sizes)):
+            p[j].index_add_(0, per[j][0], per[j][1], alpha=-0.1 / RANKS)
+
+    return {"ours_ms": timed(ours, repeat), "torch_ms": timed(composed, repeat),
+            "entries": int(RANKS * block)}
+
+
+def lamb(sizes, repeat):
+    """One multi-tensor Lamb step (weight decay: every tensor has a trust ratio) against
+    torch's per-tensor step."""
+    b1, b2, eps, wd, lr, step = 0.9, 0.999, 1e-6, 0.01, 1e-3, 3
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    p = [torch.randn(n, device="cuda", generator=gen) for n in sizes]
+    m = [torch.zeros(n, device="cuda") for n in sizes]
+    v = [torch.zeros(n, device="cuda") for n in sizes]
+    g = [torch.randn(n, device="cuda", generator=gen) for n in sizes]
+    consts = torch.tensor([b1, b2, eps, 0.0, -np.inf, np.inf, 0.0], device="cuda")
+    powers = torch.tensor([b1 ** step, b2 ** step], device="cuda")
+    scalars = [torch.tensor([lr], device="cuda"), torch.tensor([wd], device="cuda"),
+               torch.tensor([1.0], device="cuda"), powers, consts,
+               torch.zeros(len(sizes), device="cuda")]
+    ours = cuda_library.prepare("ms_optim_lamb", p + m + v + g + scalars, _stream())
+    ib1, isb2 = 1 / (1 - b1 ** step), 1 / np.sqrt(1 - b2 ** step)
+
+    def composed():
+        for j in range(len(sizes)):
+            m[j].mul_(b1).add_(g[j], alpha=1 - b1)
+            v[j].mul_(b2).addcmul_(g[j], g[j], value=1 - b2)
+            r = (m[j] * ib1) / (v[j].sqrt() * isb2 + eps) + wd * p[j]
+            pn, rn = p[j].norm(), r.norm()
+            ratio = torch.where((pn > 0) & (rn > 0), pn / rn, torch.ones_like(pn))
+            p[j].sub_(lr * ratio * r)
+
+    return {"ours_ms": timed(ours, repeat), "torch_ms": timed(composed, repeat),
+            "elements": int(sum(sizes)), "tensors": len(sizes)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print the select's kernels' times (5 calls)")
+    args = parser.parse_args(argv)
+    all_sizes = [int(np.prod(s)) for _, s in resnet50_shapes()]
+    compressed = [n for n in all_sizes if n >= 16384]
+    copy = copy_bandwidth(args.repeat)
+    out = {"device": torch.cuda.get_device_name(), "library": cuda_library.device(),
+           "copy_GBps": copy,
+           "select_resnet50": dgc_select(compressed, args.repeat),
+           "select_one_25M": dgc_select([25_557_032], args.repeat),
+           "apply_resnet50_8_workers": dgc_apply(compressed, args.repeat),
+           "lamb_resnet50": lamb(all_sizes, args.repeat)}
+    print(f"device: {out['device']}; copy {copy:.0f} GB/s (read + write)")
+    print("| step | tensors | ours (ms) | torch ops (ms) | torch / ours | ours at the minimum "
+          "traffic (GB/s) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, minimum in (("select_resnet50", 20), ("select_one_25M", 20),
+                          ("apply_resnet50_8_workers", None), ("lamb_resnet50", 40)):
+        r = out[name]
+        rate = (f"{minimum * r['elements'] / r['ours_ms'] / 1e6:.0f}" if minimum else "-")
+        print(f"| {name} | {r.get('tensors', '-')} | {r['ours_ms']:.3f} | {r['torch_ms']:.3f} | "
+              f"{r['torch_ms'] / r['ours_ms']:.1f}x | {rate} |")
+    for name in ("select_resnet50", "select_one_25M"):
+        r = out[name]
+        print(f"{name}: the residual update alone in torch {r['torch_update_alone_ms']:.3f} ms; "
+              f"the select {r['ours_ms'] / r['torch_update_alone_ms']:.2f}x it")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+    if args.profile:
+        for name, sizes in (("one tensor of 25M", [25_557_032]),
+                            ("ResNet-50's compressed tensors", compressed)):
+            print(f"select, {name}, 5 calls:\n{profile_select(sizes)}")
+
+
+if __name__ == "__main__":
+    main()
