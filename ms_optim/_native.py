@@ -239,8 +239,9 @@ def aot_func(entry):
     return f"{library_path()}:{entry}"
 
 
-def aot_op(entry, out_shape, out_dtype, inputs, outputs, dtype_formats, inplace):
-    """A ``mindspore.ops.Custom`` AOT op running `entry` on the host CPU.
+def aot_op(entry, out_shape, out_dtype, inputs, outputs, dtype_formats, inplace, device="CPU"):
+    """A ``mindspore.ops.Custom`` AOT op running `entry` on the host CPU, or with
+    ``device="GPU"`` the CUDA library's entry of that name on the GPU (``_cuda``).
 
     inputs/outputs: names; dtype_formats: tuples of ``DataType`` per supported
     combination; inplace: the op writes into its Parameter inputs, so MindSpore
@@ -249,23 +250,28 @@ def aot_op(entry, out_shape, out_dtype, inputs, outputs, dtype_formats, inplace)
     from mindspore import ops
     from mindspore.ops import CustomRegOp
 
+    from . import _cuda
+
     # MindSpore keeps one registration per name: ops of one entry with
     # different input counts (multi-tensor kernels) or dtypes (the digest of
     # float32 and of float16 parameters) need names of their own.
     formats = zlib.crc32(repr(dtype_formats).encode())
-    reg = CustomRegOp(f"{entry}_{len(inputs)}_{formats:08x}")
+    suffix = "_gpu" if device == "GPU" else ""
+    reg = CustomRegOp(f"{entry}_{len(inputs)}_{formats:08x}{suffix}")
     for i, name in enumerate(inputs):
         reg = reg.input(i, name)
     for i, name in enumerate(outputs):
         reg = reg.output(i, name)
     for combo in dtype_formats:
         reg = reg.dtype_format(*combo)
-    reg_info = reg.target("CPU").get_op_info()
-    op = ops.Custom(aot_func(entry), out_shape=out_shape, out_dtype=out_dtype, func_type="aot",
+    reg_info = reg.target(device).get_op_info()
+    func = _cuda.aot_func(entry) if device == "GPU" else aot_func(entry)
+    op = ops.Custom(func, out_shape=out_shape, out_dtype=out_dtype, func_type="aot",
                     reg_info=reg_info)
     if inplace:
         op.add_prim_attr("side_effect_mem", True)
-    op.set_device("CPU")
+    if device == "CPU":  # pinned to the host whatever the device target
+        op.set_device("CPU")
     return op
 
 

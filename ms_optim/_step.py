@@ -2,15 +2,20 @@
 
 One vocabulary of implementations, resolved in one place:
 
-- ``"native"``: the fused native kernels on the host CPU update the
-  parameters in place (the choice on a CPU device target);
+- ``"native"``: the fused native kernels update the parameters in place: on
+  the host CPU (the choice on a CPU device target), or, for the optimizers
+  that have CUDA kernels (Lamb, DGCMomentum), on a GPU device target in the
+  GPU's memory (``kernel_device``), where the CUDA library is built;
 - ``"delta"``: AdamOffload on GPU/Ascend: the host kernel updates the moments
   and returns the step; the device only adds it (the moments never occupy
   device memory);
 - ``"ops"``: the same rule from plain MindSpore ops, run wherever the
   parameters are (Lamb and DGCMomentum on GPU/Ascend);
-- ``"auto"``: ``"native"`` on a CPU device target, else the optimizer's
-  device choice.
+- ``"auto"``: ``"native"`` on a CPU device target, and on a GPU device target
+  for the optimizers with CUDA kernels; else the optimizer's device choice.
+
+Where the CUDA library was not built (no nvcc at install), ``"native"`` on a
+GPU device target falls back to the device choice, with one logged warning.
 
 One order of gradient preprocessing, for every optimizer and path: the loss
 scale is divided out first, then the gradient is clipped (Lamb's
@@ -25,11 +30,15 @@ Per-parameter values (learning rate and weight decay with parameter groups)
 reach a multi-tensor op as one tensor per bucket (``per_tensor``); the
 ops paths map their per-parameter rule with ``map_params``.
 """
+import logging
+
 from mindspore import context, ops
 from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
-from . import _checks
+from . import _checks, _cuda
+
+logger = logging.getLogger("ms_optim")
 
 _scale = C.MultitypeFuncGraph("ms_optim_scale_grad")
 
@@ -41,13 +50,30 @@ def _run_scale(factor, grad):
 IMPLS = ("native", "delta", "ops")
 
 
-def resolve_impl(cls, impl, supported, device_choice):
+def resolve_impl(cls, impl, supported, device_choice, cuda=False):
     """The implementation to run: `impl` checked against "auto" + `supported` (ValueError
-    naming the valid choices otherwise), "auto" resolved by the device target."""
+    naming the valid choices otherwise), "auto" resolved by the device target.  `cuda`:
+    the optimizer's native path has CUDA kernels, so "native" runs on a GPU device target
+    when the CUDA library is built, and falls back to `device_choice` with one logged
+    warning when it is not."""
     _checks.check_choice(cls, "impl", impl, ("auto",) + tuple(supported))
+    target = context.get_context("device_target")
+    on_gpu = cuda and target == "GPU"
     if impl == "auto":
-        impl = "native" if context.get_context("device_target") == "CPU" else device_choice
+        impl = "native" if target == "CPU" or on_gpu else device_choice
+    if impl == "native" and on_gpu and not _cuda.available():
+        logger.warning("%s: the CUDA kernels are not built (%s is missing: reinstall with "
+                       "nvcc on PATH); running impl=%r instead of 'native'.", cls,
+                       _cuda.library_path(), device_choice)
+        impl = device_choice
     return impl
+
+
+def kernel_device(impl, cuda=False):
+    """Where the native kernels of an optimizer with `impl` run: "GPU" for the CUDA kernels
+    (`cuda`: it has them) on a GPU device target, else "CPU" (the host)."""
+    on_gpu = cuda and context.get_context("device_target") == "GPU"
+    return "GPU" if impl == "native" and on_gpu else "CPU"
 
 
 class StepSkeleton:

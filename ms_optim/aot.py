@@ -22,7 +22,9 @@ Four things live here and nowhere else:
   op whatever its size.  A MindSpore kernel launch
   costs more than a small parameter's update (benchmarks/README.md#where-a-steps-time-goes).
 - **The op factories**: one function per native kernel, returning a
-  ``mindspore.ops.Custom`` pinned to the host CPU (``_native.aot_op``).
+  ``mindspore.ops.Custom`` pinned to the host CPU (``_native.aot_op``); those of
+  Lamb and of DGC's select, propose, take and apply take ``device="GPU"`` for the
+  CUDA library's entry of the same declaration (ops/cuda/).
 """
 import ctypes
 
@@ -159,11 +161,13 @@ def arrange_arrays(entry, **named):
     return _slots.flat_arrays(entry, signature(entry), named)
 
 
-def native_op(entry, k, dtypes, out_shape, out_dtype, inplace, rest=0):
+def native_op(entry, k, dtypes, out_shape, out_dtype, inplace, rest=0, device="CPU"):
     """A ``mindspore.ops.Custom`` running AOT kernel `entry` on `k` parameters (and `rest`
     tensors in a ``"rest"`` slot): `dtypes` gives each slot's dtype by name, one mindspore
     dtype for all its tensors or a sequence of one per tensor.  ValueError naming a
-    missing or unknown slot."""
+    missing or unknown slot.  `device`: "CPU" (the host library, the op pinned to the
+    host) or "GPU" (the CUDA library's entry of the same declaration, one of
+    ``ms_optim._cuda.kernels()``)."""
     slots = signature(entry)
     _slots.check_names(entry, dtypes, [s.name for s in slots])
     names = {False: [], True: []}
@@ -180,7 +184,7 @@ def native_op(entry, k, dtypes, out_shape, out_dtype, inplace, rest=0):
                                [f"{s.name}{i}" for i in range(n)])
     return _native.aot_op(entry, out_shape=out_shape, out_dtype=out_dtype,
                           inputs=tuple(names[False]), outputs=tuple(names[True]),
-                          dtype_formats=[tuple(formats)], inplace=inplace)
+                          dtype_formats=[tuple(formats)], inplace=inplace, device=device)
 
 
 # ------------------------------------------------------------------ Adam --
@@ -232,22 +236,24 @@ def adam_entry(delta, scaled):
 
 # ------------------------------------------------------------------ Lamb --
 
-def lamb_op(k):
-    """Multi-tensor Lamb step over `k` float32 parameters (ops/aot/aot_lamb.cpp); its
-    output holds the k trust ratios."""
+def lamb_op(k, device="CPU"):
+    """Multi-tensor Lamb step over `k` float32 parameters (ops/aot/aot_lamb.cpp, or
+    ops/cuda/lamb.cu with device "GPU"); its output holds the k trust ratios."""
     check_layout("lamb")
     check_layout("powers")
     f32 = mstype.float32
     return native_op("ms_optim_lamb", k, dict.fromkeys(
         ("param", "m", "v", "grad", "lr", "wd", "gscale", "powers", "consts", "ratios"), f32),
-        out_shape=lambda *shapes: [k], out_dtype=lambda *dts: f32, inplace=True)
+        out_shape=lambda *shapes: [k], out_dtype=lambda *dts: f32, inplace=True,
+        device=device)
 
 
-def sumsq_op(k):
+def sumsq_op(k, device="CPU"):
     """The sum of the squares of every element of k float32 inputs, float32[1]."""
     f32 = mstype.float32
     return native_op("ms_optim_sumsq", k, dict(grad=f32, sumsq=f32),
-                     out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32, inplace=False)
+                     out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32, inplace=False,
+                     device=device)
 
 
 # ------------------------------------------------------------------- DGC --
@@ -260,7 +266,7 @@ def topk_abs_op(k):
                      out_dtype=lambda x: (mstype.int32, mstype.float32), inplace=False)
 
 
-def _dgc_entries_op(entry, count, ks, slots, outs):
+def _dgc_entries_op(entry, count, ks, slots, outs, device="CPU"):
     """A DGC kernel over `count` parameters' float32 residuals whose outputs `outs`
     (mindspore dtypes) each hold sum(ks) entries, blocks of k_j side by side: one per
     parameter of a multi-tensor select (the bucket's block of the fused exchange buffer),
@@ -271,33 +277,34 @@ def _dgc_entries_op(entry, count, ks, slots, outs):
                    out_shape=lambda *shapes: tuple([total] for _ in outs) if len(outs) > 1
                    else [total],
                    out_dtype=lambda *dts: tuple(outs) if len(outs) > 1 else outs[0],
-                   inplace=True)
+                   inplace=True, device=device)
     # Ops that differ only in their output-shape function compare equal, and under msrun
     # MindSpore merges two such ops (the second's k used for both): the ks are an attribute.
     op.add_prim_attr("ms_optim_ks", tuple(int(k) for k in ks))
     return op
 
 
-def dgc_select_multi_op(ks):
+def dgc_select_multi_op(ks, device="CPU"):
     """DGC's local step for len(ks) = K float32 parameters in one op (ops/aot/aot_dgc.cpp):
     idx int32[L] and val float32[L], L = sum(ks), parameter j's k_j selections side by
     side, the bucket's block of the fused exchange buffer; u and v updated in place."""
     f32, i32 = mstype.float32, mstype.int32
     return _dgc_entries_op("ms_optim_dgc_select_multi", len(ks), ks,
                            dict(u=f32, v=f32, grad=f32, consts=f32, ks=i32, idx=i32, val=f32),
-                           (i32, f32))
+                           (i32, f32), device)
 
 
-def dgc_propose_multi_op(ks):
+def dgc_propose_multi_op(ks, device="CPU"):
     """The first half of DGC's local step for len(ks) float32 parameters in one op
     (ops/aot/aot_dgc.cpp): idx int32[sum(ks)], each parameter's top-k indices of its
     accumulated residual; u and v updated in place, nothing masked."""
     f32, i32 = mstype.float32, mstype.int32
     return _dgc_entries_op("ms_optim_dgc_propose_multi", len(ks), ks,
-                           dict(u=f32, v=f32, grad=f32, consts=f32, ks=i32, idx=i32), (i32,))
+                           dict(u=f32, v=f32, grad=f32, consts=f32, ks=i32, idx=i32), (i32,),
+                           device)
 
 
-def dgc_take_multi_op(k):
+def dgc_take_multi_op(k, device="CPU"):
     """The second half at shared indices for k float32 parameters (ops/aot/aot_dgc.cpp): val
     float32, shaped as idx (the exchanged index buffer, read as its layout input says), v at
     each parameter's indices; u and v set to 0 there."""
@@ -305,7 +312,7 @@ def dgc_take_multi_op(k):
     return native_op("ms_optim_dgc_take_multi", k,
                      dict(u=f32, v=f32, idx=i32, layout=i32, val=f32),
                      out_shape=lambda *shapes: shapes[2 * k], out_dtype=lambda *dts: f32,
-                     inplace=True)
+                     inplace=True, device=device)
 
 
 def dgc_bucket_select_op(count, k):
@@ -345,13 +352,14 @@ def dgc_bucket_apply_op(dtypes):
                      out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32, inplace=True)
 
 
-def dgc_apply_multi_op(k, dtype):
+def dgc_apply_multi_op(k, dtype, device="CPU"):
     """p -= lr * scatter_add(every worker's values) / R for k parameters of `dtype`
     (ops/aot/aot_dgc.cpp)."""
     f32, i32 = mstype.float32, mstype.int32
     return native_op("ms_optim_dgc_apply_multi", k,
                      dict(param=dtype, idx=i32, val=f32, lr=f32, layout=i32, done=f32),
-                     out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32, inplace=True)
+                     out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32, inplace=True,
+                     device=device)
 
 
 def dgc_momentum_op(dtypes, src_dtypes):

@@ -177,7 +177,7 @@ def validate(cls, *, learning_rate, momentum, rampup_begin_step, rampup_step, sp
     if regularization is not None and (isinstance(weight_decay, nn.Cell) or weight_decay != 0):
         raise ValueError(f"For '{cls}', set either 'weight_decay' or 'regularization', not both.")
     loss_scale = _checks.check_loss_scale(cls, loss_scale)
-    impl = resolve_impl(cls, impl, ("native", "ops"), "ops")
+    impl = resolve_impl(cls, impl, ("native", "ops"), "ops", cuda=True)
     _checks.check_choice(cls, "exchange", exchange, EXCHANGES)
     if bucket_sparsity is not None:
         bucket_sparsity = _checks.check_open_unit(cls, "bucket_sparsity", _checks.check_float(

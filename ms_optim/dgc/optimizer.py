@@ -8,7 +8,7 @@ from mindspore.ops import functional as F
 
 from .. import _checks
 from .._api import OptimizerAPI
-from .._step import StepSkeleton
+from .._step import StepSkeleton, kernel_device
 from ..clip import ClipGradByNorm
 from ..dgc_plan import MIN_COMPRESSED_NUMEL, DGCPlan
 from ..regularizer import L1Decay, L2Decay
@@ -114,9 +114,11 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             Cell of the global step; without groups it skips parameters named "beta" or
             "gamma".  Default: ``0.0``.
         loss_scale (Union[float, int], optional): Divides the gradients, > 0.  Default: ``1.0``.
-        impl (str, optional): ``"native"`` (multi-tensor CPU kernels, exact top-k),
-            ``"ops"`` (MindSpore ops, ``ops.topk``) or ``"auto"`` (``"native"`` on a CPU
-            device target, else ``"ops"``).  Default: ``"auto"``.
+        impl (str, optional): ``"native"`` (multi-tensor kernels, exact top-k: the CPU
+            kernels on a CPU device target, the CUDA kernels of ``ops/cuda/dgc.cu`` on a
+            GPU one where the install found nvcc, else ``"ops"`` with a logged warning),
+            ``"ops"`` (MindSpore ops, ``ops.topk``) or ``"auto"`` (``"native"`` on a CPU or
+            GPU device target, else ``"ops"``).  Default: ``"auto"``.
         exchange (str, optional): How the selections cross the workers.  Exact, every
             worker's own top-k applied: ``"allgather"`` of the (index, value) entries,
             ``"allreduce"`` of the sparsified gradient, or ``"auto"``: per stage, whichever
@@ -182,8 +184,11 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         ``CPU`` ``GPU`` ``Ascend``
 
         Verified on CPU (``impl="native"`` and ``"ops"``, one worker and several under
-        msrun).  On GPU and Ascend ``impl="auto"`` runs ``"ops"`` (MindSpore ops and
-        collectives), which is not tested on those devices.
+        msrun).  On GPU, ``impl="native"`` runs the CUDA kernels for the compressed
+        parameters' select and apply (the dense momentum and the bucket of small
+        parameters in graph code); the kernels are tested on a GPU against the reference
+        and the CPU kernels (tests/gpu), not inside MindSpore's GPU build.  On Ascend
+        ``impl="auto"`` runs ``"ops"`` (MindSpore ops and collectives), not tested there.
 
     Examples:
         >>> import numpy as np
@@ -250,6 +255,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             raise ValueError(f"For '{cls}', 'num_trainers' is {num_trainers} but the world group has "
                              f"{self.nranks} worker(s).")
         self.impl = impl
+        self.kernel_device = kernel_device(impl, cuda=True)
         self._record_args(params, learning_rate=learning_rate, momentum=momentum,
                           rampup_begin_step=rampup_begin_step, rampup_step=rampup_step,
                           sparsity=sparsity, use_nesterov=use_nesterov,
@@ -360,17 +366,21 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
                           widened=self.widened, grad_dtypes=self.grad_dtypes, momentum=momentum,
                           use_nesterov=self.use_nesterov,
                           # folding gives each parameter its own learning rate
-                          is_group_lr=self.is_group_lr or self.folds, nranks=self.nranks)
+                          is_group_lr=self.is_group_lr or self.folds, nranks=self.nranks,
+                          device=self.kernel_device)
         sparse = NativeStep if self.impl == "native" else OpsStep
+        # the host's kernels for the bucket and the dense momentum; on a GPU the CUDA
+        # kernels run the compressed parameters' stages and graph code the rest
+        host_native = self.impl == "native" and self.kernel_device == "CPU"
         self.sparse_step = sparse(state, self.plan, self.stage_exchange, Exchanges(
             self.sparse_exchange, self.warmup_exchange, self.shared_exchange))
         self.bucket_step = (BucketStep(state, self.plan, self.bucket_v, self.bucket_exchange,
-                                       native=self.impl == "native")
+                                       native=host_native)
                             if self.bucket_ids else None)
 
         def momentum_step(ids, exchange):
             # the native op steps the parameters whose u is float32
-            native = [self.impl == "native" and self.u[i].dtype == mstype.float32 for i in ids]
+            native = [host_native and self.u[i].dtype == mstype.float32 for i in ids]
             group = momentum_group(ids, native, self.nranks, len(self._parameters))
             return DenseMomentum(state, group, exchange)
 

@@ -45,6 +45,7 @@ class StepState(NamedTuple):
     use_nesterov: bool
     is_group_lr: bool
     nranks: int
+    device: str = "CPU"  # where the native kernels run: "CPU" (host) or "GPU" (CUDA)
 
 
 class _Step(StepSkeleton, nn.Cell):
@@ -218,25 +219,28 @@ class NativeStep(_SparseStep):
     """The stage step by the multi-tensor kernels: per stage one select op (with shared
     indices one propose and one take op) per bucket of compressed parameters (their
     outputs side by side are the fused exchange buffer), one apply op per bucket of one
-    dtype (``plan.SparseBuckets``); u and v in float32."""
+    dtype (``plan.SparseBuckets``); u and v in float32.  The kernels are the host CPU's,
+    or the CUDA library's on the GPU (``state.device``)."""
 
     def __init__(self, state, plan, stage_exchange, exchanges):
         super().__init__(state, plan, stage_exchange, exchanges)
         b = sparse_buckets(self.entries, [p.dtype for p in self.params])
         self.select_ranges, self.apply_ranges = b.select, b.apply
-        self.select_ops = tuple(tuple(aot.dgc_select_multi_op(ks) for ks in stage_ks)
+        device = state.device
+        self.select_ops = tuple(tuple(aot.dgc_select_multi_op(ks, device) for ks in stage_ks)
                                 for stage_ks in b.select_ks)
         self.select_ks = tuple(tuple(Tensor(np.array(ks, np.int32)) for ks in stage_ks)
                                for stage_ks in b.select_ks)
-        self.apply_ops = tuple(aot.dgc_apply_multi_op(hi - lo, self.params[lo].dtype)
+        self.apply_ops = tuple(aot.dgc_apply_multi_op(hi - lo, self.params[lo].dtype, device)
                                for lo, hi in self.apply_ranges)
         self.apply_layouts = _int32_tensors(b.apply_layouts)
         self.select_order = aot.call_order("ms_optim_dgc_select_multi")
         self.apply_order = aot.call_order("ms_optim_dgc_apply_multi")
         if self.shares:
-            self.propose_ops = tuple(tuple(aot.dgc_propose_multi_op(ks) for ks in stage_ks)
-                                     for stage_ks in b.select_ks)
-            self.take_ops = tuple(aot.dgc_take_multi_op(hi - lo) for lo, hi in self.select_ranges)
+            self.propose_ops = tuple(tuple(aot.dgc_propose_multi_op(ks, device)
+                                           for ks in stage_ks) for stage_ks in b.select_ks)
+            self.take_ops = tuple(aot.dgc_take_multi_op(hi - lo, device)
+                                  for lo, hi in self.select_ranges)
             self.take_layouts = _int32_tensors(b.take_layouts)
             self.propose_order = aot.call_order("ms_optim_dgc_propose_multi")
             self.take_order = aot.call_order("ms_optim_dgc_take_multi")
