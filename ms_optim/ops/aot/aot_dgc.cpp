@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "aot/call.h"
+#include "aot/checks.h"
 #include "core/contract.h"
 #include "core/kernels.h"
 #include "kernels/topk.h"
@@ -19,22 +20,12 @@
 namespace msopt {
 namespace {
 
-// The idx and val outputs: int32[k] and float32[k].
-int check_outputs(const AotCall &c, int idx, int val) {
-  MSOPT_TRY(c.require_dtype(idx, "int32"));
-  MSOPT_TRY(c.require_dtype(val, "float32"));
-  MSOPT_CHECK(c, c.numel(idx) == c.numel(val), kErrSize,
-              "idx and val must have the same length, got %lld and %lld",
-              static_cast<long long>(c.numel(idx)), static_cast<long long>(c.numel(val)));
-  return kOk;
-}
-
 // x float32[n] -> idx int32[k], val float32[k]: the k entries of largest |x|,
 // ties to the lower index, ascending indices, val = x[idx].
 int topk_abs_body(const AotCall &c) {
   using S = sig::ms_optim_topk_abs;
   MSOPT_TRY(c.require_dtype(S::x, "float32"));
-  MSOPT_TRY(check_outputs(c, S::idx, S::val));
+  MSOPT_TRY(check_entries(c, S::idx, S::val));
   MSOPT_CHECK(c, c.numel(S::idx) >= 1 && c.numel(S::idx) <= c.numel(S::x), kErrSize,
               "idx holds k = %lld entries, outside [1, %lld] (the elements of x)",
               static_cast<long long>(c.numel(S::idx)), static_cast<long long>(c.numel(S::x)));
@@ -203,9 +194,7 @@ template <class S>
 int accumulate_topk(const AotCall &c, const std::vector<int64_t> &kk,
                     const std::vector<int64_t> &off, int32_t *idx, float *val) {
   const int K = c.K();
-  for (int s : {S::u, S::v, S::grad}) MSOPT_TRY(c.require_dtype(s, "float32"));
-  MSOPT_TRY(c.require_same_numel(S::u, {S::v, S::grad}));
-  MSOPT_TRY(c.require_f32(S::consts, DgcConsts::kCount));
+  MSOPT_TRY(check_dgc_residuals<S>(c));
   const DgcConsts &k = *c.ptr<const DgcConsts>(S::consts);
   std::vector<TopkSource> srcs;
   std::vector<int64_t> n(K);
@@ -251,7 +240,7 @@ void take_entries(const AotCall &c, const int32_t *idx, float *val, int64_t base
 // fused exchange buffer (indices local to each tensor).  u, v in place.
 int select_body(const AotCall &c) {
   using S = sig::ms_optim_dgc_select_multi;
-  MSOPT_TRY(check_outputs(c, S::idx, S::val));
+  MSOPT_TRY(check_entries(c, S::idx, S::val));
   std::vector<int64_t> kk, off;
   MSOPT_TRY(bucket_layout(c, S::u, S::ks, c.numel(S::idx), &kk, &off));
   int32_t *idx = c.ptr<int32_t>(S::idx);
@@ -309,15 +298,8 @@ int check_blocks(const AotCall &c, int tensors, int layout_slot, int64_t total,
 // Every index is checked before anything is written.
 int take_body(const AotCall &c) {
   using S = sig::ms_optim_dgc_take_multi;
-  MSOPT_TRY(c.require_dtype(S::u, "float32"));
-  MSOPT_TRY(c.require_dtype(S::v, "float32"));
-  MSOPT_TRY(c.require_same_numel(S::u, {S::v}));
-  MSOPT_TRY(c.require_dtype(S::idx, "int32"));
-  MSOPT_TRY(c.require_dtype(S::val, "float32"));
+  MSOPT_TRY(check_dgc_take<S>(c));
   const int64_t total = c.numel(S::idx);
-  MSOPT_CHECK(c, c.numel(S::val) == total, kErrSize,
-              "idx and val must have the same length, got %lld and %lld",
-              static_cast<long long>(total), static_cast<long long>(c.numel(S::val)));
   const int32_t *idx = c.ptr<int32_t>(S::idx);
   int64_t r = 0, block = 0;
   MSOPT_TRY(check_blocks(c, S::u, S::layout, total, idx, &r, &block));
@@ -342,16 +324,9 @@ int take_body(const AotCall &c) {
 int apply_body(const AotCall &c) {
   using S = sig::ms_optim_dgc_apply_multi;
   const int K = c.K();
-  const bool half = c.is(S::param, "float16");
-  MSOPT_TRY(c.require_dtype(S::param, half ? "float16" : "float32"));
-  MSOPT_TRY(c.require_dtype(S::idx, "int32"));
-  MSOPT_TRY(c.require_dtype(S::val, "float32"));
-  MSOPT_TRY(c.require_f32(S::lr, 1, K));
-  MSOPT_TRY(c.require_f32(S::done, 1));
+  bool half = false;
+  MSOPT_TRY(check_dgc_apply<S>(c, &half));
   const int64_t total = c.numel(S::idx);
-  MSOPT_CHECK(c, c.numel(S::val) == total, kErrSize, "idx and val must have the same length, "
-              "got %lld and %lld", static_cast<long long>(total),
-              static_cast<long long>(c.numel(S::val)));
   const int32_t *idx = c.ptr<int32_t>(S::idx);
   int64_t r = 0, block = 0;
   MSOPT_TRY(check_blocks(c, S::param, S::layout, total, idx, &r, &block));
@@ -402,9 +377,7 @@ int bucket_starts(const AotCall &c, int u, std::vector<int64_t> *start, int64_t 
 template <class S>
 int bucket_accumulate_topk(const AotCall &c, const std::vector<int64_t> &start, int64_t total,
                            int32_t *idx, float *val) {
-  for (int s : {S::u, S::v, S::grad}) MSOPT_TRY(c.require_dtype(s, "float32"));
-  MSOPT_TRY(c.require_same_numel(S::u, {S::v, S::grad}));
-  MSOPT_TRY(c.require_f32(S::consts, DgcConsts::kCount));
+  MSOPT_TRY(check_dgc_residuals<S>(c));
   const DgcConsts &k = *c.ptr<const DgcConsts>(S::consts);
   const int64_t kk = c.numel(S::idx);
   MSOPT_CHECK(c, kk >= 1 && kk <= total, kErrSize,
@@ -442,7 +415,7 @@ void bucket_take_entries(const AotCall &c, const std::vector<int64_t> &start, co
 // then bucket_take_entries at the selected positions.
 int bucket_select_body(const AotCall &c) {
   using S = sig::ms_optim_dgc_bucket_select;
-  MSOPT_TRY(check_outputs(c, S::idx, S::val));
+  MSOPT_TRY(check_entries(c, S::idx, S::val));
   std::vector<int64_t> start;
   int64_t total = 0;
   MSOPT_TRY(bucket_starts(c, S::u, &start, &total));

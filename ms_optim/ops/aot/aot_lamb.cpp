@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "aot/call.h"
+#include "aot/checks.h"
 #include "core/contract.h"
 #include "core/kernels.h"
 #include "core/rules.h"
@@ -41,14 +42,7 @@ float *lamb_scratch(bool shared, int64_t floats) {
 int lamb_body(const AotCall &c) {
   using S = sig::ms_optim_lamb;
   const int K = c.K();
-  for (int s : {S::param, S::m, S::v, S::grad}) MSOPT_TRY(c.require_dtype(s, "float32"));
-  MSOPT_TRY(c.require_same_numel(S::param, {S::m, S::v, S::grad}));
-  MSOPT_TRY(c.require_f32(S::lr, 1, K));
-  MSOPT_TRY(c.require_f32(S::wd, 1, K));
-  MSOPT_TRY(c.require_f32(S::gscale, 1));
-  MSOPT_TRY(c.require_f32(S::powers, Powers::kCount));
-  MSOPT_TRY(c.require_f32(S::consts, LambConsts::kCount));
-  MSOPT_TRY(c.require_f32(S::ratios, K));
+  MSOPT_TRY(check_lamb<S>(c));
 
   const LambConsts &k = *c.ptr<const LambConsts>(S::consts);
   const Powers &pw = *c.ptr<const Powers>(S::powers);
@@ -89,8 +83,7 @@ int lamb_body(const AotCall &c) {
 // all gradients, not one per gradient).
 int sumsq_body(const AotCall &c) {
   using S = sig::ms_optim_sumsq;
-  MSOPT_TRY(c.require_dtype(S::grad, "float32"));
-  MSOPT_TRY(c.require_f32(S::sumsq, 1));
+  MSOPT_TRY(check_sumsq<S>(c));
   int64_t total = 0;
   for (int i = 0; i < c.K(); ++i) total += c.numel(S::grad, i);
   const ParallelSection section(total);

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "aot/call.h"
+#include "aot/checks.h"
 #include "core/contract.h"
 #include "core/radix.h"
 #include "core/rules.h"
@@ -128,17 +129,10 @@ select_accumulate(SelectArgs a, const float *consts, int shift, uint32_t bins) {
   const int64_t base = (blockIdx.x - a.first[j]) * kChunk;
   const DgcConsts k = *reinterpret_cast<const DgcConsts *>(consts);
   const bool nesterov = k.nesterov != 0.0f;
-  // every round's loads first: kRounds loads in flight per thread
   float u[kRounds], v[kRounds], g[kRounds];
-#pragma unroll
-  for (int r = 0; r < kRounds; ++r) {
-    const int64_t i = base + r * kThreads + threadIdx.x;
-    if (i < t.n) {
-      u[r] = t.u[i];
-      v[r] = t.v[i];
-      g[r] = t.g[i];
-    }
-  }
+  load_rounds(t.u, base, t.n, u);
+  load_rounds(t.v, base, t.n, v);
+  load_rounds(t.g, base, t.n, g);
 #pragma unroll
   for (int r = 0; r < kRounds; ++r) {
     const int64_t i = base + r * kThreads + threadIdx.x;
@@ -171,16 +165,13 @@ select_hist(SelectArgs a, int shift, uint32_t bins) {
   const SelectState s = a.state[j];
   const int64_t base = (blockIdx.x - a.first[j]) * kChunk;
   uint32_t *h = a.hist + j * kHistStride + (blockIdx.x % kHistCopies) * kRadixMaxBins;
-  uint32_t key[kRounds];
+  float x[kRounds];
+  load_rounds(t.v, base, t.n, x);
 #pragma unroll
   for (int r = 0; r < kRounds; ++r) {
     const int64_t i = base + r * kThreads + threadIdx.x;
-    key[r] = i < t.n ? magnitude_key(t.v[i]) : 0u;
-  }
-#pragma unroll
-  for (int r = 0; r < kRounds; ++r) {
-    const int64_t i = base + r * kThreads + threadIdx.x;
-    hist_add(h, (key[r] >> shift) & (bins - 1), i < t.n && (key[r] & s.mask) == s.prefix);
+    const uint32_t key = magnitude_key(x[r]);
+    hist_add(h, (key >> shift) & (bins - 1), i < t.n && (key & s.mask) == s.prefix);
   }
 }
 
@@ -235,18 +226,15 @@ __global__ void __launch_bounds__(kThreads) select_count(SelectArgs a) {
   const DgcTensor t = a.t[j];
   const uint32_t T = a.state[j].prefix;
   const int64_t base = (blockIdx.x - a.first[j]) * kChunk;
-  uint32_t key[kRounds];
-#pragma unroll
-  for (int r = 0; r < kRounds; ++r) {
-    const int64_t i = base + r * kThreads + threadIdx.x;
-    key[r] = i < t.n ? magnitude_key(t.v[i]) : 0u;
-  }
+  float x[kRounds];
+  load_rounds(t.v, base, t.n, x);
   uint32_t g = 0, e = 0;
 #pragma unroll
   for (int r = 0; r < kRounds; ++r) {
     const int64_t i = base + r * kThreads + threadIdx.x;
-    g += i < t.n && key[r] > T;
-    e += i < t.n && key[r] == T;
+    const uint32_t key = magnitude_key(x[r]);
+    g += i < t.n && key > T;
+    e += i < t.n && key == T;
   }
   const uint32_t G = Reduce(tmp).Sum(g);
   __syncthreads();
@@ -349,9 +337,7 @@ select_emit(SelectArgs a, int32_t *idx, float *val, bool take) {
 template <class S>
 int select_run(const AotCall &c, int site, int32_t *idx, float *val, bool take) {
   const int K = c.K();
-  for (int s : {S::u, S::v, S::grad}) MSOPT_TRY(c.require_dtype(s, "float32"));
-  MSOPT_TRY(c.require_same_numel(S::u, {S::v, S::grad}));
-  MSOPT_TRY(c.require_f32(S::consts, DgcConsts::kCount));
+  MSOPT_TRY(check_dgc_residuals<S>(c));
   MSOPT_TRY(c.require_dtype(S::ks, "int32"));
   std::vector<DgcTensor> host(K);
   std::vector<int64_t> n(K);
@@ -402,11 +388,7 @@ int select_run(const AotCall &c, int site, int32_t *idx, float *val, bool take) 
 
 int select_body(const AotCall &c) {
   using S = sig::ms_optim_dgc_select_multi;
-  MSOPT_TRY(c.require_dtype(S::idx, "int32"));
-  MSOPT_TRY(c.require_dtype(S::val, "float32"));
-  MSOPT_CHECK(c, c.numel(S::idx) == c.numel(S::val), kErrSize,
-              "idx and val must have the same length, got %lld and %lld",
-              static_cast<long long>(c.numel(S::idx)), static_cast<long long>(c.numel(S::val)));
+  MSOPT_TRY(check_entries(c, S::idx, S::val));
   return select_run<S>(c, kSiteSelect, c.ptr<int32_t>(S::idx), c.ptr<float>(S::val), true);
 }
 
@@ -585,14 +567,7 @@ __global__ void __launch_bounds__(kThreads) take_mask(BlockArgs a, const Residua
 
 int take_body(const AotCall &c) {
   using S = sig::ms_optim_dgc_take_multi;
-  MSOPT_TRY(c.require_dtype(S::u, "float32"));
-  MSOPT_TRY(c.require_dtype(S::v, "float32"));
-  MSOPT_TRY(c.require_same_numel(S::u, {S::v}));
-  MSOPT_TRY(c.require_dtype(S::idx, "int32"));
-  MSOPT_TRY(c.require_dtype(S::val, "float32"));
-  MSOPT_CHECK(c, c.numel(S::val) == c.numel(S::idx), kErrSize,
-              "idx and val must have the same length, got %lld and %lld",
-              static_cast<long long>(c.numel(S::idx)), static_cast<long long>(c.numel(S::val)));
+  MSOPT_TRY(check_dgc_take<S>(c));
   const int K = c.K();
   std::vector<ResidualPtrs> host(K);
   for (int j = 0; j < K; ++j) host[j] = ResidualPtrs{c.ptr<float>(S::u, j), c.ptr<float>(S::v, j)};
@@ -651,15 +626,8 @@ apply_entries(BlockArgs a, P *const *params, const float *val, const float *lr, 
 int apply_body(const AotCall &c) {
   using S = sig::ms_optim_dgc_apply_multi;
   const int K = c.K();
-  const bool half = c.is(S::param, "float16");
-  MSOPT_TRY(c.require_dtype(S::param, half ? "float16" : "float32"));
-  MSOPT_TRY(c.require_dtype(S::idx, "int32"));
-  MSOPT_TRY(c.require_dtype(S::val, "float32"));
-  MSOPT_TRY(c.require_f32(S::lr, 1, K));
-  MSOPT_TRY(c.require_f32(S::done, 1));
-  MSOPT_CHECK(c, c.numel(S::val) == c.numel(S::idx), kErrSize,
-              "idx and val must have the same length, got %lld and %lld",
-              static_cast<long long>(c.numel(S::idx)), static_cast<long long>(c.numel(S::val)));
+  bool half = false;
+  MSOPT_TRY(check_dgc_apply<S>(c, &half));
   std::vector<void *> host(K);
   for (int j = 0; j < K; ++j) host[j] = c.ptr<void>(S::param, j);
   Workspace ws(stream_of(c));

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "aot/call.h"
+#include "aot/checks.h"
 #include "core/contract.h"
 #include "core/rules.h"
 #include "cuda/runtime.cuh"
@@ -130,17 +131,11 @@ __global__ void __launch_bounds__(kThreads) lamb_pass1(LambDev a) {
   const bool adapt = adapts(a, j);
   const float lr = a.lr[a.lr_each ? j : 0];
   double ps = 0.0, rs = 0.0;
-  float gr[kRounds], mr[kRounds], vr[kRounds], pr[kRounds];  // every load first
-#pragma unroll
-  for (int r = 0; r < kRounds; ++r) {
-    const int64_t i = base + r * kThreads + threadIdx.x;
-    if (i < t.n) {
-      gr[r] = t.g[i];
-      mr[r] = t.m[i];
-      vr[r] = t.v[i];
-      pr[r] = t.p[i];
-    }
-  }
+  float gr[kRounds], mr[kRounds], vr[kRounds], pr[kRounds];
+  load_rounds(t.g, base, t.n, gr);
+  load_rounds(t.m, base, t.n, mr);
+  load_rounds(t.v, base, t.n, vr);
+  load_rounds(t.p, base, t.n, pr);
 #pragma unroll
   for (int r = 0; r < kRounds; ++r) {
     const int64_t i = base + r * kThreads + threadIdx.x;
@@ -189,16 +184,10 @@ __global__ void __launch_bounds__(kThreads) lamb_pass2(LambDev a) {
   const int64_t base = (blockIdx.x - a.first[j]) * kChunk;
   const LambElement e(a, j);
   const float lr_ratio = a.lr[a.lr_each ? j : 0] * a.ratio[j];
-  float pr[kRounds], mr[kRounds], vr[kRounds];  // every load first
-#pragma unroll
-  for (int r = 0; r < kRounds; ++r) {
-    const int64_t i = base + r * kThreads + threadIdx.x;
-    if (i < t.n) {
-      pr[r] = t.p[i];
-      mr[r] = t.m[i];
-      vr[r] = t.v[i];
-    }
-  }
+  float pr[kRounds], mr[kRounds], vr[kRounds];
+  load_rounds(t.p, base, t.n, pr);
+  load_rounds(t.m, base, t.n, mr);
+  load_rounds(t.v, base, t.n, vr);
 #pragma unroll
   for (int r = 0; r < kRounds; ++r) {
     const int64_t i = base + r * kThreads + threadIdx.x;
@@ -211,14 +200,7 @@ __global__ void __launch_bounds__(kThreads) lamb_pass2(LambDev a) {
 int lamb_body(const AotCall &c) {
   using S = sig::ms_optim_lamb;
   const int K = c.K();
-  for (int s : {S::param, S::m, S::v, S::grad}) MSOPT_TRY(c.require_dtype(s, "float32"));
-  MSOPT_TRY(c.require_same_numel(S::param, {S::m, S::v, S::grad}));
-  MSOPT_TRY(c.require_f32(S::lr, 1, K));
-  MSOPT_TRY(c.require_f32(S::wd, 1, K));
-  MSOPT_TRY(c.require_f32(S::gscale, 1));
-  MSOPT_TRY(c.require_f32(S::powers, Powers::kCount));
-  MSOPT_TRY(c.require_f32(S::consts, LambConsts::kCount));
-  MSOPT_TRY(c.require_f32(S::ratios, K));
+  MSOPT_TRY(check_lamb<S>(c));
   std::vector<LambTensorPtrs> host(K);
   std::vector<int64_t> n(K);
   for (int j = 0; j < K; ++j) {
@@ -291,8 +273,7 @@ __global__ void __launch_bounds__(kThreads) sumsq_total(const double *part, int6
 
 int sumsq_body(const AotCall &c) {
   using S = sig::ms_optim_sumsq;
-  MSOPT_TRY(c.require_dtype(S::grad, "float32"));
-  MSOPT_TRY(c.require_f32(S::sumsq, 1));
+  MSOPT_TRY(check_sumsq<S>(c));
   const int K = c.K();
   std::vector<LambTensorPtrs> host(K);
   std::vector<int64_t> n(K);

@@ -122,6 +122,17 @@ int check_launches(const AotCall &c);
 // Queues *done (float32) = 0 on `stream`, unless the call is refused.
 void mark_done(const Report &r, float *done, cudaStream_t stream);
 
+// x[base + r * kThreads + threadIdx.x] of every round r, 0 past n, each load
+// issued before any is used: kRounds loads in flight per thread, not one.
+template <class T>
+__device__ inline void load_rounds(const T *x, int64_t base, int64_t n, T (&out)[kRounds]) {
+#pragma unroll
+  for (int r = 0; r < kRounds; ++r) {
+    const int64_t i = base + r * kThreads + threadIdx.x;
+    out[r] = i < n ? x[i] : T(0);
+  }
+}
+
 // ------------------------------------------------------------ multi-tensor --
 
 // Tensor j of a call owns blocks [first[j], first[j + 1]) of a launch

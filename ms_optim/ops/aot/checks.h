@@ -1,0 +1,73 @@
+// The host-side checks of a kernel's tensors (element types, counts, sizes),
+// one per kernel, shared by the CPU adapters (aot/aot_*.cpp) and the CUDA
+// entries (cuda/*.cu): both libraries refuse the same tensors with the same
+// messages, before either touches a value.
+#pragma once
+
+#include "aot/call.h"
+#include "core/contract.h"
+
+namespace msopt {
+
+// idx int32 and val float32 of one length (the entries a DGC kernel writes).
+inline int check_entries(const AotCall &c, int idx, int val) {
+  MSOPT_TRY(c.require_dtype(idx, "int32"));
+  MSOPT_TRY(c.require_dtype(val, "float32"));
+  MSOPT_CHECK(c, c.numel(idx) == c.numel(val), kErrSize,
+              "idx and val must have the same length, got %lld and %lld",
+              static_cast<long long>(c.numel(idx)), static_cast<long long>(c.numel(val)));
+  return kOk;
+}
+
+// DGC's residual update (select, propose; S: its slots): u, v, grad float32,
+// tensor j of each the same size, consts float32[DgcConsts::kCount].
+template <class S>
+int check_dgc_residuals(const AotCall &c) {
+  for (int s : {S::u, S::v, S::grad}) MSOPT_TRY(c.require_dtype(s, "float32"));
+  MSOPT_TRY(c.require_same_numel(S::u, {S::v, S::grad}));
+  return c.require_f32(S::consts, DgcConsts::kCount);
+}
+
+// ms_optim_dgc_take_multi: u, v float32 of one size each, idx int32, val float32 as long.
+template <class S>
+int check_dgc_take(const AotCall &c) {
+  MSOPT_TRY(c.require_dtype(S::u, "float32"));
+  MSOPT_TRY(c.require_dtype(S::v, "float32"));
+  MSOPT_TRY(c.require_same_numel(S::u, {S::v}));
+  return check_entries(c, S::idx, S::val);
+}
+
+// ms_optim_dgc_apply_multi: param all float32 or all float16 (*half), idx int32, val
+// float32 as long, lr float32[1] or [K], done float32[1].
+template <class S>
+int check_dgc_apply(const AotCall &c, bool *half) {
+  *half = c.is(S::param, "float16");
+  MSOPT_TRY(c.require_dtype(S::param, *half ? "float16" : "float32"));
+  MSOPT_TRY(check_entries(c, S::idx, S::val));
+  MSOPT_TRY(c.require_f32(S::lr, 1, c.K()));
+  return c.require_f32(S::done, 1);
+}
+
+// ms_optim_lamb: param, m, v, grad float32, tensor j of each the same size; lr and wd
+// float32[1] or [K]; gscale float32[1]; powers and consts their structs; ratios float32[K].
+template <class S>
+int check_lamb(const AotCall &c) {
+  const int K = c.K();
+  for (int s : {S::param, S::m, S::v, S::grad}) MSOPT_TRY(c.require_dtype(s, "float32"));
+  MSOPT_TRY(c.require_same_numel(S::param, {S::m, S::v, S::grad}));
+  MSOPT_TRY(c.require_f32(S::lr, 1, K));
+  MSOPT_TRY(c.require_f32(S::wd, 1, K));
+  MSOPT_TRY(c.require_f32(S::gscale, 1));
+  MSOPT_TRY(c.require_f32(S::powers, Powers::kCount));
+  MSOPT_TRY(c.require_f32(S::consts, LambConsts::kCount));
+  return c.require_f32(S::ratios, K);
+}
+
+// ms_optim_sumsq: grad float32 (any sizes), sumsq float32[1].
+template <class S>
+int check_sumsq(const AotCall &c) {
+  MSOPT_TRY(c.require_dtype(S::grad, "float32"));
+  return c.require_f32(S::sumsq, 1);
+}
+
+}  // namespace msopt
