@@ -15,7 +15,7 @@ import ctypes
 import os
 import threading
 
-from . import _slots
+from . import _native, _slots
 
 LIB_NAME = "libms_optim_cuda.so"
 _lock = threading.Lock()
@@ -28,9 +28,6 @@ _SIGNATURES = {
     "msopt_cuda_status": (ctypes.c_int, [ctypes.c_void_p]),
     "msopt_aot_signature": (ctypes.c_char_p, [ctypes.c_char_p]),
 }
-_AOT_ARGTYPES = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
-                 ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_char_p),
-                 ctypes.c_void_p, ctypes.c_void_p]
 # __cuda_array_interface__'s typestr -> the dtype names MindSpore passes to AOT kernels
 _DTYPES = {"<f4": "float32", "<f2": "float16", "<i4": "int32", "<f8": "float64",
            "<i8": "int64", "|i1": "int8", "|u1": "uint8", "<i2": "int16"}
@@ -54,19 +51,10 @@ def lib():
     with _lock:
         if _lib is None:
             path = library_path()
-            if not os.path.isfile(path):
-                raise CudaLibraryError(
-                    f"ms_optim's CUDA kernels are not built: {path} is missing. They are "
-                    f"built by 'pip install .' where nvcc is on PATH or in $CUDA_HOME/bin.")
-            try:
-                handle = ctypes.CDLL(path)
-                for name, (restype, argtypes) in _SIGNATURES.items():
-                    fn = getattr(handle, name)
-                    fn.restype, fn.argtypes = restype, argtypes
-            except (OSError, AttributeError) as exc:
-                raise CudaLibraryError(f"ms_optim's CUDA library {path} cannot be loaded "
-                                       f"({exc}); reinstall with 'pip install .'.") from exc
-            _lib = handle
+            _lib = _native.open_library(
+                path, _SIGNATURES, CudaLibraryError,
+                f"ms_optim's CUDA kernels are not built: {path} is missing. They are built by "
+                f"'pip install .' where nvcc is on PATH or in $CUDA_HOME/bin.")
     return _lib
 
 
@@ -127,27 +115,12 @@ def prepare(entry, arrays, stream=0):
     arrays with ``__cuda_array_interface__``, C-contiguous, kept alive by the callable) on
     `stream` (an integer cudaStream_t), its arguments built once.  Raises RuntimeError with
     the entry's message when it returns an error code."""
-    lib()
-    fn = getattr(_lib, entry)
-    fn.restype, fn.argtypes = ctypes.c_int, _AOT_ARGTYPES
+    handle = lib()
+    fn = getattr(handle, entry)
+    fn.restype, fn.argtypes = ctypes.c_int, _native.AOT_ARGTYPES
     arrays = list(arrays)
-    described = [_describe(a) for a in arrays]
-    n = len(arrays)
-    ptrs = (ctypes.c_void_p * n)(*[d[0] for d in described])
-    ndims = (ctypes.c_int * n)(*[len(d[1]) for d in described])
-    shape_bufs = [(ctypes.c_int64 * max(len(d[1]), 1))(*d[1]) for d in described]
-    shapes = (ctypes.POINTER(ctypes.c_int64) * n)(
-        *[ctypes.cast(b, ctypes.POINTER(ctypes.c_int64)) for b in shape_bufs])
-    dtypes = (ctypes.c_char_p * n)(*[d[2].encode() for d in described])
-
-    def run():
-        rc = fn(n, ptrs, ndims, shapes, dtypes, ctypes.c_void_p(stream), None)
-        if rc != 0:
-            raise RuntimeError(f"{entry} failed with code {rc}: "
-                               f"{_lib.msopt_last_error().decode()}")
-
-    run.keep = (arrays, shape_bufs)
-    return run
+    return _native.aot_runner(entry, fn, [_describe(a) for a in arrays], arrays,
+                              lambda: handle.msopt_last_error().decode(), stream)
 
 
 def call(entry, stream=0, **tensors):

@@ -26,7 +26,7 @@ _SIGNATURES = {
     "msopt_f32_to_f16": (None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]),
     "msopt_f16_to_f32": (None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]),
 }
-_AOT_ARGTYPES = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
+AOT_ARGTYPES = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
                  ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_char_p),
                  ctypes.c_void_p, ctypes.c_void_p]
 # What the library reports of its AOT kernels (ops/aot/signatures.h declares them).
@@ -73,6 +73,21 @@ def declare(handle, signatures):
         fn.argtypes = argtypes
 
 
+def open_library(path, signatures, error, missing):
+    """``ctypes.CDLL(path)`` with `signatures` declared.  Raises `error` (an exception class)
+    with the message `missing` when the file is absent, or naming the file and the reason
+    when it cannot be loaded or lacks a symbol."""
+    if not os.path.isfile(path):
+        raise error(missing)
+    try:
+        handle = ctypes.CDLL(path)
+        declare(handle, signatures)
+    except (OSError, AttributeError) as exc:
+        raise error(f"ms_optim library {path} cannot be loaded ({exc}); reinstall with "
+                    f"'pip install .'.") from exc
+    return handle
+
+
 def lib():
     """The native library loaded with ctypes, signatures declared."""
     global _lib
@@ -81,18 +96,10 @@ def lib():
     with _lock:
         if _lib is None:
             path = library_path()
-            if not os.path.isfile(path):
-                raise NativeLibraryError(
-                    f"ms_optim native library not found: {path}. It is built when the package is "
-                    f"installed; reinstall with 'pip install .' (needs g++ with OpenMP).")
-            try:
-                handle = ctypes.CDLL(path)
-                declare(handle, _SIGNATURES)
-            except (OSError, AttributeError) as exc:
-                raise NativeLibraryError(
-                    f"ms_optim native library {path} cannot be loaded ({exc}); reinstall with "
-                    f"'pip install .'.") from exc
-            _lib = handle
+            _lib = open_library(
+                path, _SIGNATURES, NativeLibraryError,
+                f"ms_optim native library not found: {path}. It is built when the package is "
+                f"installed; reinstall with 'pip install .' (needs g++ with OpenMP).")
     return _lib
 
 
@@ -229,7 +236,7 @@ def _aot_entry(entry):
     """The ctypes function of AOT kernel `entry`, its signature declared."""
     aot_signature(entry)  # ValueError for an unknown entry
     fn = getattr(lib(), entry)
-    fn.restype, fn.argtypes = ctypes.c_int, _AOT_ARGTYPES
+    fn.restype, fn.argtypes = ctypes.c_int, AOT_ARGTYPES
     return fn
 
 
@@ -275,6 +282,29 @@ def aot_op(entry, out_shape, out_dtype, inputs, outputs, dtype_formats, inplace,
     return op
 
 
+def aot_runner(entry, fn, buffers, keep, last, stream=None):
+    """A callable running the ctypes AOT function `fn` of kernel `entry` on `buffers`
+    ((address, shape, dtype name) each: inputs, then outputs) and `stream`, its argument
+    arrays built once; `keep`: objects the callable keeps alive; `last()`: the library's
+    last error message, for the RuntimeError raised when the kernel returns an error code."""
+    n = len(buffers)
+    ptrs = (ctypes.c_void_p * n)(*[b[0] for b in buffers])
+    ndims = (ctypes.c_int * n)(*[len(b[1]) for b in buffers])
+    shape_bufs = [(ctypes.c_int64 * max(len(b[1]), 1))(*b[1]) for b in buffers]
+    shapes = (ctypes.POINTER(ctypes.c_int64) * n)(
+        *[ctypes.cast(s, ctypes.POINTER(ctypes.c_int64)) for s in shape_bufs])
+    dtypes = (ctypes.c_char_p * n)(*[b[2].encode() for b in buffers])
+    stream = ctypes.c_void_p(stream)
+
+    def run():
+        rc = fn(n, ptrs, ndims, shapes, dtypes, stream, None)
+        if rc != 0:
+            raise RuntimeError(f"{entry} failed with code {rc}: {last()}")
+
+    run.keep = (keep, shape_bufs)
+    return run
+
+
 def prepare_aot(entry, arrays):
     """A callable that runs AOT kernel `entry` on numpy `arrays` (inputs then outputs,
     C-contiguous, kept alive by the callable) with the argument arrays built once: what
@@ -286,22 +316,9 @@ def prepare_aot(entry, arrays):
     for a in arrays:
         if not (isinstance(a, np.ndarray) and a.flags.c_contiguous):
             raise TypeError("AOT kernels take C-contiguous numpy arrays")
-    n = len(arrays)
-    ptrs = (ctypes.c_void_p * n)(*[a.ctypes.data for a in arrays])
-    ndims = (ctypes.c_int * n)(*[a.ndim for a in arrays])
-    shape_bufs = [(ctypes.c_int64 * max(a.ndim, 1))(*a.shape) for a in arrays]
-    shapes = (ctypes.POINTER(ctypes.c_int64) * n)(
-        *[ctypes.cast(b, ctypes.POINTER(ctypes.c_int64)) for b in shape_bufs])
-    dtypes = (ctypes.c_char_p * n)(*[str(a.dtype).encode() for a in arrays])
-    fn = _aot_entry(entry)
-
-    def run():
-        rc = fn(n, ptrs, ndims, shapes, dtypes, None, None)
-        if rc != 0:
-            raise RuntimeError(f"{entry} failed with code {rc}: {last_error()}")
-
-    run.keep = (arrays, shape_bufs)
-    return run
+    return aot_runner(entry, _aot_entry(entry),
+                      [(a.ctypes.data, a.shape, str(a.dtype)) for a in arrays], arrays,
+                      last_error)
 
 
 def call_aot(entry, arrays):
