@@ -20,10 +20,12 @@ import argparse
 import json
 
 import numpy as np
-import torch
 
-from benchmarks.cuda_harness import cuda_library
 from benchmarks.layouts import resnet50_shapes
+from examples.common.cli import positive_int
+
+torch = None  # PyTorch, imported by main(): --help answers without it
+cuda_library = None  # ms_optim's CUDA library (benchmarks.common.cuda_harness)
 
 SPARSITY, MOMENTUM, RANKS = 0.999, 0.9, 8
 
@@ -177,12 +179,24 @@ def lamb(sizes, repeat):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=20)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cuda_kernels",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=positive_int, default=20,
+                        help="timed calls per figure (default: 20)")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--profile", action="store_true",
                         help="also print the select's kernels' times (5 calls)")
     args = parser.parse_args(argv)
+    global torch, cuda_library
+    try:
+        import torch
+    except ImportError:
+        parser.exit(1, "benchmarks.cuda_kernels needs PyTorch (pip install torch)\n")
+    from benchmarks.common import cuda_harness
+    cuda_library = cuda_harness.cuda_library
+    if not torch.cuda.is_available() or not cuda_library.available():
+        parser.exit(1, "benchmarks.cuda_kernels needs PyTorch with a CUDA device and ms_optim's "
+                       "CUDA library (built where nvcc is found)\n")
     all_sizes = [int(np.prod(s)) for _, s in resnet50_shapes()]
     compressed = [n for n in all_sizes if n >= 16384]
     copy = copy_bandwidth(args.repeat)

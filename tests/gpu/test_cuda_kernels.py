@@ -9,7 +9,7 @@ it, run ``python -m pytest --noconftest -o addopts= tests/gpu``.
 import numpy as np
 import pytest
 
-from benchmarks.cuda_harness import cpu, cuda_library, gpu, reference
+from benchmarks.common.cuda_harness import cpu, cuda_library, gpu, reference
 from tests.sizes import EDGE_SIZES
 
 torch = pytest.importorskip("torch")

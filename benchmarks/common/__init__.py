@@ -1,0 +1,1 @@
+"""Helpers of the benchmarks (and of the GPU tests), not programs."""
