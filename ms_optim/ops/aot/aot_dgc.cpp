@@ -269,10 +269,7 @@ int propose_body(const AotCall &c) {
 int check_blocks(const AotCall &c, int tensors, int layout_slot, int64_t total,
                  const int32_t *idx, int64_t *r, int64_t *block) {
   const int K = c.K();
-  MSOPT_TRY(c.require_dtype(layout_slot, "int32"));
-  MSOPT_CHECK(c, c.numel(layout_slot) == 1 + 2 * K, kErrSize,
-              "layout must have 1 + 2K = %d elements, got %lld", 1 + 2 * K,
-              static_cast<long long>(c.numel(layout_slot)));
+  MSOPT_TRY(check_dgc_layout(c, layout_slot));
   const int32_t *layout = c.ptr<int32_t>(layout_slot);
   *r = layout[0];
   MSOPT_CHECK(c, *r >= 1 && total % *r == 0, kErrValue,

@@ -4,6 +4,7 @@
 // (msopt_last_kernel_error).
 #include "aot/call.h"
 
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -41,6 +42,7 @@ std::string describe(const Slot *spec, int slots) {
 // not reach the Python side.
 std::mutex g_kernel_error_lock;
 char g_kernel_error[512] = "";
+int64_t g_kernel_error_time = 0;  // steady clock, ns: when it failed
 
 }  // namespace
 
@@ -159,6 +161,8 @@ int run_aot(const char *entry, const Slot *spec, int slots, const AotArgs &args,
     {
       const std::lock_guard<std::mutex> hold(g_kernel_error_lock);
       std::snprintf(g_kernel_error, sizeof g_kernel_error, "%s", message);
+      g_kernel_error_time = std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::steady_clock::now().time_since_epoch()).count();
     }
     std::fprintf(stderr, "ms_optim: %s (code %d)\n", message, rc);
   }
@@ -191,9 +195,10 @@ MSOPT_API const char *msopt_last_kernel_error(void) {
   return copy;
 }
 
-// Every AOT kernel entry of the library, space-separated.
-MSOPT_API const char *msopt_aot_kernels(void) {
-#define MSOPT_AOT_NAME(name, LIST) " " #name
-  return &(MSOPT_AOT_KERNELS(MSOPT_AOT_NAME))[1];
-#undef MSOPT_AOT_NAME
+// When the most recent failed kernel call failed (steady clock, ns; 0 if none): the
+// Python side compares the CPU and CUDA libraries' with it.
+MSOPT_API int64_t msopt_last_kernel_error_time(void) {
+  const std::lock_guard<std::mutex> hold(msopt::g_kernel_error_lock);
+  return msopt::g_kernel_error_time;
 }
+

@@ -6,9 +6,9 @@
 //   int F(int nparam, void **params, int *ndims, int64_t **shapes,
 //         const char **dtypes, void *stream, void *extra)
 // (params: the inputs, then the outputs; stream: the cudaStream_t of a GPU
-// kernel, c.a.stream in the body, null on CPU).  The CUDA library's entries
-// (ops/cuda/) are declared and bound the same way.  It binds the call (the tensor count
-// against the declaration: kErrArgs naming the expected form), runs
+// kernel, c.a.stream in the body, null on CPU; the CUDA library's entries,
+// ops/cuda/, are exported by the same macro).  The entry binds the call (the
+// tensor count against the declaration: kErrArgs naming the expected form), runs
 // lamb_body(const AotCall &c), turns an escaping exception into kErrNoMem or
 // kErrInternal, and on any failure records the message for
 // msopt_last_kernel_error() and writes it to stderr: MindSpore reports only

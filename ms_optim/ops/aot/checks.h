@@ -19,6 +19,15 @@ inline int check_entries(const AotCall &c, int idx, int val) {
   return kOk;
 }
 
+// A DGC exchange layout (take, apply): int32[1 + 2K] (R, offsets, counts).
+inline int check_dgc_layout(const AotCall &c, int layout) {
+  MSOPT_TRY(c.require_dtype(layout, "int32"));
+  MSOPT_CHECK(c, c.numel(layout) == 1 + 2 * c.K(), kErrSize,
+              "layout must have 1 + 2K = %d elements, got %lld", 1 + 2 * c.K(),
+              static_cast<long long>(c.numel(layout)));
+  return kOk;
+}
+
 // DGC's residual update (select, propose; S: its slots): u, v, grad float32,
 // tensor j of each the same size, consts float32[DgcConsts::kCount].
 template <class S>

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <string>
 
+#include "aot/signatures.h"
 #include "core/common.h"
 #include "core/contract.h"
 #include "core/kernels.h"
@@ -191,4 +192,12 @@ MSOPT_API const char *msopt_consts_layout(const char *kernel) {
   for (const auto &l : msopt::kConstsLayouts)
     if (std::strcmp(l.kernel, kernel) == 0) return l.fields;
   return nullptr;
+}
+
+// Every AOT kernel entry of this library, space-separated (the CUDA library,
+// which shares aot/call.cpp, has msopt_cuda_kernels instead).
+MSOPT_API const char *msopt_aot_kernels(void) {
+#define MSOPT_AOT_NAME(name, LIST) " " #name
+  return &(MSOPT_AOT_KERNELS(MSOPT_AOT_NAME))[1];
+#undef MSOPT_AOT_NAME
 }

@@ -9,8 +9,8 @@
 //   ms_optim_dgc_take_multi     v at shared indices, then masking there;
 //   ms_optim_dgc_apply_multi    p -= lr * scatter_add(every block's values) / R.
 //
-// The selection is a radix select, not a sort: the first kernel updates the
-// residuals and builds the histogram of the keys' top digit in the same pass;
+// The selection is a radix select, not a sort: after ks is checked, one kernel
+// updates the residuals and builds the histogram of the keys' top digit;
 // two more histogram passes over v fix the k-th largest key T digit by digit
 // (one block per tensor chooses each digit); a counting pass and a scan of
 // the per-block counts give every block where its entries start, and the last
@@ -337,8 +337,8 @@ select_emit(SelectArgs a, int32_t *idx, float *val, bool take) {
 template <class S>
 int select_run(const AotCall &c, int site, int32_t *idx, float *val, bool take) {
   const int K = c.K();
-  MSOPT_TRY(check_dgc_residuals<S>(c));
   MSOPT_TRY(c.require_dtype(S::ks, "int32"));
+  MSOPT_TRY(check_dgc_residuals<S>(c));
   std::vector<DgcTensor> host(K);
   std::vector<int64_t> n(K);
   for (int j = 0; j < K; ++j) {
@@ -383,6 +383,7 @@ int select_run(const AotCall &c, int site, int32_t *idx, float *val, bool take) 
   select_count<<<blocks, kThreads, 0, stream>>>(a);
   select_scan<<<K, kTensorThreads, 0, stream>>>(a);
   select_emit<<<blocks, kThreads, 0, stream>>>(a, idx, val, take);
+  mark_refused(a.rep, idx, val, c.numel(S::idx), stream);
   return check_launches(c);
 }
 
@@ -502,10 +503,7 @@ template <class S>
 int blocks_setup(const AotCall &c, Workspace &ws, int tensors, int site, Blocks *out,
                  std::vector<size_t> *extra, const std::vector<size_t> &extra_bytes) {
   const int K = c.K();
-  MSOPT_TRY(c.require_dtype(S::layout, "int32"));
-  MSOPT_CHECK(c, c.numel(S::layout) == 1 + 2 * K, kErrSize,
-              "layout must have 1 + 2K = %d elements, got %lld", 1 + 2 * K,
-              static_cast<long long>(c.numel(S::layout)));
+  MSOPT_TRY(check_dgc_layout(c, S::layout));
   const long long total = c.numel(S::idx);
   MSOPT_TRY(take_device_error(c));
   std::vector<int64_t> n(K);
@@ -582,6 +580,7 @@ int take_body(const AotCall &c) {
     take_values<<<b.launch, kThreads, 0, stream>>>(b.args, t, c.ptr<float>(S::val));
     take_mask<<<b.launch, kThreads, 0, stream>>>(b.args, t);
   }
+  mark_refused(b.args.rep, nullptr, c.ptr<float>(S::val), c.numel(S::val), stream);
   return check_launches(c);
 }
 

@@ -26,14 +26,20 @@ const char *site_name(int site) {
     case kSitePropose: return "ms_optim_dgc_propose_multi";
     case kSiteTake: return "ms_optim_dgc_take_multi";
     case kSiteApply: return "ms_optim_dgc_apply_multi";
-    case kSiteLamb: return "ms_optim_lamb";
-    case kSiteSumsq: return "ms_optim_sumsq";
     default: return "an ms_optim CUDA kernel";
   }
 }
 
 __global__ void mark_done_kernel(Report r, float *done) {
   if (!gated(r)) *done = 0.0f;
+}
+
+__global__ void mark_refused_kernel(Report r, int32_t *idx, float *val, int64_t n) {
+  if (!gated(r)) return;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= n) return;
+  if (idx != nullptr) idx[i] = -1;
+  if (val != nullptr) val[i] = __int_as_float(0x7fc00000);
 }
 
 // The pending failure as (code, message), then cleared; kOk when none.
@@ -86,8 +92,9 @@ int take_pending(char *message, size_t size) {
   char more[96] = "";
   if (claim.dropped > 0)
     std::snprintf(more, sizeof more, "; %u later call(s) were refused too", claim.dropped);
-  std::snprintf(message, size, "%s: %s (found on the device; that call wrote nothing%s)",
-                site_name(site), what, more);
+  std::snprintf(message, size,
+                "%s: %s (found on the device: that call changed none of its inputs and "
+                "marked its outputs refused%s)", site_name(site), what, more);
   s->error = kDevOk;
   cudaMemset(g_claim, 0, sizeof(DeviceClaim));
   return code;
@@ -137,6 +144,11 @@ int take_device_error(const AotCall &c) {
 
 void mark_done(const Report &r, float *done, cudaStream_t stream) {
   mark_done_kernel<<<1, 1, 0, stream>>>(r, done);
+}
+
+void mark_refused(const Report &r, int32_t *idx, float *val, int64_t n, cudaStream_t stream) {
+  if (n > 0)
+    mark_refused_kernel<<<(n + kThreads - 1) / kThreads, kThreads, 0, stream>>>(r, idx, val, n);
 }
 
 int check_launches(const AotCall &c) {

@@ -6,10 +6,13 @@
 // cudaStream_t as `stream` (c.a.stream), and are bound by aot/call.h like the
 // CPU ones: counts, dtypes and sizes are checked on the host before anything
 // is launched.  Values inside tensors (ks, a layout, indices) live on the
-// device and are checked there by the call's first kernel; a failure gates
-// every later kernel of the call (nothing is written) and is recorded in a
-// status record in mapped host memory, which the next call of any entry, or
-// msopt_cuda_status(stream), reports as that call's error code and message.
+// device and are checked there by the call's first kernels; a failure gates
+// every later kernel of the call (no input is changed, the outputs are
+// written as refusals: indices -1, values NaN, which a later apply refuses in
+// turn) and is recorded in a status record in mapped host memory.  A later
+// call of any entry, once the failing kernel has run, or
+// msopt_cuda_status(stream), which waits for it, reports the failure as its
+// error code and message.
 //
 // No MindSpore or Python headers here.
 #pragma once
@@ -64,7 +67,7 @@ struct DeviceClaim {
 };
 
 // The entries, by site number, for messages.
-enum Site : int { kSiteSelect, kSitePropose, kSiteTake, kSiteApply, kSiteLamb, kSiteSumsq };
+enum Site : int { kSiteSelect, kSitePropose, kSiteTake, kSiteApply };
 
 // Where a kernel reports a failure: the status record, the call's gate (device
 // memory, zeroed at the call's start; set, every later kernel of the call
@@ -121,6 +124,10 @@ int check_launches(const AotCall &c);
 
 // Queues *done (float32) = 0 on `stream`, unless the call is refused.
 void mark_done(const Report &r, float *done, cudaStream_t stream);
+
+// Queues, for a refused call only, idx[0..n) = -1 and val[0..n) = NaN (either may
+// be null): outputs that no later kernel takes for entries.
+void mark_refused(const Report &r, int32_t *idx, float *val, int64_t n, cudaStream_t stream);
 
 // x[base + r * kThreads + threadIdx.x] of every round r, 0 past n, each load
 // issued before any is used: kRounds loads in flight per thread, not one.
