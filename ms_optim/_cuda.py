@@ -27,6 +27,8 @@ _SIGNATURES = {
     "msopt_cuda_device": (ctypes.c_char_p, []),
     "msopt_cuda_status": (ctypes.c_int, [ctypes.c_void_p]),
     "msopt_aot_signature": (ctypes.c_char_p, [ctypes.c_char_p]),
+    "msopt_last_kernel_error": (ctypes.c_char_p, []),
+    "msopt_last_kernel_error_time": (ctypes.c_int64, []),
 }
 # __cuda_array_interface__'s typestr -> the dtype names MindSpore passes to AOT kernels
 _DTYPES = {"<f4": "float32", "<f2": "float16", "<i4": "int32", "<f8": "float64",
@@ -56,6 +58,11 @@ def lib():
                 f"ms_optim's CUDA kernels are not built: {path} is missing. They are built by "
                 f"'pip install .' where nvcc is on PATH or in $CUDA_HOME/bin.")
     return _lib
+
+
+def loaded():
+    """True when this process has loaded the CUDA library (an optimizer built its ops)."""
+    return _lib is not None
 
 
 def available():

@@ -34,6 +34,7 @@ _AOT_SIGNATURES = {
     "msopt_aot_kernels": (ctypes.c_char_p, []),
     "msopt_aot_signature": (ctypes.c_char_p, [ctypes.c_char_p]),
     "msopt_last_kernel_error": (ctypes.c_char_p, []),
+    "msopt_last_kernel_error_time": (ctypes.c_int64, []),
 }
 
 
@@ -214,8 +215,9 @@ def last_native_error():
     at a tensor that changed behind the optimizer's back, or at a bug.
 
     Returns:
-        str, the message of the most recent failed kernel call on any thread, or ``""``
-        when none failed.  Its codes are the C library's (``docs/capi.md``), e.g.
+        str, the message of the most recent failed kernel call on any thread, of the CPU
+        library or, where the optimizers run them, of the CUDA kernels (``docs/gpu.md``);
+        ``""`` when none failed.  Its codes are the C library's (``docs/capi.md``), e.g.
         ``MSOPT_ERR_SIZE`` (-3) for a wrong element count.
 
     Raises:
@@ -229,7 +231,13 @@ def last_native_error():
         >>> isinstance(ms_optim.last_native_error(), str)
         True
     """
-    return lib_with(_AOT_SIGNATURES, "msopt_last_kernel_error").msopt_last_kernel_error().decode()
+    from . import _cuda
+
+    libraries = [lib_with(_AOT_SIGNATURES, "msopt_last_kernel_error")]
+    if _cuda.loaded():
+        libraries.append(_cuda.lib())
+    return max((h.msopt_last_kernel_error_time(), h.msopt_last_kernel_error().decode())
+               for h in libraries)[1]
 
 
 def _aot_entry(entry):

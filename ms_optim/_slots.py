@@ -4,7 +4,7 @@ The library reports each AOT kernel's declaration (``ops/aot/signatures.h``) as
 text, e.g. ``"param:each m:each lr wd -> done"``.  ``parse`` reads it into
 ``Slot`` tuples; ``flat_arrays`` turns tensors given by slot name into the flat
 list a direct call takes (inputs, then outputs).  ``ms_optim.aot`` builds
-MindSpore ops from the same slots; ``ms_optim.testing`` and ``ms_optim.cuda``
+MindSpore ops from the same slots; ``ms_optim.testing`` and ``ms_optim._cuda``
 call kernels directly with them.
 """
 from typing import NamedTuple

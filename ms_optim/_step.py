@@ -61,11 +61,13 @@ def resolve_impl(cls, impl, supported, device_choice, cuda=False):
     on_gpu = cuda and target == "GPU"
     if impl == "auto":
         impl = "native" if target == "CPU" or on_gpu else device_choice
-    if impl == "native" and on_gpu and not _cuda.available():
-        logger.warning("%s: the CUDA kernels are not built (%s is missing: reinstall with "
-                       "nvcc on PATH); running impl=%r instead of 'native'.", cls,
-                       _cuda.library_path(), device_choice)
-        impl = device_choice
+    if impl == "native" and on_gpu:
+        try:
+            _cuda.lib()
+        except _cuda.CudaLibraryError as exc:
+            logger.warning("%s: %s; running impl=%r instead of 'native'.", cls,
+                           str(exc).rstrip("."), device_choice)
+            impl = device_choice
     return impl
 
 

@@ -23,8 +23,8 @@ Four things live here and nowhere else:
   costs more than a small parameter's update (benchmarks/README.md#where-a-steps-time-goes).
 - **The op factories**: one function per native kernel, returning a
   ``mindspore.ops.Custom`` pinned to the host CPU (``_native.aot_op``); those of
-  Lamb and of DGC's select, propose, take and apply take ``device="GPU"`` for the
-  CUDA library's entry of the same declaration (ops/cuda/).
+  Lamb and its sum of squares and of DGC's select, propose, take and apply take
+  ``device="GPU"`` for the CUDA library's entry of the same declaration (ops/cuda/).
 """
 import ctypes
 
@@ -111,7 +111,6 @@ def _fmt(dtype):
 
 # ------------------------------------------------------- calls by name --
 
-Slot = _slots.Slot
 _signatures = {}
 
 

@@ -186,8 +186,9 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         Verified on CPU (``impl="native"`` and ``"ops"``, one worker and several under
         msrun).  On GPU, ``impl="native"`` runs the CUDA kernels for the compressed
         parameters' select and apply (the dense momentum and the bucket of small
-        parameters in graph code); the kernels are tested on a GPU against the reference
-        and the CPU kernels (tests/gpu), not inside MindSpore's GPU build.  On Ascend
+        parameters in graph code, the workers' agreement check on the host); the kernels
+        are tested on a GPU against the reference and the CPU kernels (tests/gpu), not
+        inside MindSpore's GPU build.  On Ascend
         ``impl="auto"`` runs ``"ops"`` (MindSpore ops and collectives), not tested there.
 
     Examples:
