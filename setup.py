@@ -10,9 +10,11 @@ on any x86-64 CPU.
 
 Where nvcc is found (on PATH, or $CUDA_HOME/bin), the CUDA kernels of ops/cuda/
 are compiled too, into ms_optim/libms_optim_cuda.so, MindSpore's GPU AOT ops.
-MSOPT_CUDA=0 skips them, MSOPT_CUDA=1 makes a missing nvcc an error;
-MSOPT_CUDA_ARCHS lists the GPU architectures (default "75;90": Turing-and-later
-PTX, Hopper machine code).  Without nvcc the CPU build is all there is.
+MSOPT_CUDA=0 skips them; MSOPT_CUDA=1 makes a missing nvcc, or a CUDA source
+that does not compile, an error (unset, the install goes on with the CPU library
+alone and says why).  MSOPT_CUDA_ARCHS lists the GPU architectures (default
+"75;90": machine code for sm_75 and sm_90, and sm_75's PTX for the GPUs after
+it).  A build without the CUDA library removes an earlier build's.
 """
 import glob
 import os
@@ -111,11 +113,19 @@ class BuildNative(build_ext):
         # the CUDA and ISA units first: they take the longest
         jobs.sort(key=lambda job: not (job[0].endswith(".cu")
                                        or os.path.basename(job[0]).startswith("isa_")))
-        done = []
+        done, cuda_failed = [], []
+        # unless MSOPT_CUDA=1, a CUDA source that does not compile leaves the CPU build
+        strict = os.environ.get("MSOPT_CUDA") == "1"
 
         def compile_one(job):
             src, _, cmd = job
-            self._run(cmd)
+            try:
+                self._run(cmd)
+            except subprocess.CalledProcessError:
+                if strict or not src.endswith(".cu"):
+                    raise
+                cuda_failed.append(src)
+                return
             done.append(src)
             print(f"ms_optim: compiled {len(done)}/{len(jobs)} {os.path.relpath(src, OPS)}",
                   flush=True)
@@ -126,11 +136,21 @@ class BuildNative(build_ext):
             list(pool.map(compile_one, jobs))
         self._run(cxx + ["-shared", "-fopenmp", "-o", out] + cpu_objs)
         print(f"ms_optim: linked {out}", flush=True)
-        if nvcc is not None:
-            cuda_out = os.path.join(os.path.dirname(out), CUDA_LIB)
+        cuda_out = os.path.join(os.path.dirname(out), CUDA_LIB)
+        if nvcc is not None and not cuda_failed:
             self._run([nvcc, "-shared"] + gencode + ["-o", cuda_out] + cuda_objs)
             self.cuda_outputs = (cuda_out,)
             print(f"ms_optim: linked {cuda_out}", flush=True)
+            return
+        if cuda_failed:
+            print(f"ms_optim: no CUDA kernels: {', '.join(cuda_failed)} did not compile with "
+                  f"{nvcc} (its errors above; MSOPT_CUDA_ARCHS names the GPUs)", flush=True)
+        # no library of an earlier build may stay behind, in the build or in the source tree
+        package_dir = self.get_finalized_command("build_py").get_package_dir("ms_optim")
+        for stale in (cuda_out, os.path.join(package_dir, CUDA_LIB)):
+            if os.path.exists(stale):
+                os.remove(stale)
+                print(f"ms_optim: removed {stale}, an earlier build's", flush=True)
 
     @staticmethod
     def _run(cmd):
@@ -143,6 +163,8 @@ def cuda_build():
     """(nvcc, its -gencode flags) for the CUDA library, or (None, None) when it is not built
     (module docstring: MSOPT_CUDA, MSOPT_CUDA_ARCHS)."""
     want = os.environ.get("MSOPT_CUDA", "")
+    if want not in ("", "0", "1"):
+        raise RuntimeError(f"MSOPT_CUDA must be 0, 1 or unset, got {want!r}")
     nvcc = find_nvcc()
     if want == "0" or (nvcc is None and want != "1"):
         print("ms_optim: no CUDA kernels (" + ("MSOPT_CUDA=0" if want == "0" else
@@ -150,8 +172,11 @@ def cuda_build():
         return None, None
     if nvcc is None:
         raise RuntimeError("MSOPT_CUDA=1 but nvcc is neither on PATH nor in $CUDA_HOME/bin")
-    archs = [a.strip() for a in os.environ.get("MSOPT_CUDA_ARCHS", "75;90").split(";")
-             if a.strip()]
+    text = os.environ.get("MSOPT_CUDA_ARCHS", "75;90")
+    archs = [a.strip() for a in text.split(";") if a.strip()]
+    if not archs or not all(a.isdigit() for a in archs):
+        raise RuntimeError(f"MSOPT_CUDA_ARCHS must list compute capabilities such as "
+                           f"\"75;90\", got {text!r}")
     # machine code for each architecture, and PTX of the oldest for the ones after it
     return nvcc, [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs[1:]] + [
         f"-gencode=arch=compute_{archs[0]},code=[sm_{archs[0]},compute_{archs[0]}]"]
