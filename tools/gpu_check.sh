@@ -3,7 +3,8 @@
 # the CPU and CUDA libraries in place, runs the CUDA tests (tests/gpu, against the reference
 # and the CPU library), the benchmarks (benchmarks/cuda_kernels.py), and compute-sanitizer's
 # memcheck and racecheck on small cases.  Logs and figures go to the folder $1 (default:
-# gpu_results).  Run from the repository root:  bash tools/gpu_check.sh [OUT]
+# gpu_results); the exit status is 1 when any step failed.  Run from the repository root:
+#   bash tools/gpu_check.sh [OUT]
 set -uo pipefail
 out=${1:-gpu_results}
 mkdir -p "$out"
@@ -17,18 +18,23 @@ python3 setup.py -q build_ext --inplace > "$out/build.log" 2>&1 \
   || { tail -40 "$out/build.log"; exit 1; }
 echo "build: $((SECONDS - start)) s"
 start=$SECONDS
-"${pytest_gpu[@]}" -q -rfEs --junitxml "$out/tests.xml" > "$out/tests.log" 2>&1
-echo "tests (rc $?): $((SECONDS - start)) s"; tail -25 "$out/tests.log"
+failed=()
+"${pytest_gpu[@]}" -q -rfEs --junitxml "$out/tests.xml" > "$out/tests.log" 2>&1 || failed+=(tests)
+echo "tests: $((SECONDS - start)) s"; tail -25 "$out/tests.log"
 start=$SECONDS
-timeout 150 python3 -m benchmarks.cuda_kernels --profile --json "$out/bench.json" > "$out/bench.log" 2>&1
-echo "bench (rc $?): $((SECONDS - start)) s"; cat "$out/bench.log"
+timeout 150 python3 -m benchmarks.cuda_kernels --profile --json "$out/bench.json" \
+  > "$out/bench.log" 2>&1 || failed+=(bench)
+echo "bench: $((SECONDS - start)) s"; cat "$out/bench.log"
 start=$SECONDS
 small="many_tensors or propose or (take and 3) or (apply_sums and float16 and True)"
 small="$small or refus or (lamb and n16385_1)"
 timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 \
-  "${pytest_gpu[@]}" -q -x -k "$small" > "$out/memcheck.log" 2>&1
-echo "memcheck (rc $?): $((SECONDS - start)) s"; tail -6 "$out/memcheck.log"
+  "${pytest_gpu[@]}" -q -x -k "$small" > "$out/memcheck.log" 2>&1 || failed+=(memcheck)
+echo "memcheck: $((SECONDS - start)) s"; tail -6 "$out/memcheck.log"
 start=$SECONDS
 timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 \
-  "${pytest_gpu[@]}" -q -x -k "select_many_tensors_in_one_call and ties" > "$out/racecheck.log" 2>&1
-echo "racecheck (rc $?): $((SECONDS - start)) s"; tail -6 "$out/racecheck.log"
+  "${pytest_gpu[@]}" -q -x -k "select_many_tensors_in_one_call and ties" \
+  > "$out/racecheck.log" 2>&1 || failed+=(racecheck)
+echo "racecheck: $((SECONDS - start)) s"; tail -6 "$out/racecheck.log"
+if [ ${#failed[@]} -gt 0 ]; then echo "failed: ${failed[*]}"; exit 1; fi
+echo "all passed"

@@ -269,19 +269,31 @@ def _device(a):
     return torch.from_numpy(np.ascontiguousarray(a).copy()).cuda()
 
 
+# The outputs a refused call writes: no index, no value.
+REFUSED_OUTPUTS = {"ms_optim_dgc_select_multi": ("idx", "val"),
+                   "ms_optim_dgc_propose_multi": ("idx",), "ms_optim_dgc_take_multi": ("val",)}
+
+
+def _on_device(named):
+    return {k: [_device(x) for x in v] if isinstance(v, list) else _device(v)
+            for k, v in named.items()}
+
+
 def _refused(entry, match, **named):
-    """Runs `entry` on device copies of `named`; the status check must raise `match`, and
-    every tensor must be as it was."""
-    dev = {k: [_device(x) for x in v] if isinstance(v, list) else _device(v)
-           for k, v in named.items()}
+    """Runs `entry` on device copies of `named`; the status check must raise `match`, every
+    input must be as it was, and the outputs read as refusals (indices -1, values NaN)."""
+    dev = _on_device(named)
     stream = torch.cuda.current_stream().cuda_stream
     cuda_library.call(entry, stream, **dev)
     with pytest.raises(RuntimeError, match=match):
         cuda_library.status(stream)
     for k, v in named.items():
-        for a, b in zip(v if isinstance(v, list) else [v], dev[k] if isinstance(v, list)
-                        else [dev[k]]):
-            same_bits(b.cpu().numpy(), np.ascontiguousarray(a))
+        got = [b.cpu().numpy() for b in (dev[k] if isinstance(v, list) else [dev[k]])]
+        if k in REFUSED_OUTPUTS.get(entry, ()):
+            assert (got[0] == -1).all() if k == "idx" else np.isnan(got[0]).all(), k
+            continue
+        for a, b in zip(v if isinstance(v, list) else [v], got):
+            same_bits(b, np.ascontiguousarray(a))
     cuda_library.status(stream)  # reported once, then clear
 
 
@@ -324,6 +336,35 @@ def test_apply_refuses_bad_runs_and_layouts():
              **_apply_call([1, 2], [1, 1, 2]))
 
 
+def test_apply_refuses_overlapping_parameters():
+    call = dict(param=[np.ones(10, f32), np.ones(10, f32)], idx=np.array([1, 2, 3, 4], np.int32),
+                val=np.ones(4, f32), lr=np.array(0.1, f32),
+                layout=np.array([1, 0, 1, 2, 2], np.int32), done=np.ones(1, f32))
+    _refused("ms_optim_dgc_apply_multi", r"entry 1 of a block belongs to param0 and param1",
+             **call)
+
+
+def test_a_refused_select_makes_the_apply_after_it_refuse():
+    """No wait between the calls, as in a training step: the select's refusal leaves no
+    entries, the apply refuses them, and nothing is stepped."""
+    sel = _on_device(_select_call([5, 0]))
+    n = 1000
+    params = [_device(np.ones(n, f32)), _device(np.ones(n, f32))]
+    done = _device(np.ones(1, f32))
+    lr, layout = _device(np.array(0.1, f32)), _device(np.array([1, 0, 5, 5, 0], np.int32))
+    stream = torch.cuda.current_stream().cuda_stream
+    torch.cuda._sleep(200_000_000)  # the GPU busy for a while: both calls wait in the queue
+    cuda_library.call("ms_optim_dgc_select_multi", stream, **sel)
+    cuda_library.call("ms_optim_dgc_apply_multi", stream, param=params, idx=sel["idx"],
+                      val=sel["val"], lr=lr, layout=layout, done=done)
+    with pytest.raises(RuntimeError, match=r"ks\[1\] = 0 .* 1 later call\(s\) were refused too"):
+        cuda_library.status(stream)
+    for p in params:
+        assert (p.cpu().numpy() == 1).all()
+    assert done.cpu().numpy()[0] == 1
+    cuda_library.status(stream)
+
+
 def test_take_refuses_unsorted_runs():
     n = 50
     _refused("ms_optim_dgc_take_multi", r"do not ascend",
@@ -331,14 +372,12 @@ def test_take_refuses_unsorted_runs():
              layout=np.array([1, 0, 2], np.int32), val=np.zeros(2, f32))
 
 
-def test_a_refusal_is_reported_by_the_next_call():
-    dev = {k: [_device(x) for x in v] if isinstance(v, list) else _device(v)
-           for k, v in _select_call([5, 0]).items()}
+def test_a_refusal_is_reported_by_a_later_call():
+    dev = _on_device(_select_call([5, 0]))
     stream = torch.cuda.current_stream().cuda_stream
     cuda_library.call("ms_optim_dgc_select_multi", stream, **dev)
-    torch.cuda.synchronize()
-    good = {k: [_device(x) for x in v] if isinstance(v, list) else _device(v)
-            for k, v in _select_call([5, 6]).items()}
+    torch.cuda.synchronize()  # the failing kernel has run: the next call sees it
+    good = _on_device(_select_call([5, 6]))
     with pytest.raises(RuntimeError, match=r"an earlier call failed: "
                        r"ms_optim_dgc_select_multi: ks\[1\] = 0"):
         cuda_library.call("ms_optim_dgc_select_multi", stream, **good)
@@ -349,7 +388,6 @@ def test_a_refusal_is_reported_by_the_next_call():
 def test_host_checks_name_the_tensor():
     call = _select_call([5, 6])
     call["u"] = [np.ones(1000, np.float64), np.ones(1000, f32)]
-    dev = {k: [_device(x) for x in v] if isinstance(v, list) else _device(v)
-           for k, v in call.items()}
+    dev = _on_device(call)
     with pytest.raises(RuntimeError, match=r"u0 must be float32, got float64"):
         cuda_library.call("ms_optim_dgc_select_multi", 0, **dev)

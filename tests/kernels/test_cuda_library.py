@@ -1,20 +1,26 @@
 """The CUDA library as the install builds it where nvcc is found (no GPU needed here): it is
 built, its entries are declared as the CPU library's, and it refuses wrong tensors on the host,
 naming them, before it touches a device.  Its kernels are tested on a GPU (tests/gpu)."""
+import os
 import shutil
 
+import numpy as np
 import pytest
 
-from ms_optim import _cuda, aot
+import ms_optim
+from ms_optim import _cuda, aot, testing
 
 built = pytest.mark.skipif(not _cuda.available(),
                            reason="the CUDA library is not built (no nvcc at install)")
 
 
 def test_built_where_nvcc_is_found():
-    if shutil.which("nvcc") is None:
-        pytest.skip("no nvcc on PATH: the install builds no CUDA library")
-    assert _cuda.available(), f"{_cuda.library_path()} was not built although nvcc is on PATH"
+    """As setup.py looks for nvcc: on PATH, else in $CUDA_HOME/bin; MSOPT_CUDA=0 skips it."""
+    home = os.environ.get("CUDA_HOME")
+    nvcc = shutil.which("nvcc") or (home and shutil.which(os.path.join(home, "bin", "nvcc")))
+    if not nvcc or os.environ.get("MSOPT_CUDA") == "0":
+        pytest.skip("no nvcc, or MSOPT_CUDA=0: the install builds no CUDA library")
+    assert _cuda.available(), f"{_cuda.library_path()} was not built although {nvcc} is there"
 
 
 @built
@@ -84,6 +90,33 @@ def test_lamb_and_apply_check_their_sizes_on_the_host():
         _cuda.call("ms_optim_dgc_apply_multi", param=[p[0], DeviceArray((20,), "<f2")],
                    idx=DeviceArray((4,), "<i4"), val=DeviceArray((4,)), lr=one,
                    layout=DeviceArray((5,), "<i4"), done=one)
+
+
+@built
+def test_last_native_error_is_the_latest_failure_of_either_library():
+    with pytest.raises(RuntimeError):
+        _cuda.call("ms_optim_dgc_select_multi", **_select(ks=DeviceArray((2,))))
+    assert ms_optim.last_native_error() == (
+        "ms_optim_dgc_select_multi: ks must be int32, got float32")
+    with pytest.raises(RuntimeError):
+        testing.call_kernel("ms_optim_sumsq", grad=[np.zeros(3)], sumsq=np.zeros(1, np.float32))
+    assert ms_optim.last_native_error() == "ms_optim_sumsq: grad0 must be float32, got float64"
+    with pytest.raises(RuntimeError):
+        _cuda.call("ms_optim_sumsq", grad=[DeviceArray((3,), "<f8")], sumsq=DeviceArray((1,)))
+    assert ms_optim.last_native_error() == "ms_optim_sumsq: grad0 must be float32, got float64"
+    with pytest.raises(RuntimeError):
+        _cuda.call("ms_optim_lamb", **dict.fromkeys(("param", "m", "v", "grad"),
+                                                    [DeviceArray((4,))]),
+                   lr=DeviceArray((1,)), wd=DeviceArray((1,)), gscale=DeviceArray((2,)),
+                   powers=DeviceArray((2,)), consts=DeviceArray((7,)), ratios=DeviceArray((1,)))
+    assert "ms_optim_lamb: gscale must have 1 element" in ms_optim.last_native_error()
+
+
+@built
+def test_the_cuda_library_lists_only_its_own_kernels():
+    with pytest.raises(AttributeError):
+        _cuda.lib().msopt_aot_kernels  # the CPU library's list of every entry
+    assert "ms_optim_adam_inplace" in testing.kernel_names()
 
 
 @built

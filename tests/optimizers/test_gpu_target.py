@@ -75,7 +75,7 @@ def test_dgc_runs_the_cuda_kernels_for_the_compressed_parameters(gpu_target, exc
             for op in stage_ops:
                 _cuda_entry(op, "ms_optim_dgc_propose_multi")
     assert step.shares == (exchange == "union")
-    # the bucket of small parameters and the dense momentum: graph code, no host kernel
+    # the bucket of small parameters and the dense momentum: graph code, no native op
     assert not opt.bucket_step.native
     for momentum in (opt.dense_momentum, opt.warmup_momentum):
         assert momentum.run_ops == ()
