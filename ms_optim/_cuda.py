@@ -86,8 +86,9 @@ def device():
 
 def signature(entry):
     """The slots of CUDA entry `entry` (ValueError for one the library lacks)."""
-    if entry not in kernels():
-        raise ValueError(f"the CUDA library has no kernel {entry!r}; it has {kernels()}")
+    have = kernels()
+    if entry not in have:
+        raise ValueError(f"the CUDA library has no kernel {entry!r}; it has {have}")
     return _slots.parse(lib().msopt_aot_signature(entry.encode()).decode())
 
 
@@ -101,7 +102,8 @@ def aot_func(entry):
 def status(stream=0):
     """Waits for `stream` (an integer cudaStream_t, 0: the default stream) and raises
     RuntimeError with the library's message when a kernel found a value it could only read
-    on the device (ks, a layout, an index) out of range; that call wrote nothing."""
+    on the device (ks, a layout, an index) out of range; that call changed none of its
+    inputs and marked its outputs refused (docs/gpu.md#errors)."""
     rc = lib().msopt_cuda_status(ctypes.c_void_p(stream))
     if rc != 0:
         raise RuntimeError(f"code {rc}: {lib().msopt_last_error().decode()}")

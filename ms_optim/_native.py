@@ -27,8 +27,8 @@ _SIGNATURES = {
     "msopt_f16_to_f32": (None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]),
 }
 AOT_ARGTYPES = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
-                 ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_char_p),
-                 ctypes.c_void_p, ctypes.c_void_p]
+                ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_char_p),
+                ctypes.c_void_p, ctypes.c_void_p]
 # What the library reports of its AOT kernels (ops/aot/signatures.h declares them).
 _AOT_SIGNATURES = {
     "msopt_aot_kernels": (ctypes.c_char_p, []),
