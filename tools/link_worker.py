@@ -67,6 +67,13 @@ RECIPES = {
                  "sparsity": [0.98], "dense_params": "classifier"},
     "dgc-99-head": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
                     "sparsity": [0.99], "dense_params": "classifier"},
+    "dgc-95-head": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
+                    "sparsity": [0.95], "dense_params": "classifier"},
+    # the first and the last weight (the input layer and the classifier) all-reduced dense
+    "dgc-ends": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
+                 "sparsity": [0.98], "dense_params": "ends"},
+    "dgc-99-ends": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
+                    "sparsity": [0.99], "dense_params": "ends"},
     # denser first steps, then the recipe's 0.98
     "dgc-ramp15": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 15,
                    "sparsity": [0.75, 0.9375, 0.98]},
@@ -115,8 +122,11 @@ def make_optimizer(run, params, lr):
     if settings.pop("data_parallel", False):
         ms.set_auto_parallel_context(parallel_mode=ParallelMode.DATA_PARALLEL,
                                      gradients_mean=True)
+    weights = [p for p in params if p.ndim > 1]
     if settings.get("dense_params") == "classifier":
-        settings["dense_params"] = [[p for p in params if p.ndim > 1][-1]]
+        settings["dense_params"] = weights[-1:]
+    elif settings.get("dense_params") == "ends":
+        settings["dense_params"] = [weights[0], weights[-1]]
     cls = {"Momentum": nn.Momentum, "DGCMomentum": ms_optim.DGCMomentum}[kind]
     return cls(params, learning_rate=lr, momentum=MOMENTUM, **settings)
 

@@ -456,3 +456,15 @@ def test_link_convnet_has_batchnorm_and_two_compressed_tensors():
     assert opt.compressed_params == ["features.3.weight", "head.0.weight"]
     x = ms.Tensor(np.zeros((3, 64), np.float32))
     assert net(x).shape == (3, 10)
+
+
+@pytest.mark.parametrize("run", ["dgc-head", "dgc-95-head", "dgc-ends", "dgc-99-ends"])
+def test_link_recipes_send_the_named_weights_dense(run):
+    worker = module("tools.link_worker")
+    net = worker.model("small")   # weights 0, 2 and 4; 0 and 2 large enough to compress
+    params = net.trainable_params()
+    opt = worker.make_optimizer(run, params, 0.05)
+    dense = ["0.weight", "4.weight"] if run.endswith("-ends") else ["4.weight"]
+    assert [p.name for p, d in zip(params, opt.asked_dense) if d] == dense
+    assert opt.compressed_params == [n for n in ("0.weight", "2.weight") if n not in dense]
+    assert list(opt.sparsity) == worker.RECIPES[run]["sparsity"]
