@@ -21,14 +21,13 @@ LIB_NAME = "libms_optim_cuda.so"
 _lock = threading.Lock()
 _lib = None
 
+# the CUDA entries, and those it shares with the CPU library (ops/core/errors.cpp, ops/aot/call.cpp)
 _SIGNATURES = {
-    "msopt_last_error": (ctypes.c_char_p, []),
     "msopt_cuda_kernels": (ctypes.c_char_p, []),
     "msopt_cuda_device": (ctypes.c_char_p, []),
     "msopt_cuda_status": (ctypes.c_int, [ctypes.c_void_p]),
-    "msopt_aot_signature": (ctypes.c_char_p, [ctypes.c_char_p]),
-    "msopt_last_kernel_error": (ctypes.c_char_p, []),
-    "msopt_last_kernel_error_time": (ctypes.c_int64, []),
+    "msopt_last_error": _native._SIGNATURES["msopt_last_error"],
+    **_native.AOT_REPORT_SIGNATURES,
 }
 # __cuda_array_interface__'s typestr -> the dtype names MindSpore passes to AOT kernels
 _DTYPES = {"<f4": "float32", "<f2": "float16", "<i4": "int32", "<f8": "float64",

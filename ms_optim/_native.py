@@ -29,13 +29,14 @@ _SIGNATURES = {
 AOT_ARGTYPES = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
                 ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_char_p),
                 ctypes.c_void_p, ctypes.c_void_p]
-# What the library reports of its AOT kernels (ops/aot/signatures.h declares them).
-_AOT_SIGNATURES = {
-    "msopt_aot_kernels": (ctypes.c_char_p, []),
+# What a library reports of its AOT kernels (ops/aot/signatures.h declares them) and of their
+# failures: ops/aot/call.cpp, linked into the CPU and the CUDA library alike (_cuda.py).
+AOT_REPORT_SIGNATURES = {
     "msopt_aot_signature": (ctypes.c_char_p, [ctypes.c_char_p]),
     "msopt_last_kernel_error": (ctypes.c_char_p, []),
     "msopt_last_kernel_error_time": (ctypes.c_int64, []),
 }
+_AOT_SIGNATURES = {"msopt_aot_kernels": (ctypes.c_char_p, []), **AOT_REPORT_SIGNATURES}
 
 
 class NativeLibraryError(RuntimeError):
