@@ -294,10 +294,18 @@ def lamb_step(p, m, v, g, lr, beta1, beta2, eps, beta1_power, beta2_power, weigh
     return ratio
 
 
+def magnitude_keys(x):
+    """|x| as integers, the order every selection follows (core/radix.h): the float32 bits
+    with the sign cleared, which order like |x| for numbers and put a NaN above +inf."""
+    return np.ascontiguousarray(x, f32).view(np.uint32) & np.uint32(0x7fffffff)
+
+
 def topk_abs(x, k):
-    """The k entries of largest |x|, ties to the lower index: (ascending int32 indices, x[indices])."""
+    """The k entries of largest |x| (a NaN above +inf), ties to the lower index: (ascending
+    int32 indices, x[indices])."""
     x = x.reshape(-1)
-    order = np.lexsort((np.arange(x.size), -np.abs(x)))  # by |x| descending, then index
+    keys = magnitude_keys(x).astype(np.int64)
+    order = np.lexsort((np.arange(x.size), -keys))  # by key descending, then index
     idx = np.sort(order[:k]).astype(np.int32)
     return idx, x[idx]
 

@@ -33,11 +33,15 @@ def _inputs(kind, n, rng):
         return np.full(n, -2.5, np.float32)
     if kind == "ties":  # a few magnitudes, each shared by many entries of both signs
         return (rng.integers(0, 4, n) * rng.choice([-1, 1], n)).astype(np.float32)
+    if kind == "nan_inf":  # NaN above inf above every number, whatever the threshold lands on
+        x = rng.standard_normal(n).astype(np.float32)
+        x[::97], x[5::89], x[n // 2] = np.nan, -np.inf, np.nan
+        return x
     raise ValueError(kind)
 
 
 @pytest.mark.parametrize("n", SIZE_PARAMS)
-@pytest.mark.parametrize("kind", ["random", "negative", "all_equal", "ties"])
+@pytest.mark.parametrize("kind", ["random", "negative", "all_equal", "ties", "nan_inf"])
 def test_topk_matches_reference(isa, n, kind):
     rng = np.random.default_rng(n)
     x = _inputs(kind, n, rng)

@@ -380,9 +380,9 @@ int bucket_accumulate_topk(const AotCall &c, const std::vector<int64_t> &start, 
   MSOPT_CHECK(c, kk >= 1 && kk <= total, kErrSize,
               "idx holds k = %lld entries, outside [1, %lld] (the bucket's elements)",
               static_cast<long long>(kk), static_cast<long long>(total));
-  // the update alone: no candidate reaches an infinite threshold (cap 0 keeps none)
+  // the update alone: no key reaches one above every key, a NaN's too (cap 0 keeps none)
   Gather none{};
-  none.threshold = std::numeric_limits<float>::infinity();
+  none.threshold_key = UINT32_MAX;
   std::vector<float> all(static_cast<size_t>(total));
   for (int j = 0; j < c.K(); ++j) {
     float *u = c.ptr<float>(S::u, j), *v = c.ptr<float>(S::v, j);

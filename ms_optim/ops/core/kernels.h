@@ -86,14 +86,15 @@ struct LambTensor {
   float *ratio;
 };
 
-// Candidate gathering for exact top-k selection: every index i with
-// |x_i| >= threshold is appended to the calling thread's slot range
+// Candidate gathering for exact top-k selection: every index i whose magnitude
+// key (core/radix.h: |x_i| as an integer, a NaN above +inf) is at least
+// threshold_key is appended to the calling thread's slot range
 // slots[t * cap, (t + 1) * cap); counts[t] may exceed cap (overflow: the
 // surplus is counted, not stored).  Threads own ascending contiguous ranges,
 // so concatenating the slot ranges in thread order gives ascending indices.
 constexpr int kMaxThreads = 256;
 struct Gather {
-  float threshold;
+  uint32_t threshold_key;
   int64_t cap;
   int32_t *slots;
   int64_t counts[kMaxThreads];
@@ -136,7 +137,7 @@ struct KernelTable {
   // element than recomputing it from p, m, v in pass two, but saves a square
   // root and a division; measured inside MindSpore, keeping it is faster.)
   void (*lamb_f32)(const LambTensor *tensors, int64_t count, const LambArgs &a, float *scratch);
-  // Gathers the indices with |x_i| >= g->threshold.
+  // Gathers the indices whose magnitude key reaches g->threshold_key.
   void (*gather_abs_f32)(const float *x, int64_t n, Gather *g);
   // sum(x^2) accumulated in double.
   double (*sumsq_f32)(const float *x, int64_t n);
@@ -148,8 +149,8 @@ struct KernelTable {
   void (*dgc_momentum)(const DgcDenseTensor *tensors, int64_t count, float momentum,
                        bool nesterov);
   // DGC over [lo, hi), on the calling thread: u, v updated in place by the
-  // momentum correction (rules.h), and the indices with |v_new| >= g->threshold
-  // gathered into the slots of omp_get_thread_num() (a team may be running).
+  // momentum correction (rules.h), and the indices whose key of v_new reaches
+  // g->threshold_key gathered into the slots of omp_get_thread_num() (a team may be running).
   void (*dgc_accumulate_range_f32)(float *u, float *v, const float *grad, int64_t lo,
                                    int64_t hi, float momentum, bool nesterov, Gather *g);
 };

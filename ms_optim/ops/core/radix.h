@@ -34,15 +34,6 @@ MSOPT_HD inline uint32_t magnitude_key(float x) {
 #endif
 }
 
-MSOPT_HD inline float key_value(uint32_t key) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(key);
-#else
-  float f;
-  std::memcpy(&f, &key, 4);
-  return f;
-#endif
-}
 
 }  // namespace radix
 }  // namespace msopt

@@ -16,6 +16,7 @@
 
 #include "core/kernels.h"
 #include "core/multi_tensor.h"
+#include "core/radix.h"
 #include "core/rules.h"
 #include "kernels/half.h"
 #include "kernels/threading.h"
@@ -24,18 +25,20 @@ namespace msopt {
 namespace MSOPT_ISA_NS {
 namespace {
 
-// Gathering runs in 64-element chunks: a vectorized max of |x| over the chunk
-// decides whether the chunk needs a scalar look (rare at DGC's sparsities).
+// Gathering runs in 64-element chunks: a vectorized max of the magnitude keys
+// over the chunk decides whether the chunk needs a scalar look (rare at DGC's
+// sparsities).  Keys, not floats, so that a NaN is gathered like the largest
+// magnitude (the selection's rule) rather than failing every comparison.
 constexpr int64_t kGatherChunk = 64;
 
-inline void gather_chunk(const float *x, int64_t base, int64_t len, float thr, int32_t *out,
+inline void gather_chunk(const float *x, int64_t base, int64_t len, uint32_t thr, int32_t *out,
                          int64_t cap, int64_t &count) {
-  float cmax = 0.0f;
+  uint32_t cmax = 0;
 #pragma omp simd reduction(max : cmax)
-  for (int64_t j = 0; j < len; ++j) cmax = std::max(cmax, std::fabs(x[j]));
-  if (!(cmax >= thr)) return;
+  for (int64_t j = 0; j < len; ++j) cmax = std::max(cmax, radix::magnitude_key(x[j]));
+  if (cmax < thr) return;
   for (int64_t j = 0; j < len; ++j) {
-    if (std::fabs(x[j]) >= thr) {
+    if (radix::magnitude_key(x[j]) >= thr) {
       if (count < cap) out[count] = static_cast<int32_t>(base + j);
       ++count;
     }
@@ -59,7 +62,7 @@ void dgc_accumulate_range(float *u, float *v, const float *grad, int64_t lo, int
       uc[j] = ui;
       vc[j] = vi;
     }
-    gather_chunk(vc, c, len, g->threshold, out, g->cap, count);
+    gather_chunk(vc, c, len, g->threshold_key, out, g->cap, count);
   }
   g->counts[t] = count;
 }
@@ -80,7 +83,7 @@ void gather_abs_f32(const float *x, int64_t n, Gather *g) {
     int32_t *out = g->slots + static_cast<int64_t>(t) * g->cap;
     int64_t count = 0;
     for (int64_t c = lo; c < hi; c += kGatherChunk)
-      gather_chunk(x + c, c, std::min(kGatherChunk, hi - c), g->threshold, out, g->cap, count);
+      gather_chunk(x + c, c, std::min(kGatherChunk, hi - c), g->threshold_key, out, g->cap, count);
     g->counts[t] = count;
   });
 }

@@ -3,7 +3,7 @@
 // 1. Estimate a threshold from a strided sample of the values (for DGC the
 //    sample is of the updated residual, computed with the same rule).
 // 2. One pass (fused with the DGC residual update) gathers the indices whose
-//    magnitude reaches the threshold into per-thread buffers.
+//    magnitude key reaches the threshold's into per-thread buffers.
 // 3. If at least k were gathered and none overflowed, select exactly among
 //    them: the k-th largest key T, then every candidate above T and the first
 //    ones equal to T (ties to the lower index), in ascending index order.
@@ -52,10 +52,10 @@ inline int64_t sample_offset(int64_t j, int64_t stride) {
   return static_cast<int64_t>((static_cast<uint64_t>(j) * 0x9E3779B97F4A7C15ull) >> 40) % stride;
 }
 
-// A threshold that about 1.3k + 3 sigma + 8 elements reach, from a sample;
-// 0 (gather everything) when the sample cannot resolve it.  *expect is the
-// expected number of candidates.
-float estimate_threshold(const TopkSource &s, int64_t n, int64_t k, int64_t *expect) {
+// The key of a threshold that about 1.3k + 3 sigma + 8 elements reach, from a
+// sample; 0 (gather everything) when the sample cannot resolve it.  *expect is
+// the expected number of candidates.
+uint32_t estimate_threshold(const TopkSource &s, int64_t n, int64_t k, int64_t *expect) {
   // one sample in 256 (at least 4096, at most 16384), one per window of the
   // tensor: the threshold only has to be about right (the selection among the
   // candidates is exact), and each sample costs a cache line of u, v and grad
@@ -69,11 +69,11 @@ float estimate_threshold(const TopkSource &s, int64_t n, int64_t k, int64_t *exp
   const int64_t rank = static_cast<int64_t>(std::ceil(1.3 * mean + 3.0 * std::sqrt(mean) + 8.0));
   if (rank >= m) {
     *expect = n;
-    return 0.0f;
+    return 0;
   }
   std::nth_element(keys.begin(), keys.begin() + rank, keys.end(), std::greater<uint32_t>());
   *expect = static_cast<int64_t>(static_cast<double>(rank) * n / m) + 1;
-  return radix::key_value(keys[rank]);
+  return keys[rank];
 }
 
 // Emits the result from the candidates (ascending indices, every value with
@@ -157,13 +157,13 @@ struct TopkJob {
     n = n_;
     k = k_;
     int64_t expect = 0;
-    const float thr = estimate_threshold(s, n, k, &expect);
+    const uint32_t thr = estimate_threshold(s, n, k, &expect);
     nthreads = std::min(threads, kMaxThreads);
     // room for twice the expected candidates per thread: overflow means the
     // sample misjudged badly (or ties), and the exact fallback takes over
     cap = std::min(n, 2 * expect + 4096);
     slots.assign(static_cast<size_t>(cap) * nthreads, 0);
-    g.threshold = thr;
+    g.threshold_key = thr;
     g.cap = cap;
     g.slots = slots.data();
     std::fill(g.counts, g.counts + kMaxThreads, int64_t{0});
