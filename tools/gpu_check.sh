@@ -22,12 +22,12 @@ failed=()
 "${pytest_gpu[@]}" -q -rfEs --junitxml "$out/tests.xml" > "$out/tests.log" 2>&1 || failed+=(tests)
 echo "tests: $((SECONDS - start)) s"; tail -25 "$out/tests.log"
 start=$SECONDS
-timeout 150 python3 -m benchmarks.cuda_kernels --profile --json "$out/bench.json" \
+timeout 200 python3 -m benchmarks.cuda_kernels --profile --json "$out/bench.json" \
   > "$out/bench.log" 2>&1 || failed+=(bench)
 echo "bench: $((SECONDS - start)) s"; cat "$out/bench.log"
 start=$SECONDS
 small="many_tensors or propose or (take and 3) or (apply_sums and float16 and True)"
-small="$small or refus or (lamb and n16385_1)"
+small="$small or refus or (lamb and n16385_1) or every_path"
 timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 \
   "${pytest_gpu[@]}" -q -x -k "$small" > "$out/memcheck.log" 2>&1 || failed+=(memcheck)
 echo "memcheck: $((SECONDS - start)) s"; tail -6 "$out/memcheck.log"

@@ -30,12 +30,20 @@ def _framework_free_package():
 _framework_free_package()
 from ms_optim import _cuda, _native, _slots, reference  # noqa: E402
 
-__all__ = ["cpu", "gpu", "reference", "cuda_library"]
+__all__ = ["cpu", "gpu", "to_device", "reference", "cuda_library"]
 cuda_library = _cuda
 
 
 def _map(fn, named):
     return {k: [fn(x) for x in v] if isinstance(v, list) else fn(v) for k, v in named.items()}
+
+
+def to_device(named):
+    """PyTorch device copies of the numpy arrays `named` (by slot name; a slot may hold a
+    list of arrays)."""
+    import torch
+
+    return _map(lambda a: torch.from_numpy(np.ascontiguousarray(a).copy()).cuda(), named)
 
 
 def gpu(entry, **named):
@@ -44,7 +52,7 @@ def gpu(entry, **named):
     arrays after the call."""
     import torch
 
-    dev = _map(lambda a: torch.from_numpy(np.ascontiguousarray(a).copy()).cuda(), named)
+    dev = to_device(named)
     stream = torch.cuda.current_stream().cuda_stream
     _cuda.call(entry, stream, **dev)
     _cuda.status(stream)

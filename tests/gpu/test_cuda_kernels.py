@@ -9,7 +9,7 @@ it, run ``python -m pytest --noconftest -o addopts= tests/gpu``.
 import numpy as np
 import pytest
 
-from benchmarks.common.cuda_harness import cpu, cuda_library, gpu, reference
+from benchmarks.common.cuda_harness import cpu, cuda_library, gpu, reference, to_device
 from tests.sizes import EDGE_SIZES
 
 torch = pytest.importorskip("torch")
@@ -114,6 +114,104 @@ def test_select_k_equals_n():
 @pytest.mark.parametrize("kind", ["random", "ties"])
 def test_propose_many_tensors(kind):
     _select_steps([16385, 7, 100_003], kind, True, seed=5, entry="ms_optim_dgc_propose_multi")
+
+
+# ------------------------------------------- inputs that defeat the guess --
+# The select lists, per data block of 4096 elements, the keys at or above a guess drawn
+# from a sample of the tensor; a data block with too many is read again from v, and a
+# guess that fewer than k keys reach sends the whole tensor down the full path.  Each
+# input below takes one of those paths; the results must be the CPU library's, bit for
+# bit, whichever it takes.
+
+def _sample_positions(n):
+    """The elements the select's guess samples in a tensor of n (select_init in
+    ops/cuda/dgc.cu): one at a hashed place in each of S strata of n // S."""
+    S = n if n <= 256 else min(max(n // 64, 256), 2048)
+    stride = np.uint64(n // S)
+    s = np.arange(S, dtype=np.uint64)
+    h = (s * np.uint64(0x9E3779B9)) & np.uint64(0xFFFFFFFF)
+    return (s * stride + ((h * stride) >> np.uint64(32))).astype(np.int64)
+
+
+def _hard_values(kind, n, rng):
+    v = rng.standard_normal(n).astype(f32)
+    if kind == "mostly_zeros":  # fewer nonzeros than k: the k-th key is 0
+        v[:] = 0
+        v[rng.choice(n, 100, replace=False)] = rng.standard_normal(100)
+    elif kind == "sparse_nonzeros":
+        v[:] = 0
+        v[rng.choice(n, 5000, replace=False)] = rng.standard_normal(5000)
+    elif kind == "nan_inf":  # NaN above inf, both above every number
+        at = rng.choice(n, n // 50, replace=False)
+        v[at[: n // 100]] = np.nan
+        v[at[n // 100:]] = np.inf * rng.choice([-1, 1], at.size - n // 100)
+    elif kind == "hot_blocks":  # data blocks with far more large keys than a list holds
+        v[n // 5:n // 5 + 60_000] *= 1000
+    elif kind == "guess_fails":  # large keys only where the guess samples: fewer than k
+        v *= 1e-3
+        v[_sample_positions(n)] = 7.0
+    elif kind != "random":
+        raise ValueError(kind)
+    return v
+
+
+def same_bits_or_nan(a, b):
+    """Bit for bit, except that a NaN matches any NaN: the GPU's arithmetic writes its
+    own NaN (0x7fffffff) where the CPU's keeps the input's payload."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind == "f":
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+        a, b = np.where(np.isnan(a), 0, a).astype(a.dtype), np.where(np.isnan(b), 0, b).astype(b.dtype)
+    same_bits(a, b)
+
+
+def _select_once(vs, ks):
+    """One select with u = 0 and grad = 0 (so the residuals it selects from are `vs`):
+    the CUDA kernel against the CPU library, bit for bit (a NaN as a NaN); returns the
+    CUDA results."""
+    zeros = [np.zeros(v.size, f32) for v in vs]
+    total = int(np.sum(ks))
+    call = dict(u=zeros, v=vs, grad=zeros, consts=_dgc_consts(False),
+                ks=np.array(ks, np.int32), idx=np.full(total, -1, np.int32),
+                val=np.zeros(total, f32))
+    got, ref = gpu("ms_optim_dgc_select_multi", **call), cpu("ms_optim_dgc_select_multi", **call)
+    for name in call:
+        for a, b in zip(*((got[name], ref[name]) if isinstance(got[name], list)
+                          else ([got[name]], [ref[name]]))):
+            same_bits_or_nan(a, b)
+    return got
+
+
+@pytest.mark.parametrize("kind, k", [
+    ("mostly_zeros", 1000), ("sparse_nonzeros", 1000), ("nan_inf", 1000), ("nan_inf", 50_000),
+    ("hot_blocks", 1000), ("hot_blocks", 100_000), ("guess_fails", 4000), ("random", 1),
+    ("random", 1_000_003)])
+def test_select_hard_inputs(kind, k):
+    n = 1_000_003
+    v = _hard_values(kind, n, np.random.default_rng(k))
+    got = _select_once([v], [k])
+    want_idx, want_val = reference.topk_abs(v, k)
+    np.testing.assert_array_equal(got["idx"], want_idx)
+    same_bits_or_nan(got["val"], want_val)
+
+
+def test_select_every_path_in_one_call():
+    """k == n, a failed guess, overflowing data blocks, a listed tensor and one element,
+    side by side in one call."""
+    rng = np.random.default_rng(11)
+    n = 200_003
+    vs = [rng.standard_normal(7).astype(f32), _hard_values("guess_fails", n, rng),
+          _hard_values("hot_blocks", n, rng), rng.standard_normal(16385).astype(f32),
+          np.array([-3.0], f32)]
+    _select_once(vs, [7, 4000, 70_000, 16, 1])
+
+
+def test_select_is_repeatable():
+    rng = np.random.default_rng(12)
+    vs = [_hard_values("hot_blocks", 1_000_003, rng), rng.standard_normal(50_000).astype(f32)]
+    first, again = _select_once(vs, [5000, 50]), _select_once(vs, [5000, 50])
+    same_bits(first["idx"], again["idx"])
+    same_bits(first["val"], again["val"])
 
 
 # ------------------------------------------------- take and apply: blocks --
@@ -265,24 +363,15 @@ def test_sumsq(sizes):
 
 # ----------------------------------------- values only the device reads --
 
-def _device(a):
-    return torch.from_numpy(np.ascontiguousarray(a).copy()).cuda()
-
-
 # The outputs a refused call writes: no index, no value.
 REFUSED_OUTPUTS = {"ms_optim_dgc_select_multi": ("idx", "val"),
                    "ms_optim_dgc_propose_multi": ("idx",), "ms_optim_dgc_take_multi": ("val",)}
 
 
-def _on_device(named):
-    return {k: [_device(x) for x in v] if isinstance(v, list) else _device(v)
-            for k, v in named.items()}
-
-
 def _refused(entry, match, **named):
     """Runs `entry` on device copies of `named`; the status check must raise `match`, every
     input must be as it was, and the outputs read as refusals (indices -1, values NaN)."""
-    dev = _on_device(named)
+    dev = to_device(named)
     stream = torch.cuda.current_stream().cuda_stream
     cuda_library.call(entry, stream, **dev)
     with pytest.raises(RuntimeError, match=match):
@@ -347,16 +436,15 @@ def test_apply_refuses_overlapping_parameters():
 def test_a_refused_select_makes_the_apply_after_it_refuse():
     """No wait between the calls, as in a training step: the select's refusal leaves no
     entries, the apply refuses them, and nothing is stepped."""
-    sel = _on_device(_select_call([5, 0]))
+    sel = to_device(_select_call([5, 0]))
     n = 1000
-    params = [_device(np.ones(n, f32)), _device(np.ones(n, f32))]
-    done = _device(np.ones(1, f32))
-    lr, layout = _device(np.array(0.1, f32)), _device(np.array([1, 0, 5, 5, 0], np.int32))
+    app = to_device(dict(param=[np.ones(n, f32), np.ones(n, f32)], done=np.ones(1, f32),
+                         lr=np.array(0.1, f32), layout=np.array([1, 0, 5, 5, 0], np.int32)))
+    params, done = app["param"], app["done"]
     stream = torch.cuda.current_stream().cuda_stream
     torch.cuda._sleep(200_000_000)  # the GPU busy for a while: both calls wait in the queue
     cuda_library.call("ms_optim_dgc_select_multi", stream, **sel)
-    cuda_library.call("ms_optim_dgc_apply_multi", stream, param=params, idx=sel["idx"],
-                      val=sel["val"], lr=lr, layout=layout, done=done)
+    cuda_library.call("ms_optim_dgc_apply_multi", stream, idx=sel["idx"], val=sel["val"], **app)
     with pytest.raises(RuntimeError, match=r"ks\[1\] = 0 .* 1 later call\(s\) were refused too"):
         cuda_library.status(stream)
     for p in params:
@@ -373,11 +461,11 @@ def test_take_refuses_unsorted_runs():
 
 
 def test_a_refusal_is_reported_by_a_later_call():
-    dev = _on_device(_select_call([5, 0]))
+    dev = to_device(_select_call([5, 0]))
     stream = torch.cuda.current_stream().cuda_stream
     cuda_library.call("ms_optim_dgc_select_multi", stream, **dev)
     torch.cuda.synchronize()  # the failing kernel has run: the next call sees it
-    good = _on_device(_select_call([5, 6]))
+    good = to_device(_select_call([5, 6]))
     with pytest.raises(RuntimeError, match=r"an earlier call failed: "
                        r"ms_optim_dgc_select_multi: ks\[1\] = 0"):
         cuda_library.call("ms_optim_dgc_select_multi", stream, **good)
@@ -388,6 +476,6 @@ def test_a_refusal_is_reported_by_a_later_call():
 def test_host_checks_name_the_tensor():
     call = _select_call([5, 6])
     call["u"] = [np.ones(1000, np.float64), np.ones(1000, f32)]
-    dev = _on_device(call)
+    dev = to_device(call)
     with pytest.raises(RuntimeError, match=r"u0 must be float32, got float64"):
         cuda_library.call("ms_optim_dgc_select_multi", 0, **dev)

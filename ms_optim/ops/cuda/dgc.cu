@@ -9,16 +9,33 @@
 //   ms_optim_dgc_take_multi     v at shared indices, then masking there;
 //   ms_optim_dgc_apply_multi    p -= lr * scatter_add(every block's values) / R.
 //
-// The selection is a radix select, not a sort: after ks is checked, one kernel
-// updates the residuals and builds the histogram of the keys' top digit;
-// two more histogram passes over v fix the k-th largest key T digit by digit
-// (one block per tensor chooses each digit); a counting pass and a scan of
-// the per-block counts give every block where its entries start, and the last
-// pass writes them in ascending index order (ties to the lower index) and
-// masks.  Each pass reads v once: about 36 bytes an element in all, against 20
-// for the residual update alone.  Each thread issues all its loads of a pass
-// before it uses them (kRounds in flight, not one).  Everything is
-// stream-ordered, with no host synchronization; ks is read on the device.
+// The selection is a radix select that reads v in full once, in the residual
+// update, and then touches only candidates:
+//
+//   select_init        per tensor: ks checked; a guess from a sample of the
+//                      updated residuals, the lower edge of the top digit's bin
+//                      that about 2k/n of the sample reaches;
+//   select_accumulate  the residual update (20 bytes an element, the floor);
+//                      each data block of 4096 elements lists its keys at or
+//                      above the guess in index order (up to kListCap; a block
+//                      with more is read from v again later) and histograms
+//                      their top digit; the last CTA of each tensor chooses it;
+//   select_redo        only for a tensor whose guess fewer than k keys reached:
+//                      the top digit of every key, from v;
+//   select_level x 2   the next two digits of the k-th largest key T, over the
+//                      lists (or v, for the blocks that overflowed);
+//   select_count       each block's keys above and equal to T; the last CTA of
+//                      each tensor scans them;
+//   select_emit        the entries in ascending index order, ties to the lower
+//                      index, u and v masked there.
+//
+// The selection does not depend on the guess, only its speed: a guess that is
+// too low overflows lists, one that is too high sends the tensor through
+// select_redo.  Histograms take atomics (their counts do not depend on order);
+// nothing that decides a value or a position does.  A tensor with k == n is
+// written out by the residual update.  On Hopper and later each kernel starts
+// while the one before it finishes (programmatic dependent launch).  Nothing
+// waits on the host; ks is read on the device.
 //
 // The exchanged runs (take, apply) are checked on the device: each index in
 // range, each run strictly ascending (as the select writes it).  Repeated
@@ -29,6 +46,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstring>
 #include <vector>
 
 #include "aot/call.h"
@@ -42,17 +61,36 @@ namespace msopt {
 namespace cuda {
 namespace {
 
-using radix::kRadixLevels;
 using radix::kRadixMaxBins;
 using radix::magnitude_key;
 
-// Each tensor's histogram is kept in kHistCopies copies, block b adding into
-// copy b % kHistCopies: the blocks of a large tensor add into the same few bins
-// (magnitudes cluster), and atomics on one address serialize in the L2.
-constexpr int kHistCopies = 16;
+// ----------------------------------------------------------------- select --
+
+// The select's data blocks are the streaming kernels' (kChunk elements of one
+// tensor); its later passes give each data block one warp.
+constexpr int kWarpChunk = static_cast<int>(kChunk / kWarps);  // a warp's share in a CTA
+constexpr int kWarpRounds = kWarpChunk / 32;
+constexpr int kBlockRounds = static_cast<int>(kChunk / 32);     // a data block, 32 at a time
+constexpr int kBatch = 16;  // rounds whose loads a warp issues before it uses them
+
+// Entries listed per data block: the keys at or above the tensor's guess, in
+// index order, when there are at most kListCap of them; a data block with
+// more is read from v again by the later passes.
+constexpr uint32_t kListCap = 128;
+
+// Each tensor's histogram is kept in kHistCopies copies, data block b adding
+// into copy b % kHistCopies: atomics on one address serialize in the L2.
+constexpr int kHistCopies = 4;
 constexpr size_t kHistStride = size_t{kHistCopies} * kRadixMaxBins;  // per tensor
 
-// ----------------------------------------------------------------- select --
+// The guess is drawn from a sample of the updated residuals: between
+// kSampleMin and kSampleMax elements a tensor (all of a smaller one), one at a
+// scattered place in each of as many equal strata.
+constexpr int64_t kSampleMin = 256, kSampleMax = 2048, kSampleEvery = 64;
+constexpr int kSamplesPerThread = static_cast<int>(kSampleMax / kThreads);
+
+// The passes that end with a per-tensor step by their last CTA (tickets).
+enum Pass : int { kPassAccumulate, kPassRedo, kPassLevel1, kPassLevel2, kPassCount, kPasses };
 
 struct DgcTensor {
   float *u;
@@ -61,275 +99,582 @@ struct DgcTensor {
   int64_t n;
 };
 
+struct Entry {
+  int32_t i;
+  float x;
+};
+
+// How a tensor's keys are found after the residual update.
+enum Mode : int {
+  kListed,  // every key at or above `guess` listed by its data block (or read from v)
+  kFull,    // fewer than k keys reached the guess: every data block read from v
+  kAll,     // k == n: every element taken, in the residual update
+};
+
 // One tensor's selection: the key prefix fixed so far (its digits under mask),
-// how many entries equal to the final key are still to take, k, and where the
-// tensor's entries start in the outputs.
+// how many entries equal to the final key are still to take, k, where the
+// tensor's entries start in the outputs, the guess and the mode.
 struct SelectState {
   uint32_t prefix;
   uint32_t mask;
   long long need;
   long long k;
   long long off;
+  uint32_t guess;
+  int mode;
 };
 
 struct SelectArgs {
   const DgcTensor *t;
   const int64_t *first;  // block map, K + 1
   int K;
+  int64_t blocks;
+  int32_t *owner;        // per data block: its tensor
   SelectState *state;    // K
   uint32_t *hist;        // K * kHistStride
-  uint32_t *count_g;     // per block: keys above T
-  uint32_t *count_e;     // per block: keys equal to T
-  uint32_t *scan_g;      // exclusive scans of the above within each tensor
-  uint32_t *scan_e;
+  int *tickets;          // kPasses * K
+  uint32_t *listed;      // per data block: its keys at or above the guess
+  Entry *list;           // per data block: kListCap entries
+  uint2 *counts;         // per data block: keys above T (x) and equal to T (y)
+  uint2 *before;         // the same summed over the tensor's earlier data blocks
+  int *any_full;         // whether a tensor's guess failed
   Report rep;
 };
 
-// Adds 1 to h[bin] for every lane with `valid` (lanes with equal bins merged
-// first: the keys of one block crowd into few bins).  Called by whole warps.
-__device__ inline void hist_add(uint32_t *h, uint32_t bin, bool valid) {
-  const unsigned active = __ballot_sync(0xffffffffu, valid);
-  if (!valid) return;
-  const unsigned peers = __match_any_sync(active, bin);
-  if (static_cast<int>(threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&h[bin], __popc(peers));
+// core/radix.h's digits, for device code (which cannot index its host arrays).
+constexpr int kTopShift = radix::kRadixShift[0];
+__device__ inline int level_shift(int level) {
+  constexpr int s1 = radix::kRadixShift[1], s2 = radix::kRadixShift[2];
+  return level == 0 ? kTopShift : level == 1 ? s1 : s2;
+}
+__device__ inline uint32_t level_bins(int level) {
+  constexpr int w0 = radix::kRadixWidth[0], w1 = radix::kRadixWidth[1], w2 = radix::kRadixWidth[2];
+  return 1u << (level == 0 ? w0 : level == 1 ? w1 : w2);
 }
 
-// Adds a block's histogram into tensor j's copy for this block.
-__device__ inline void flush_hist(const uint32_t *h, uint32_t *hist, int j, uint32_t bins) {
-  uint32_t *global = hist + j * kHistStride + (blockIdx.x % kHistCopies) * kRadixMaxBins;
-  for (uint32_t b = threadIdx.x; b < bins; b += blockDim.x)
-    if (h[b] != 0) atomicAdd(&global[b], h[b]);
-}
+__device__ inline int lane_id() { return static_cast<int>(threadIdx.x & 31); }
+__device__ inline int warp_id() { return static_cast<int>(threadIdx.x >> 5); }
 
-// ks -> each tensor's k and offset, checked: k in [1, n], the ks summing to
-// the outputs' length.
-__global__ void select_init(SelectArgs a, const int32_t *ks, long long total) {
-  long long sum = 0;
-  for (int j = 0; j < a.K; ++j) {
-    const long long k = ks[j], n = a.t[j].n;
-    if (k < 1 || k > n) {
-      report(a.rep, kDevKsRange, j, k, n);
+// A warp's additions to one histogram: lanes with equal bins merged first, and
+// whole rounds whose keys share one bin summed in a register (all-equal or
+// mostly-zero tensors would otherwise add to one address at every round).
+// Called by whole warps; flush() at the end.
+struct HistAdder {
+  uint32_t *h;
+  uint32_t bin = 0;
+  uint32_t pending = 0;
+
+  __device__ explicit HistAdder(uint32_t *hist) : h(hist) {}
+
+  __device__ void add(uint32_t b, bool valid) {
+    const unsigned active = __ballot_sync(0xffffffffu, valid);
+    if (active == 0) return;
+    const uint32_t b0 = __shfl_sync(0xffffffffu, b, __ffs(active) - 1);
+    if (__all_sync(0xffffffffu, !valid || b == b0)) {
+      if (pending != 0 && bin != b0) flush();
+      bin = b0;
+      pending += __popc(active);
       return;
     }
-    a.state[j] = SelectState{0u, 0u, k, k, sum};
-    sum += k;
-  }
-  if (sum != total) report(a.rep, kDevKsSum, sum, total);
-}
-
-// The residual update, fused with the histogram of the top digit of |v|.
-__global__ void __launch_bounds__(kThreads)
-select_accumulate(SelectArgs a, const float *consts, int shift, uint32_t bins) {
-  if (gated(a.rep)) return;
-  __shared__ uint32_t h[kRadixMaxBins];
-  for (uint32_t b = threadIdx.x; b < bins; b += kThreads) h[b] = 0;
-  __syncthreads();
-  const int j = tensor_of_block(a.first, a.K, blockIdx.x);
-  const DgcTensor t = a.t[j];
-  const int64_t base = (blockIdx.x - a.first[j]) * kChunk;
-  const DgcConsts k = *reinterpret_cast<const DgcConsts *>(consts);
-  const bool nesterov = k.nesterov != 0.0f;
-  float u[kRounds], v[kRounds], g[kRounds];
-  load_rounds(t.u, base, t.n, u);
-  load_rounds(t.v, base, t.n, v);
-  load_rounds(t.g, base, t.n, g);
-#pragma unroll
-  for (int r = 0; r < kRounds; ++r) {
-    const int64_t i = base + r * kThreads + threadIdx.x;
-    const bool in = i < t.n;
-    uint32_t bin = 0;
-    if (in) {
-      if (nesterov)
-        rules::dgc_accumulate<float, true>(g[r], u[r], v[r], k.momentum);
-      else
-        rules::dgc_accumulate<float, false>(g[r], u[r], v[r], k.momentum);
-      t.u[i] = u[r];
-      t.v[i] = v[r];
-      bin = magnitude_key(v[r]) >> shift;
+    if (valid) {
+      const unsigned peers = __match_any_sync(active, b);
+      if (lane_id() == __ffs(peers) - 1) atomicAdd(&h[b], __popc(peers));
     }
-    hist_add(h, bin, in);
   }
-  __syncthreads();
-  flush_hist(h, a.hist, j, bins);
+
+  __device__ void flush() {
+    if (pending != 0 && lane_id() == 0) atomicAdd(&h[bin], pending);
+    pending = 0;
+  }
+};
+
+__device__ inline uint32_t *hist_copy(const SelectArgs &a, int j, int64_t b) {
+  return a.hist + j * kHistStride + (b % kHistCopies) * kRadixMaxBins;
 }
 
-// The histogram of the next digit of the keys that match the prefix so far,
-// added straight into the block's copy: few keys match after the first digit,
-// so a block's shared histogram would cost more to clear and flush than the
-// adds themselves.
+// The bin, counted from the top of kThreads * 8 bins held 8 a thread (thread t:
+// positions 8t .. 8t + 7 from the top), where the need-th key lies, and how many
+// keys lie above it.  Called by the whole CTA; bin -1 when fewer than `need`.
+struct Found {
+  int bin;
+  long long above;
+  long long total;
+};
+
+__device__ Found find_from_top(const uint32_t (&c)[8], uint32_t bins, long long need) {
+  using Scan = cub::BlockScan<uint32_t, kThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  __shared__ Found found;
+  uint32_t mine = 0;
+#pragma unroll
+  for (int q = 0; q < 8; ++q) mine += c[q];
+  uint32_t above = 0, total = 0;
+  Scan(tmp).ExclusiveSum(mine, above, total);
+  if (threadIdx.x == 0) found = Found{-1, 0, total};
+  __syncthreads();
+  long long acc = above;
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    const uint32_t pos = 8 * threadIdx.x + q;
+    if (pos < bins && acc < need && need <= acc + c[q]) {
+      found.bin = static_cast<int>(bins - 1 - pos);
+      found.above = acc;
+    }
+    acc += c[q];
+  }
+  __syncthreads();
+  const Found out = found;
+  __syncthreads();
+  return out;
+}
+
+// Per tensor (one CTA each): its histograms and tickets zeroed, its data blocks
+// marked as its own; ks checked (k in [1, n], the ks summing to the outputs'
+// length; the first CTA reports) and the tensor's k and offset; and the guess:
+// the lower edge of the top digit's bin that a little more than 2k/n of a
+// sample of the updated residuals reaches.
 __global__ void __launch_bounds__(kThreads)
-select_hist(SelectArgs a, int shift, uint32_t bins) {
+select_init(SelectArgs a, const int32_t *ks, long long total, const float *consts) {
+  wait_for_previous_grid();
+  const int j = blockIdx.x;
+  uint4 *hist = reinterpret_cast<uint4 *>(a.hist + j * kHistStride);
+  for (size_t i = threadIdx.x; i < kHistStride / 4; i += kThreads) hist[i] = make_uint4(0, 0, 0, 0);
+  if (threadIdx.x < kPasses) a.tickets[threadIdx.x * a.K + j] = 0;
+  if (j == 0 && threadIdx.x == 0) *a.any_full = 0;
+  const int64_t first = a.first[j], last = a.first[j + 1];
+  for (int64_t b = first + threadIdx.x; b < last; b += kThreads) a.owner[b] = j;
+  __shared__ uint32_t h[kRadixMaxBins];
+  for (uint32_t b = threadIdx.x; b < kRadixMaxBins; b += kThreads) h[b] = 0;
+  // ks: the first one out of range, their sum and the sum before tensor j
+  long long sum = 0, sum_before = 0;
+  int bad = INT_MAX;
+  for (int jj = threadIdx.x; jj < a.K; jj += kThreads) {
+    const long long k = ks[jj];
+    if (k < 1 || k > a.t[jj].n) bad = min(bad, jj);
+    sum += k;
+    sum_before += jj < j ? k : 0;
+  }
+  using Reduce = cub::BlockReduce<long long, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  __shared__ long long s_sum, s_before, s_bad;
+  const long long bad_all = Reduce(tmp).Reduce(static_cast<long long>(bad), ::cuda::minimum<long long>{});
+  __syncthreads();
+  const long long sum_all = Reduce(tmp).Sum(sum);
+  __syncthreads();
+  const long long before_all = Reduce(tmp).Sum(sum_before);
+  if (threadIdx.x == 0) {
+    s_bad = bad_all;
+    s_sum = sum_all;
+    s_before = before_all;
+    if (j == 0 && bad_all != INT_MAX)
+      report(a.rep, kDevKsRange, bad_all, ks[bad_all], a.t[bad_all].n);
+    else if (j == 0 && sum_all != total)
+      report(a.rep, kDevKsSum, sum_all, total);
+  }
+  __syncthreads();
+  if (s_bad != INT_MAX || s_sum != total) return;
+  const DgcTensor t = a.t[j];
+  const int64_t k = ks[j], n = t.n;
+  SelectState s{0u, 0u, k, k, s_before, 0u, k == n ? kAll : kListed};
+  if (s.mode == kAll) {
+    if (threadIdx.x == 0) a.state[j] = s;
+    return;
+  }
+  const int64_t spread = n / kSampleEvery;
+  const int64_t S = n <= kSampleMin   ? n
+                    : spread < kSampleMin ? kSampleMin
+                    : spread > kSampleMax ? kSampleMax
+                                          : spread;
+  const uint64_t stride = static_cast<uint64_t>(n / S);
+  const DgcConsts dc = *reinterpret_cast<const DgcConsts *>(consts);
+  float u[kSamplesPerThread], v[kSamplesPerThread], g[kSamplesPerThread];
+#pragma unroll
+  for (int q = 0; q < kSamplesPerThread; ++q) {
+    // sample s: stratum [s * stride, (s + 1) * stride), a place in it from a hash of s
+    const uint32_t s_at = threadIdx.x + q * kThreads;
+    const uint32_t hash = s_at * 0x9E3779B9u;
+    const int64_t pos = static_cast<int64_t>(s_at * stride + ((hash * stride) >> 32));
+    u[q] = s_at < S ? t.u[pos] : 0.0f;
+    v[q] = s_at < S ? t.v[pos] : 0.0f;
+    g[q] = s_at < S ? t.g[pos] : 0.0f;
+  }
+  __syncthreads();  // h zeroed
+#pragma unroll
+  for (int q = 0; q < kSamplesPerThread; ++q) {
+    if (threadIdx.x + q * kThreads >= S) continue;
+    if (dc.nesterov != 0.0f)
+      rules::dgc_accumulate<float, true>(g[q], u[q], v[q], dc.momentum);
+    else
+      rules::dgc_accumulate<float, false>(g[q], u[q], v[q], dc.momentum);
+    atomicAdd(&h[magnitude_key(v[q]) >> kTopShift], 1u);
+  }
+  __syncthreads();
+  uint32_t c[8];
+#pragma unroll
+  for (int q = 0; q < 8; ++q) c[q] = h[kRadixMaxBins - 1 - (8 * threadIdx.x + q)];
+  const int64_t target = (2 * k * S + n - 1) / n + 4;
+  const Found f = find_from_top(c, kRadixMaxBins, target);
+  if (threadIdx.x == 0) {
+    if (f.bin > 0) s.guess = static_cast<uint32_t>(f.bin) << kTopShift;
+    a.state[j] = s;
+  }
+}
+
+// The CTA's choice of tensor j's digit at `level` from its histogram (read
+// past the L1: other CTAs of this kernel added to it), which it zeroes for the
+// next level.  At level 0 of a listed tensor, fewer keys at or above the guess
+// than k make it a full one instead (its digit is then chosen by select_redo).
+__device__ void choose_digit(const SelectArgs &a, int j, int level) {
+  const int shift = level_shift(level);
+  const uint32_t bins = level_bins(level);
+  uint32_t c[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (8 * threadIdx.x < bins) {  // bins lo .. lo + 7 are positions 8t + 7 .. 8t from the top
+    const uint32_t lo = bins - 8 - 8 * threadIdx.x;
+    uint4 x[kHistCopies][2];
+#pragma unroll
+    for (int copy = 0; copy < kHistCopies; ++copy) {
+      uint4 *at = reinterpret_cast<uint4 *>(a.hist + j * kHistStride + copy * kRadixMaxBins + lo);
+      x[copy][0] = __ldcg(at);
+      x[copy][1] = __ldcg(at + 1);
+    }
+#pragma unroll
+    for (int copy = 0; copy < kHistCopies; ++copy) {
+      uint4 *at = reinterpret_cast<uint4 *>(a.hist + j * kHistStride + copy * kRadixMaxBins + lo);
+      at[0] = make_uint4(0, 0, 0, 0);
+      at[1] = make_uint4(0, 0, 0, 0);
+      c[7] += x[copy][0].x;
+      c[6] += x[copy][0].y;
+      c[5] += x[copy][0].z;
+      c[4] += x[copy][0].w;
+      c[3] += x[copy][1].x;
+      c[2] += x[copy][1].y;
+      c[1] += x[copy][1].z;
+      c[0] += x[copy][1].w;
+    }
+  }
+  SelectState s = a.state[j];
+  const Found f = find_from_top(c, bins, s.need);
+  if (threadIdx.x != 0) return;
+  if (level == 0 && s.mode == kListed && f.total < s.need) {
+    s.mode = kFull;
+    *a.any_full = 1;
+  } else if (f.bin >= 0) {
+    s.prefix |= static_cast<uint32_t>(f.bin) << shift;
+    s.mask |= (bins - 1) << shift;
+    s.need -= f.above;
+  }
+  a.state[j] = s;
+}
+
+// Exclusive scans of tensor j's per-block counts of keys above and equal to T
+// (read past the L1), by the CTA.
+__device__ void scan_counts(const SelectArgs &a, int j) {
+  using Scan = cub::BlockScan<unsigned long long, kThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  constexpr int kPer = 16;
+  const int64_t lo = a.first[j], hi = a.first[j + 1];
+  unsigned long long carry = 0;  // above T in the high word, equal to T in the low
+  for (int64_t b0 = lo; b0 < hi; b0 += int64_t{kThreads} * kPer) {
+    uint2 mine[kPer];
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      const int64_t b = b0 + int64_t{kPer} * threadIdx.x + q;
+      mine[q] = b < hi ? __ldcg(&a.counts[b]) : make_uint2(0, 0);
+    }
+    unsigned long long sum = 0;
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) sum += (static_cast<unsigned long long>(mine[q].x) << 32) | mine[q].y;
+    unsigned long long before = 0, all = 0;
+    Scan(tmp).ExclusiveSum(sum, before, all);
+    before += carry;
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      const int64_t b = b0 + int64_t{kPer} * threadIdx.x + q;
+      if (b < hi)
+        a.before[b] = make_uint2(static_cast<uint32_t>(before >> 32), static_cast<uint32_t>(before));
+      before += (static_cast<unsigned long long>(mine[q].x) << 32) | mine[q].y;
+    }
+    carry += all;
+    __syncthreads();
+  }
+}
+
+// The end of a pass: each warp names the tensor of the data block it counted
+// (-1: none); the CTA that counts a tensor's last data block then takes the
+// tensor's next step, then(j), with every earlier CTA's atomics visible.
+template <class Then>
+__device__ void finish_pass(const SelectArgs &a, int pass, int my_j, Then then) {
+  __shared__ int s_j[kWarps], s_last[kWarps], s_count;
+  if (lane_id() == 0) s_j[warp_id()] = my_j;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int count = 0;
+    for (int w = 0; w < kWarps;) {
+      const int j = s_j[w];
+      int c = 1;
+      while (w + c < kWarps && s_j[w + c] == j) ++c;
+      if (j >= 0) {
+        const int want = static_cast<int>(a.first[j + 1] - a.first[j]);
+        if (atomicAdd(&a.tickets[pass * a.K + j], c) + c == want) s_last[count++] = j;
+      }
+      w += c;
+    }
+    s_count = count;
+  }
+  __syncthreads();
+  const int count = s_count;
+  for (int q = 0; q < count; ++q) {
+    __threadfence();
+    then(s_last[q]);
+  }
+}
+
+// CTAs of the residual update an SM holds at once (at most 85 registers a thread):
+// 768 threads with 48 loads in flight each keep the memory busy.
+constexpr int kAccumulateCtas = 3;
+
+// The residual update of a data block (one CTA, warp w the elements
+// [w * kWarpChunk, (w + 1) * kWarpChunk) in rounds of 32), with the keys at or
+// above the guess listed in index order and their top digit histogrammed.  A
+// tensor with k == n has every element written out here, at its own index.
+__global__ void __launch_bounds__(kThreads, kAccumulateCtas)
+select_accumulate(SelectArgs a, const float *consts, int32_t *idx, float *val, bool take) {
+  wait_for_previous_grid();
   if (gated(a.rep)) return;
-  const int j = tensor_of_block(a.first, a.K, blockIdx.x);
+  const int64_t blk = blockIdx.x;
+  const int j = a.owner[blk];
   const DgcTensor t = a.t[j];
   const SelectState s = a.state[j];
-  const int64_t base = (blockIdx.x - a.first[j]) * kChunk;
-  uint32_t *h = a.hist + j * kHistStride + (blockIdx.x % kHistCopies) * kRadixMaxBins;
-  float x[kRounds];
-  load_rounds(t.v, base, t.n, x);
+  const int lane = lane_id(), warp = warp_id();
+  const int64_t base = (blk - a.first[j]) * kChunk + int64_t{warp} * kWarpChunk;
+  const DgcConsts dc = *reinterpret_cast<const DgcConsts *>(consts);
+  float u[kWarpRounds], v[kWarpRounds], g[kWarpRounds];
 #pragma unroll
-  for (int r = 0; r < kRounds; ++r) {
-    const int64_t i = base + r * kThreads + threadIdx.x;
-    const uint32_t key = magnitude_key(x[r]);
-    hist_add(h, (key >> shift) & (bins - 1), i < t.n && (key & s.mask) == s.prefix);
+  for (int r = 0; r < kWarpRounds; ++r) {
+    const int64_t i = base + r * 32 + lane;
+    u[r] = i < t.n ? t.u[i] : 0.0f;
+    v[r] = i < t.n ? t.v[i] : 0.0f;
+    g[r] = i < t.n ? t.g[i] : 0.0f;
   }
-}
-
-// One block per tensor: the digit whose bin holds the need-th largest key
-// (counting from the top bin), then the histogram zeroed for the next level.
-__global__ void __launch_bounds__(kTensorThreads)
-select_choose(SelectArgs a, int shift, uint32_t bins) {
-  if (gated(a.rep)) return;
-  using Scan = cub::BlockScan<uint32_t, kTensorThreads>;
-  __shared__ typename Scan::TempStorage tmp;
-  const int j = blockIdx.x;
-  uint32_t *h = a.hist + j * kHistStride;
-  const long long need = a.state[j].need;
-  // thread t holds the bins at positions 2t and 2t + 1 from the top, summed over the copies
-  const uint32_t q0 = 2 * threadIdx.x, q1 = q0 + 1;
-  uint32_t h0 = 0, h1 = 0;
-  for (int copy = 0; copy < kHistCopies; ++copy) {
-    const uint32_t *hc = h + copy * kRadixMaxBins;
-    if (q0 < bins) h0 += hc[bins - 1 - q0];
-    if (q1 < bins) h1 += hc[bins - 1 - q1];
-  }
-  uint32_t above = 0;
-  Scan(tmp).ExclusiveSum(h0 + h1, above);
-  const long long a0 = above, a1 = a0 + h0;
-  long long bin = -1, taken = 0;
-  if (a0 < need && need <= a1) {
-    bin = bins - 1 - q0;
-    taken = a0;
-  } else if (a1 < need && need <= a1 + h1) {
-    bin = bins - 1 - q1;
-    taken = a1;
-  }
-  if (bin >= 0) {
-    SelectState &s = a.state[j];
-    s.prefix |= static_cast<uint32_t>(bin) << shift;
-    s.mask |= (bins - 1) << shift;
-    s.need = need - taken;
-  }
-  for (int copy = 0; copy < kHistCopies; ++copy) {
-    uint32_t *hc = h + copy * kRadixMaxBins;
-    if (q0 < bins) hc[bins - 1 - q0] = 0;
-    if (q1 < bins) hc[bins - 1 - q1] = 0;
-  }
-}
-
-// Per block: the keys above T and equal to T.
-__global__ void __launch_bounds__(kThreads) select_count(SelectArgs a) {
-  if (gated(a.rep)) return;
-  using Reduce = cub::BlockReduce<uint32_t, kThreads>;
-  __shared__ typename Reduce::TempStorage tmp;
-  const int j = tensor_of_block(a.first, a.K, blockIdx.x);
-  const DgcTensor t = a.t[j];
-  const uint32_t T = a.state[j].prefix;
-  const int64_t base = (blockIdx.x - a.first[j]) * kChunk;
-  float x[kRounds];
-  load_rounds(t.v, base, t.n, x);
-  uint32_t g = 0, e = 0;
 #pragma unroll
-  for (int r = 0; r < kRounds; ++r) {
-    const int64_t i = base + r * kThreads + threadIdx.x;
-    const uint32_t key = magnitude_key(x[r]);
-    g += i < t.n && key > T;
-    e += i < t.n && key == T;
+  for (int r = 0; r < kWarpRounds; ++r) {
+    if (dc.nesterov != 0.0f)
+      rules::dgc_accumulate<float, true>(g[r], u[r], v[r], dc.momentum);
+    else
+      rules::dgc_accumulate<float, false>(g[r], u[r], v[r], dc.momentum);
   }
-  const uint32_t G = Reduce(tmp).Sum(g);
+  if (s.mode == kAll) {  // uniform over the CTA
+#pragma unroll
+    for (int r = 0; r < kWarpRounds; ++r) {
+      const int64_t i = base + r * 32 + lane;
+      if (i >= t.n) continue;
+      idx[s.off + i] = static_cast<int32_t>(i);
+      if (val != nullptr) val[s.off + i] = v[r];
+      t.u[i] = take ? 0.0f : u[r];
+      t.v[i] = take ? 0.0f : v[r];
+    }
+    start_next_grid();
+    return;
+  }
+  HistAdder hist(hist_copy(a, j, blk));
+  uint32_t mine = 0;
+#pragma unroll
+  for (int r = 0; r < kWarpRounds; ++r) {
+    const int64_t i = base + r * 32 + lane;
+    const bool in = i < t.n;
+    if (in) {
+      t.u[i] = u[r];
+      t.v[i] = v[r];
+    }
+    const uint32_t key = magnitude_key(v[r]);
+    const bool listed = in && key >= s.guess;
+    mine += __popc(__ballot_sync(0xffffffffu, listed));
+    hist.add(key >> kTopShift, listed);
+  }
+  hist.flush();
+  __shared__ uint32_t warp_count[kWarps];
+  if (lane == 0) warp_count[warp] = mine;
   __syncthreads();
-  const uint32_t E = Reduce(tmp).Sum(e);
-  if (threadIdx.x == 0) {
-    a.count_g[blockIdx.x] = G;
-    a.count_e[blockIdx.x] = E;
+  uint32_t before = 0, count = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    before += w < warp ? warp_count[w] : 0u;
+    count += warp_count[w];
   }
+  if (threadIdx.x == 0) a.listed[blk] = count;
+  if (count <= kListCap) {
+    Entry *out = a.list + blk * kListCap;
+    const unsigned below = (1u << lane) - 1;
+#pragma unroll
+    for (int r = 0; r < kWarpRounds; ++r) {
+      const int64_t i = base + r * 32 + lane;
+      const bool listed = i < t.n && magnitude_key(v[r]) >= s.guess;
+      const unsigned ballot = __ballot_sync(0xffffffffu, listed);
+      if (listed) out[before + __popc(ballot & below)] = Entry{static_cast<int32_t>(i), v[r]};
+      before += __popc(ballot);
+    }
+  }
+  start_next_grid();
+  finish_pass(a, kPassAccumulate, warp == 0 ? j : -1,
+              [&](int jj) { choose_digit(a, jj, 0); });
 }
 
-// One block per tensor: exclusive scans of its blocks' counts.
-__global__ void __launch_bounds__(kTensorThreads) select_scan(SelectArgs a) {
-  if (gated(a.rep)) return;
-  using Scan = cub::BlockScan<uint32_t, kTensorThreads>;
-  __shared__ typename Scan::TempStorage tmp;
-  const int64_t lo = a.first[blockIdx.x], hi = a.first[blockIdx.x + 1];
-  uint32_t carry_g = 0, carry_e = 0;
-  for (int64_t b0 = lo; b0 < hi; b0 += kTensorThreads) {
-    const int64_t b = b0 + threadIdx.x;
-    uint32_t out = 0, sum = 0;
-    Scan(tmp).ExclusiveSum(b < hi ? a.count_g[b] : 0u, out, sum);
-    if (b < hi) a.scan_g[b] = carry_g + out;
-    carry_g += sum;
-    __syncthreads();
-    Scan(tmp).ExclusiveSum(b < hi ? a.count_e[b] : 0u, out, sum);
-    if (b < hi) a.scan_e[b] = carry_e + out;
-    carry_e += sum;
-    __syncthreads();
+// The data block each warp of a later pass takes, its tensor and state.
+struct WarpBlock {
+  int64_t b;  // -1: none (past the last)
+  int j;
+  SelectState s;
+  DgcTensor t;
+  int64_t base;  // the data block's first element
+  bool from_list;
+
+  __device__ explicit WarpBlock(const SelectArgs &a) {
+    b = static_cast<int64_t>(blockIdx.x) * kWarps + warp_id();
+    if (b >= a.blocks) {
+      b = -1;
+      return;
+    }
+    j = a.owner[b];
+    s = a.state[j];
+    t = a.t[j];
+    base = (b - a.first[j]) * kChunk;
+    from_list = s.mode == kListed && a.listed[b] <= kListCap;
   }
+
+  // f(i, x, in) for every element of the data block that can matter (its list,
+  // else all of it) in ascending index order, 32 at a time; by the whole warp.
+  template <class F>
+  __device__ void each(const SelectArgs &a, F &&f) const {
+    const int lane = lane_id();
+    if (from_list) {
+      const uint32_t count = a.listed[b];
+      const Entry *list = a.list + b * kListCap;
+      for (uint32_t e0 = 0; e0 < count; e0 += 32) {
+        const uint32_t e = e0 + lane;
+        const Entry x = e < count ? list[e] : Entry{0, 0.0f};
+        f(static_cast<int64_t>(x.i), x.x, e < count);
+      }
+      return;
+    }
+    for (int r0 = 0; r0 < kBlockRounds; r0 += kBatch) {
+      if (base + r0 * 32 >= t.n) return;
+      float x[kBatch];
+#pragma unroll
+      for (int q = 0; q < kBatch; ++q) {
+        const int64_t i = base + (r0 + q) * 32 + lane;
+        x[q] = i < t.n ? t.v[i] : 0.0f;
+      }
+#pragma unroll
+      for (int q = 0; q < kBatch; ++q) {
+        const int64_t i = base + (r0 + q) * 32 + lane;
+        f(i, x[q], i < t.n);
+      }
+    }
+  }
+};
+
+// A tensor whose guess failed: the histogram of the top digit of every key.
+__global__ void __launch_bounds__(kThreads) select_redo(SelectArgs a) {
+  wait_for_previous_grid();
+  if (gated(a.rep) || *a.any_full == 0) {  // uniform: the residual update's choices set it
+    start_next_grid();
+    return;
+  }
+  const WarpBlock w(a);
+  int my_j = -1;
+  if (w.b >= 0 && w.s.mode == kFull) {
+    HistAdder hist(hist_copy(a, w.j, w.b));
+    w.each(a, [&](int64_t, float x, bool in) { hist.add(magnitude_key(x) >> kTopShift, in); });
+    hist.flush();
+    my_j = w.j;
+  }
+  start_next_grid();
+  finish_pass(a, kPassRedo, my_j, [&](int j) { choose_digit(a, j, 0); });
+}
+
+// The histogram of digit `level` of the keys that match the prefix so far.
+__global__ void __launch_bounds__(kThreads) select_level(SelectArgs a, int level) {
+  wait_for_previous_grid();
+  if (gated(a.rep)) return;
+  const WarpBlock w(a);
+  int my_j = -1;
+  if (w.b >= 0 && w.s.mode != kAll) {
+    const int shift = level_shift(level);
+    const uint32_t bins = level_bins(level);
+    HistAdder hist(hist_copy(a, w.j, w.b));
+    w.each(a, [&](int64_t, float x, bool in) {
+      const uint32_t key = magnitude_key(x);
+      hist.add((key >> shift) & (bins - 1), in && (key & w.s.mask) == w.s.prefix);
+    });
+    hist.flush();
+    my_j = w.j;
+  }
+  start_next_grid();
+  finish_pass(a, level == 1 ? kPassLevel1 : kPassLevel2, my_j,
+              [&](int j) { choose_digit(a, j, level); });
+}
+
+// Per data block: the keys above T and equal to T; then each tensor's scans.
+__global__ void __launch_bounds__(kThreads) select_count(SelectArgs a) {
+  wait_for_previous_grid();
+  if (gated(a.rep)) return;
+  const WarpBlock w(a);
+  int my_j = -1;
+  if (w.b >= 0 && w.s.mode != kAll) {
+    const uint32_t T = w.s.prefix;
+    uint32_t above = 0, equal = 0;
+    w.each(a, [&](int64_t, float x, bool in) {
+      const uint32_t key = magnitude_key(x);
+      above += __popc(__ballot_sync(0xffffffffu, in && key > T));
+      equal += __popc(__ballot_sync(0xffffffffu, in && key == T));
+    });
+    if (lane_id() == 0) a.counts[w.b] = make_uint2(above, equal);
+    my_j = w.j;
+  }
+  start_next_grid();
+  finish_pass(a, kPassCount, my_j, [&](int j) { scan_counts(a, j); });
 }
 
 // The selected entries in ascending index order: entry i goes to position
 // (keys above T before i) + min(keys equal to T before i, need) of its tensor's
-// run; take: u and v set to 0 there.  Warp w takes the block's elements
-// [w * kWarpChunk, (w + 1) * kWarpChunk) in rounds of 32, counts them (ballots),
-// and after the block's one barrier knows where its entries start.
-constexpr int kWarpChunk = static_cast<int>(kChunk / kWarps);
-
+// run; take: u and v set to 0 there.  A refused call writes every output as a
+// refusal instead (indices -1, values NaN).
 __global__ void __launch_bounds__(kThreads)
-select_emit(SelectArgs a, int32_t *idx, float *val, bool take) {
-  if (gated(a.rep)) return;
-  const int64_t b = blockIdx.x;
-  const int j = tensor_of_block(a.first, a.K, b);
-  const SelectState s = a.state[j];
-  long long g_before = a.scan_g[b], e_before = a.scan_e[b];
-  if (a.count_g[b] == 0 && (a.count_e[b] == 0 || e_before >= s.need)) return;  // none here
-  const DgcTensor t = a.t[j];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const unsigned below = (1u << lane) - 1;
-  const int64_t first = (b - a.first[j]) * kChunk + static_cast<int64_t>(warp) * kWarpChunk;
-  constexpr int kWarpRounds = kWarpChunk / 32;
-  float xs[kWarpRounds];
-#pragma unroll
-  for (int r = 0; r < kWarpRounds; ++r) {
-    const int64_t i = first + r * 32 + lane;
-    xs[r] = i < t.n ? t.v[i] : 0.0f;
+select_emit(SelectArgs a, int32_t *idx, float *val, bool take, long long outputs) {
+  wait_for_previous_grid();
+  if (gated(a.rep)) {
+    const long long stride = static_cast<long long>(gridDim.x) * kThreads;
+    for (long long i = static_cast<long long>(blockIdx.x) * kThreads + threadIdx.x; i < outputs;
+         i += stride) {
+      idx[i] = -1;
+      if (val != nullptr) val[i] = __int_as_float(0x7fc00000);
+    }
+    return;
   }
-  uint32_t warp_total_g = 0, warp_total_e = 0;
-#pragma unroll
-  for (int r = 0; r < kWarpRounds; ++r) {
-    const int64_t i = first + r * 32 + lane;
-    const uint32_t key = magnitude_key(xs[r]);
-    warp_total_g += __popc(__ballot_sync(0xffffffffu, i < t.n && key > s.prefix));
-    warp_total_e += __popc(__ballot_sync(0xffffffffu, i < t.n && key == s.prefix));
-  }
-  __shared__ uint32_t warp_g[kWarps], warp_e[kWarps];
-  if (lane == 0) {
-    warp_g[warp] = warp_total_g;
-    warp_e[warp] = warp_total_e;
-  }
-  __syncthreads();
-  for (int w = 0; w < warp; ++w) {
-    g_before += warp_g[w];
-    e_before += warp_e[w];
-  }
-  if (warp_total_g == 0 && (warp_total_e == 0 || e_before >= s.need)) return;  // none here
-#pragma unroll
-  for (int r = 0; r < kWarpRounds; ++r) {
-    const int64_t i = first + r * 32 + lane;
-    const uint32_t key = magnitude_key(xs[r]);
-    const bool gt = i < t.n && key > s.prefix, eq = i < t.n && key == s.prefix;
+  const WarpBlock w(a);
+  if (w.b < 0 || w.s.mode == kAll) return;
+  const SelectState &s = w.s;
+  const uint2 here = a.counts[w.b], earlier = a.before[w.b];
+  long long g_before = earlier.x, e_before = earlier.y;
+  if (here.x == 0 && (here.y == 0 || e_before >= s.need)) return;  // none here
+  const unsigned below = (1u << lane_id()) - 1;
+  w.each(a, [&](int64_t i, float x, bool in) {
+    const uint32_t key = magnitude_key(x);
+    const bool gt = in && key > s.prefix, eq = in && key == s.prefix;
     const unsigned bg = __ballot_sync(0xffffffffu, gt), be = __ballot_sync(0xffffffffu, eq);
     const long long g_i = g_before + __popc(bg & below), e_i = e_before + __popc(be & below);
     if (gt || (eq && e_i < s.need)) {
       const long long out = s.off + g_i + (e_i < s.need ? e_i : s.need);
       idx[out] = static_cast<int32_t>(i);
-      if (val != nullptr) val[out] = xs[r];
+      if (val != nullptr) val[out] = x;
       if (take) {
-        t.u[i] = 0.0f;
-        t.v[i] = 0.0f;
+        w.t.u[i] = 0.0f;
+        w.t.v[i] = 0.0f;
       }
     }
     g_before += __popc(bg);
     e_before += __popc(be);
-  }
+  });
 }
 
 // DGC's local step for the select (take: masking, values) and propose kernels
@@ -353,37 +698,45 @@ int select_run(const AotCall &c, int site, int32_t *idx, float *val, bool take) 
   const int64_t blocks = first[K];
   MSOPT_TRY(take_device_error(c));
   const cudaStream_t stream = stream_of(c);
+  // the host's tables and the call's gate (0) are one upload: at_t .. at_bad
   Workspace ws(stream);
   const size_t at_t = ws.reserve(sizeof(DgcTensor) * K);
   const size_t at_first = ws.reserve(sizeof(int64_t) * (K + 1));
+  const size_t at_bad = ws.reserve(sizeof(int));
+  const size_t at_owner = ws.reserve(sizeof(int32_t) * blocks);
   const size_t at_state = ws.reserve(sizeof(SelectState) * K);
-  const size_t at_bad = ws.reserve(sizeof(int));  // zeroed with the histograms
   const size_t at_hist = ws.reserve(sizeof(uint32_t) * kHistStride * K);
-  const size_t at_counts = ws.reserve(sizeof(uint32_t) * 4 * blocks);
+  const size_t at_tickets = ws.reserve(sizeof(int) * kPasses * K);
+  const size_t at_listed = ws.reserve(sizeof(uint32_t) * blocks);
+  const size_t at_counts = ws.reserve(sizeof(uint2) * 2 * blocks);
+  const size_t at_list = ws.reserve(sizeof(Entry) * kListCap * blocks);
+  const size_t at_full = ws.reserve(sizeof(int));
   MSOPT_TRY(ws.allocate(c));
-  MSOPT_TRY(ws.upload(c, at_t, host.data(), sizeof(DgcTensor) * K));
-  MSOPT_TRY(ws.upload(c, at_first, first.data(), sizeof(int64_t) * (K + 1)));
-  MSOPT_TRY(ws.zero(c, at_bad, at_counts - at_bad));
-  SelectArgs a{ws.at<DgcTensor>(at_t),       ws.at<int64_t>(at_first),
-               K,                            ws.at<SelectState>(at_state),
-               ws.at<uint32_t>(at_hist),     ws.at<uint32_t>(at_counts),
-               ws.at<uint32_t>(at_counts) + blocks, ws.at<uint32_t>(at_counts) + 2 * blocks,
-               ws.at<uint32_t>(at_counts) + 3 * blocks,
-               reporter(ws.at<int>(at_bad), site)};
-  select_init<<<1, 1, 0, stream>>>(a, c.ptr<int32_t>(S::ks), c.numel(S::idx));
-  for (int level = 0; level < kRadixLevels; ++level) {
-    const int shift = radix::kRadixShift[level];
-    const uint32_t bins = 1u << radix::kRadixWidth[level];
-    if (level == 0)
-      select_accumulate<<<blocks, kThreads, 0, stream>>>(a, c.ptr<float>(S::consts), shift, bins);
-    else
-      select_hist<<<blocks, kThreads, 0, stream>>>(a, shift, bins);
-    select_choose<<<K, kTensorThreads, 0, stream>>>(a, shift, bins);
-  }
-  select_count<<<blocks, kThreads, 0, stream>>>(a);
-  select_scan<<<K, kTensorThreads, 0, stream>>>(a);
-  select_emit<<<blocks, kThreads, 0, stream>>>(a, idx, val, take);
-  mark_refused(a.rep, idx, val, c.numel(S::idx), stream);
+  std::vector<char> tables(at_bad + sizeof(int), 0);
+  std::memcpy(tables.data() + at_t, host.data(), sizeof(DgcTensor) * K);
+  std::memcpy(tables.data() + at_first, first.data(), sizeof(int64_t) * (K + 1));
+  MSOPT_TRY(ws.upload(c, 0, tables.data(), tables.size()));
+  const SelectArgs a{ws.at<DgcTensor>(at_t),       ws.at<int64_t>(at_first),
+                     K,                            blocks,
+                     ws.at<int32_t>(at_owner),     ws.at<SelectState>(at_state),
+                     ws.at<uint32_t>(at_hist),     ws.at<int>(at_tickets),
+                     ws.at<uint32_t>(at_listed),   ws.at<Entry>(at_list),
+                     ws.at<uint2>(at_counts),      ws.at<uint2>(at_counts) + blocks,
+                     ws.at<int>(at_full),          reporter(ws.at<int>(at_bad), site)};
+  // Each kernel starts while the one before it finishes (on Hopper and later).
+  const int64_t warp_blocks = (blocks + kWarps - 1) / kWarps;
+  const float *consts = c.ptr<float>(S::consts);
+  cudaError_t e = launch(select_init, K, stream, false, a, c.ptr<int32_t>(S::ks),
+                         static_cast<long long>(c.numel(S::idx)), consts);
+  if (e == cudaSuccess) e = launch(select_accumulate, blocks, stream, true, a, consts, idx, val, take);
+  if (e == cudaSuccess) e = launch(select_redo, warp_blocks, stream, true, a);
+  if (e == cudaSuccess) e = launch(select_level, warp_blocks, stream, true, a, 1);
+  if (e == cudaSuccess) e = launch(select_level, warp_blocks, stream, true, a, 2);
+  if (e == cudaSuccess) e = launch(select_count, warp_blocks, stream, true, a);
+  if (e == cudaSuccess)
+    e = launch(select_emit, warp_blocks, stream, true, a, idx, val, take,
+               static_cast<long long>(c.numel(S::idx)));
+  MSOPT_TRY(check_cuda(c, e, "launch"));
   return check_launches(c);
 }
 
@@ -497,11 +850,11 @@ struct Blocks {
 
 // The workspace and checks shared by take and apply (S: their slots; `tensors`: the
 // slot whose tensors the entries index, n_j): layout's size checked here, its values
-// and the indices by the first kernels; `extra_bytes` more workspace regions, their
-// offsets appended to `extra`.
+// and the indices by the first kernels; `extra_bytes` more workspace for the caller's
+// table, at offset *extra.
 template <class S>
 int blocks_setup(const AotCall &c, Workspace &ws, int tensors, int site, Blocks *out,
-                 std::vector<size_t> *extra, const std::vector<size_t> &extra_bytes) {
+                 size_t extra_bytes, size_t *extra) {
   const int K = c.K();
   MSOPT_TRY(check_dgc_layout(c, S::layout));
   const long long total = c.numel(S::idx);
@@ -512,7 +865,7 @@ int blocks_setup(const AotCall &c, Workspace &ws, int tensors, int site, Blocks 
   const size_t at_bad = ws.reserve(sizeof(int));
   const size_t at_meta = ws.reserve(sizeof(long long) * 2);
   const size_t at_owner = ws.reserve(sizeof(int32_t) * (total + 1));
-  for (size_t bytes : extra_bytes) extra->push_back(ws.reserve(bytes));
+  *extra = ws.reserve(extra_bytes);
   MSOPT_TRY(ws.allocate(c));
   MSOPT_TRY(ws.upload(c, at_n, n.data(), sizeof(int64_t) * K));
   MSOPT_TRY(ws.zero(c, at_bad, sizeof(int)));
@@ -571,11 +924,11 @@ int take_body(const AotCall &c) {
   for (int j = 0; j < K; ++j) host[j] = ResidualPtrs{c.ptr<float>(S::u, j), c.ptr<float>(S::v, j)};
   Workspace ws(stream_of(c));
   Blocks b;
-  std::vector<size_t> at;
-  MSOPT_TRY(blocks_setup<S>(c, ws, S::u, kSiteTake, &b, &at, {sizeof(ResidualPtrs) * K}));
-  MSOPT_TRY(ws.upload(c, at[0], host.data(), sizeof(ResidualPtrs) * K));
+  size_t at = 0;
+  MSOPT_TRY(blocks_setup<S>(c, ws, S::u, kSiteTake, &b, sizeof(ResidualPtrs) * K, &at));
+  MSOPT_TRY(ws.upload(c, at, host.data(), sizeof(ResidualPtrs) * K));
   const cudaStream_t stream = stream_of(c);
-  const ResidualPtrs *t = ws.at<ResidualPtrs>(at[0]);
+  const ResidualPtrs *t = ws.at<ResidualPtrs>(at);
   if (b.launch > 0) {
     take_values<<<b.launch, kThreads, 0, stream>>>(b.args, t, c.ptr<float>(S::val));
     take_mask<<<b.launch, kThreads, 0, stream>>>(b.args, t);
@@ -631,17 +984,17 @@ int apply_body(const AotCall &c) {
   for (int j = 0; j < K; ++j) host[j] = c.ptr<void>(S::param, j);
   Workspace ws(stream_of(c));
   Blocks b;
-  std::vector<size_t> at;
-  MSOPT_TRY(blocks_setup<S>(c, ws, S::param, kSiteApply, &b, &at, {sizeof(void *) * K}));
-  MSOPT_TRY(ws.upload(c, at[0], host.data(), sizeof(void *) * K));
+  size_t at = 0;
+  MSOPT_TRY(blocks_setup<S>(c, ws, S::param, kSiteApply, &b, sizeof(void *) * K, &at));
+  MSOPT_TRY(ws.upload(c, at, host.data(), sizeof(void *) * K));
   const cudaStream_t stream = stream_of(c);
   const bool lr_each = c.numel(S::lr) == K && K > 1;
   if (b.launch > 0 && half)
     apply_entries<__half><<<b.launch, kThreads, 0, stream>>>(
-        b.args, ws.at<__half *>(at[0]), c.ptr<float>(S::val), c.ptr<float>(S::lr), lr_each);
+        b.args, ws.at<__half *>(at), c.ptr<float>(S::val), c.ptr<float>(S::lr), lr_each);
   else if (b.launch > 0)
     apply_entries<float><<<b.launch, kThreads, 0, stream>>>(
-        b.args, ws.at<float *>(at[0]), c.ptr<float>(S::val), c.ptr<float>(S::lr), lr_each);
+        b.args, ws.at<float *>(at), c.ptr<float>(S::val), c.ptr<float>(S::lr), lr_each);
   mark_done(b.args.rep, c.ptr<float>(S::done), stream);
   return check_launches(c);
 }

@@ -117,14 +117,34 @@ struct LambElement {
   }
 };
 
+// What both passes begin with: the block's tensor and first element, and its
+// elements' constants; load() issues the loads of p, m and v.
+struct LambBlock {
+  int j;
+  LambTensorPtrs t;
+  int64_t base;
+
+  __device__ explicit LambBlock(const LambDev &a)
+      : j(tensor_of_block(a.first, a.K, blockIdx.x)),
+        t(a.t[j]),
+        base((blockIdx.x - a.first[j]) * kChunk) {}
+
+  __device__ void load(float (&p)[kRounds], float (&m)[kRounds], float (&v)[kRounds]) const {
+    load_rounds(t.p, base, t.n, p);
+    load_rounds(t.m, base, t.n, m);
+    load_rounds(t.v, base, t.n, v);
+  }
+};
+
 // Pass one: m and v updated, r at p; with a trust ratio each block's sums of
 // p^2 and r^2, else p -= lr * r at once.
 __global__ void __launch_bounds__(kThreads) lamb_pass1(LambDev a) {
   using Reduce = cub::BlockReduce<double, kThreads>;
   __shared__ typename Reduce::TempStorage tmp;
-  const int j = tensor_of_block(a.first, a.K, blockIdx.x);
-  const LambTensorPtrs t = a.t[j];
-  const int64_t base = (blockIdx.x - a.first[j]) * kChunk;
+  const LambBlock blk(a);
+  const int j = blk.j;
+  const LambTensorPtrs &t = blk.t;
+  const int64_t base = blk.base;
   const LambElement e(a, j);
   const float gs = a.gs[j], lo = a.consts->clip_lo, hi = a.consts->clip_hi;
   const bool clipped = lo > -INFINITY || hi < INFINITY;
@@ -133,9 +153,7 @@ __global__ void __launch_bounds__(kThreads) lamb_pass1(LambDev a) {
   double ps = 0.0, rs = 0.0;
   float gr[kRounds], mr[kRounds], vr[kRounds], pr[kRounds];
   load_rounds(t.g, base, t.n, gr);
-  load_rounds(t.m, base, t.n, mr);
-  load_rounds(t.v, base, t.n, vr);
-  load_rounds(t.p, base, t.n, pr);
+  blk.load(pr, mr, vr);
 #pragma unroll
   for (int r = 0; r < kRounds; ++r) {
     const int64_t i = base + r * kThreads + threadIdx.x;
@@ -178,19 +196,17 @@ __global__ void __launch_bounds__(kThreads) lamb_ratio(LambDev a) {
 
 // Pass two: p -= (lr * ratio) * r, r recomputed from p and the updated m, v.
 __global__ void __launch_bounds__(kThreads) lamb_pass2(LambDev a) {
-  const int j = tensor_of_block(a.first, a.K, blockIdx.x);
+  const LambBlock blk(a);
+  const int j = blk.j;
   if (!adapts(a, j)) return;
-  const LambTensorPtrs t = a.t[j];
-  const int64_t base = (blockIdx.x - a.first[j]) * kChunk;
   const LambElement e(a, j);
   const float lr_ratio = a.lr[a.lr_each ? j : 0] * a.ratio[j];
   float pr[kRounds], mr[kRounds], vr[kRounds];
-  load_rounds(t.p, base, t.n, pr);
-  load_rounds(t.m, base, t.n, mr);
-  load_rounds(t.v, base, t.n, vr);
+  blk.load(pr, mr, vr);
+  const LambTensorPtrs &t = blk.t;
 #pragma unroll
   for (int r = 0; r < kRounds; ++r) {
-    const int64_t i = base + r * kThreads + threadIdx.x;
+    const int64_t i = blk.base + r * kThreads + threadIdx.x;
     if (i >= t.n) continue;
     const float dir = rules::lamb_direction(pr[r], mr[r], vr[r], e.ib1, e.isb2, e.eps, e.wd);
     t.p[i] = rules::lamb_apply(pr[r], dir, lr_ratio);

@@ -2,6 +2,7 @@
 // itself: its kernel entries, the device, and pending device-side failures.
 #include "cuda/runtime.cuh"
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 
@@ -163,6 +164,24 @@ int check_cuda(const AotCall &c, cudaError_t e, const char *what) {
   if (e == cudaSuccess) return kOk;
   return c.fail(e == cudaErrorMemoryAllocation ? kErrNoMem : kErrInternal, "%s: %s", what,
                 cudaGetErrorString(e));
+}
+
+bool dependent_launch_supported() {
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices];  // 0 unknown, 1 no, 2 yes
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (device >= 0 && device < kDevices && known[device].load() != 0) return known[device] == 2;
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (device >= 0 && device < kDevices) known[device] = major >= 9 ? 2 : 1;
+  return major >= 9;
 }
 
 std::vector<int64_t> block_map(const std::vector<int64_t> &n) {

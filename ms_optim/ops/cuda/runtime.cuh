@@ -140,6 +140,47 @@ __device__ inline void load_rounds(const T *x, int64_t base, int64_t n, T (&out)
   }
 }
 
+// ------------------------------------------------ programmatic dependent launch --
+
+// On Hopper and later, a kernel launched by launch() with `after_previous` starts
+// while the kernel before it in the stream finishes (programmatic dependent launch):
+// it must call wait_for_previous_grid() before it reads what that kernel wrote.
+// Elsewhere both are no-ops and launches are ordinary.
+__device__ inline void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel's CTAs start (they wait for this grid to finish first).
+__device__ inline void start_next_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether the current device takes programmatic dependent launches (compute 9.0+).
+bool dependent_launch_supported();
+
+// Launches kernel<<<grid, kThreads, 0, stream>>>(args...), as a programmatic
+// dependent launch when `after_previous` and the device supports it.
+template <class... Params, class... Args>
+cudaError_t launch(void (*kernel)(Params...), int64_t grid, cudaStream_t stream,
+                   bool after_previous, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  if (after_previous && dependent_launch_supported()) {
+    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 // ------------------------------------------------------------ multi-tensor --
 
 // Tensor j of a call owns blocks [first[j], first[j + 1]) of a launch
