@@ -8,8 +8,10 @@ the same device and the same shapes.  Layout: ResNet-50's parameters
 (benchmarks.layouts), DGC on those of 16384 elements or more at sparsity 0.999.
 
 Each figure is the median over --repeat timed calls (CUDA events), after warm-up calls.
-Bandwidths count the bytes a kernel must move at least (20 per element for DGC's residual
-update, 40 for Lamb's two passes) against the device-to-device copy measured in the same run.
+Each step's floor is the bytes it must move at least (FLOOR_BYTES) at the rate of a
+device-to-device copy measured in the same run.  Beside them: torch.topk of |v| alone, the
+residual update alone as one fused pass (with CuPy, where installed), and the select on
+inputs that test its guess (all-equal, mostly zero, NaN and inf, k = 1, k = n).
 Run from the repository root on a machine with PyTorch and a CUDA device:
 
     python -m benchmarks.cuda_kernels [--repeat 20] [--json results.json] [--profile]
@@ -29,14 +31,27 @@ cuda_library = None  # ms_optim's CUDA library (benchmarks.common.cuda_harness)
 
 SPARSITY, MOMENTUM, RANKS = 0.999, 0.9, 8
 
+# The bytes each step must move at least, from its figures: DGC's residual update reads g, u,
+# v and writes u, v (20 an element); the apply reads each worker's entries (8 bytes each) and
+# reads and writes each parameter element it steps (8); Lamb's two passes read and write 40.
+FLOOR_BYTES = {"select_resnet50": lambda r: 20 * r["elements"],
+               "select_one_25M": lambda r: 20 * r["elements"],
+               "apply_resnet50_8_workers": lambda r: 8 * r["entries"] + 8 * r["stepped"],
+               "lamb_resnet50": lambda r: 40 * r["elements"]}
 
-def timed(fn, repeat, warmup=3):
-    """Median milliseconds of fn() over `repeat` calls, each between two CUDA events."""
+
+def timed(fn, repeat, warmup=3, setup=None):
+    """Median milliseconds of fn() over `repeat` calls, each between two CUDA events
+    (setup(), if given, runs before each call, outside them)."""
     for _ in range(warmup):
+        if setup:
+            setup()
         fn()
     torch.cuda.synchronize()
     times = []
     for _ in range(repeat):
+        if setup:
+            setup()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
@@ -53,6 +68,32 @@ def copy_bandwidth(repeat):
     y = torch.empty_like(x)
     ms = timed(lambda: y.copy_(x), repeat)
     return 2 * x.numel() * 4 / ms / 1e6
+
+
+# DGC's residual update as one fused pass (u = m u + g, v += u: 12 bytes read, 8 written an
+# element), the least any select must do, compiled by CuPy where it is installed.
+UPDATE_PASS = r"""
+extern "C" __global__ void update(float *u, float *v, const float *g, long long n, float m) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) { float x = m * u[i] + g[i]; u[i] = x; v[i] = v[i] + x; }
+}"""
+
+
+def update_pass(n, repeat):
+    """Milliseconds of the fused residual update alone on n elements (CuPy), or None."""
+    try:
+        import cupy
+    except ImportError:
+        return None
+    kernel = cupy.RawKernel(UPDATE_PASS, "update", options=("--fmad=false",))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    u, v, g = (torch.randn(n, device="cuda", generator=gen) for _ in range(3))
+    blocks = (n + 255) // 256
+
+    def run():  # CuPy's current stream and PyTorch's are both the legacy default stream
+        kernel((blocks,), (256,), (u.data_ptr(), v.data_ptr(), g.data_ptr(), cupy.int64(n),
+                                  cupy.float32(MOMENTUM)))
+    return timed(run, repeat)
 
 
 def _stream():
@@ -114,9 +155,55 @@ def dgc_select(sizes, repeat):
             u[j].mul_(MOMENTUM).add_(g[j])
             v[j].add_(u[j])
 
-    return {"ours_ms": timed(ours, repeat), "torch_ms": timed(composed, repeat),
-            "torch_update_alone_ms": timed(update_alone, repeat),
-            "elements": int(sum(sizes)), "tensors": len(sizes), "k": total}
+    out = {"ours_ms": timed(ours, repeat), "torch_ms": timed(composed, repeat),
+           "torch_update_alone_ms": timed(update_alone, repeat),
+           "elements": int(sum(sizes)), "tensors": len(sizes), "k": total}
+    if len(sizes) == 1:  # torch's top-k alone, on |v| (no residual update, no gather)
+        out["torch_topk_ms"] = timed(lambda: torch.topk(v[0].abs(), ks[0]), repeat)
+    return out
+
+
+def _hard_v(kind, n, gen):
+    """Residuals that stress the select's guess (tests/gpu/test_cuda_kernels.py has each)."""
+    v = torch.randn(n, device="cuda", generator=gen)
+    if kind == "all_equal":
+        v.fill_(-2.5)
+    elif kind == "mostly_zeros":  # fewer nonzeros than k
+        nz = v[:100].clone()
+        v.zero_()
+        v[torch.randperm(n, device="cuda", generator=gen)[:100]] = nz
+    elif kind == "nan_inf":
+        at = torch.randperm(n, device="cuda", generator=gen)[: n // 50]
+        v[at[: n // 100]] = float("nan")
+        v[at[n // 100:]] = float("inf")
+    return v
+
+
+HARD = [("typical", SPARSITY), ("all_equal", SPARSITY), ("mostly_zeros", SPARSITY),
+        ("nan_inf", SPARSITY), ("k = 1", None), ("k = n", 0.0)]
+
+
+def select_hard(n, repeat):
+    """The select on residuals restored before each call (u = 0, grad = 0: it selects from
+    the residuals as given), typical and hard: milliseconds by input."""
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    out = {}
+    for name, sparsity in HARD:
+        v0 = _hard_v(name if name in ("all_equal", "mostly_zeros", "nan_inf") else "random", n, gen)
+        k = 1 if sparsity is None else max(1, int(n * (1 - sparsity)))
+        u, v, g = torch.zeros(n, device="cuda"), v0.clone(), torch.zeros(n, device="cuda")
+        idx = torch.zeros(k, dtype=torch.int32, device="cuda")
+        val = torch.zeros(k, device="cuda")
+        rest = [torch.tensor([MOMENTUM, 0.0], device="cuda"),
+                torch.tensor([k], dtype=torch.int32, device="cuda"), idx, val]
+        run = cuda_library.prepare("ms_optim_dgc_select_multi", [u, v, g] + rest, _stream())
+
+        def restore():
+            u.zero_()
+            v.copy_(v0)
+        out[name] = {"ms": timed(run, repeat, setup=restore), "k": k}
+        del v0, u, v, g
+    return out
 
 
 def dgc_apply(sizes, repeat):
@@ -145,8 +232,9 @@ def dgc_apply(sizes, repeat):
         for j in range(len(sizes)):
             p[j].index_add_(0, per[j][0], per[j][1], alpha=-0.1 / RANKS)
 
+    stepped = sum(np.unique(np.concatenate([r[j] for r in runs])).size for j in range(len(sizes)))
     return {"ours_ms": timed(ours, repeat), "torch_ms": timed(composed, repeat),
-            "entries": int(RANKS * block)}
+            "entries": int(RANKS * block), "stepped": int(stepped)}
 
 
 def lamb(sizes, repeat):
@@ -200,27 +288,44 @@ def main(argv=None):
                        "CUDA library (built where nvcc is found)\n")
     all_sizes = [int(np.prod(s)) for _, s in resnet50_shapes()]
     compressed = [n for n in all_sizes if n >= 16384]
+    one = 25_557_032
     copy = copy_bandwidth(args.repeat)
     out = {"device": torch.cuda.get_device_name(), "library": cuda_library.device(),
            "copy_GBps": copy,
            "select_resnet50": dgc_select(compressed, args.repeat),
-           "select_one_25M": dgc_select([25_557_032], args.repeat),
+           "select_one_25M": dgc_select([one], args.repeat),
            "apply_resnet50_8_workers": dgc_apply(compressed, args.repeat),
-           "lamb_resnet50": lamb(all_sizes, args.repeat)}
+           "lamb_resnet50": lamb(all_sizes, args.repeat),
+           "update_pass_25M_ms": update_pass(one, args.repeat),
+           "select_hard_25M": select_hard(one, args.repeat)}
     print(f"device: {out['device']}; copy {copy:.0f} GB/s (read + write)")
-    print("| step | tensors | ours (ms) | torch ops (ms) | torch / ours | ours at the minimum "
-          "traffic (GB/s) |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for name, minimum in (("select_resnet50", 20), ("select_one_25M", 20),
-                          ("apply_resnet50_8_workers", None), ("lamb_resnet50", 40)):
+    print("| step | tensors | ours (ms) | floor (ms) | ours / floor | torch ops (ms) | "
+          "torch / ours |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name in ("select_resnet50", "select_one_25M", "apply_resnet50_8_workers",
+                 "lamb_resnet50"):
         r = out[name]
-        rate = (f"{minimum * r['elements'] / r['ours_ms'] / 1e6:.0f}" if minimum else "-")
-        print(f"| {name} | {r.get('tensors', '-')} | {r['ours_ms']:.3f} | {r['torch_ms']:.3f} | "
-              f"{r['torch_ms'] / r['ours_ms']:.1f}x | {rate} |")
+        floor = FLOOR_BYTES[name](r) / copy / 1e6
+        print(f"| {name} | {r.get('tensors', '-')} | {r['ours_ms']:.3f} | {floor:.3f} | "
+              f"{r['ours_ms'] / floor:.2f}x | {r['torch_ms']:.3f} | "
+              f"{r['torch_ms'] / r['ours_ms']:.1f}x |")
+    r = out["select_one_25M"]
+    print(f"select_one_25M: torch.topk of |v| alone {r['torch_topk_ms']:.3f} ms, "
+          f"{r['torch_topk_ms'] / r['ours_ms']:.1f}x the select")
     for name in ("select_resnet50", "select_one_25M"):
         r = out[name]
         print(f"{name}: the residual update alone in torch {r['torch_update_alone_ms']:.3f} ms; "
               f"the select {r['ours_ms'] / r['torch_update_alone_ms']:.2f}x it")
+    if out["update_pass_25M_ms"] is not None:
+        ms = out["update_pass_25M_ms"]
+        print(f"the residual update as one fused pass (CuPy), 25.6M: {ms:.3f} ms, "
+              f"{20 * one / ms / 1e6:.0f} GB/s; the select {r['ours_ms'] / ms:.2f}x it")
+    hard = out["select_hard_25M"]
+    print("| residuals restored before each call, 25.6M | k | ms | / typical |")
+    print("| --- | --- | --- | --- |")
+    for name, _ in HARD:
+        print(f"| {name} | {hard[name]['k']} | {hard[name]['ms']:.3f} | "
+              f"{hard[name]['ms'] / hard['typical']['ms']:.2f}x |")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=1)
