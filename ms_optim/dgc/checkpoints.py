@@ -1,10 +1,13 @@
 """DGCMomentum checkpoints across world sizes.
 
 Each worker's residuals ``dgc_u.<name>`` and ``dgc_v.<name>`` are its own, and the
-optimizer saves the number of workers they belong to as ``dgc_world_size``. A run that
-loads residuals saved by another number of workers refuses to step (dropping a missing
-worker's ``v`` would lose gradient that was never applied); ``resize_checkpoints``
-converts one step's per-worker checkpoints for a new number of workers first. The state
+optimizer saves the number of workers they belong to as ``dgc_world_size`` and the rank
+that holds them as ``dgc_rank``. A run that loads residuals saved by another number of
+workers refuses to step (dropping a missing worker's ``v`` would lose gradient that was
+never applied), and so does a run in which a worker loaded another rank's (its own would
+be lost, the other's applied twice); ``resize_checkpoints`` converts one step's
+per-worker checkpoints for a new number of workers first.  A state saved without
+``dgc_rank`` is taken as the loading worker's own. The state
 also saves, as ``dgc_residual_kind``, what each parameter's residuals hold (none,
 gradients or learning-rate-scaled gradients); a run that would drop them or read them as
 another kind refuses to step on them.
@@ -25,6 +28,7 @@ import mindspore as ms
 from .. import _checks
 
 WORLD_SIZE_NAME = "dgc_world_size"
+RANK_NAME = "dgc_rank"
 # per parameter, the kind of its residuals: none (sent dense: u is the momentum of the
 # workers' mean gradient), gradients, or learning-rate-scaled gradients (lr_in_residuals)
 RESIDUAL_KIND_NAME = "dgc_residual_kind"
@@ -87,6 +91,29 @@ def world_size_message(cls, saved, nranks):
             f"those (docs/dgc.md#resuming-at-another-number-of-workers).")
 
 
+def rank_message(cls, saved, rank):
+    """What a step says when this worker's state holds rank `saved`'s residuals."""
+    return (f"For '{cls}', rank {rank}'s optimizer state holds the residuals of rank {saved}: "
+            f"load each worker's own checkpoint (rank {rank} the file that rank {rank} saved, "
+            f"e.g. f'rank{{get_rank()}}.ckpt'); to resume at another number of workers, "
+            f"convert the checkpoints with ms_optim.dgc.resize_checkpoints "
+            f"(docs/dgc.md#resuming-at-another-number-of-workers).")
+
+
+def replica_refusal(cls, exc):
+    """The ValueError a step raises when the workers' check (ms_optim_check_replicas)
+    refused another worker's state or model, with the check's own message, in place of
+    MindSpore's RuntimeError `exc`, which shows only the kernel's return code; None when
+    `exc` is another error."""
+    if "ms_optim_check_replicas" not in str(exc):
+        return None
+    from .._native import last_native_error
+    message = last_native_error()
+    if "ms_optim_check_replicas" not in message:
+        return None
+    return ValueError(f"For '{cls}', the workers' check refused the step: {message}")
+
+
 def resize_checkpoints(sources, world_size, dest):
     """Converts one step's DGCMomentum checkpoints, one per worker, for another number of
     workers.
@@ -96,7 +123,8 @@ def resize_checkpoints(sources, world_size, dest):
     hold: the exchange divides the workers' sum by the world size, and
     ``world_size * mean / world_size`` is the old ``sum / len(sources)``. Every other entry
     (the model, ``global_step``, the learning rate) is rank 0's: DGCMomentum keeps the
-    model identical on every worker. ``dgc_world_size`` becomes `world_size`.
+    model identical on every worker. ``dgc_world_size`` becomes `world_size`, and each new
+    file's ``dgc_rank`` the rank that loads it.
 
     Args:
         sources (Union[list[str], tuple[str]]): the checkpoint files of one step, one per
@@ -113,8 +141,8 @@ def resize_checkpoints(sources, world_size, dest):
             `dest` not a str.
         ValueError: If `sources` is empty, a file is missing or holds no DGCMomentum
             residuals, the files' entries differ in names, shapes or dtypes, their
-            ``dgc_world_size`` is not the number of files, their ``dgc_residual_kind``
-            differ, `world_size` is not positive, or `dest` has no ``{rank}`` or names a
+            ``dgc_world_size`` is not the number of files, a file's ``dgc_rank`` is not its
+            place in `sources`, their ``dgc_residual_kind`` differ, `world_size` is not positive, or `dest` has no ``{rank}`` or names a
             source file.
 
     Supported Platforms:
@@ -160,6 +188,13 @@ def resize_checkpoints(sources, world_size, dest):
                 raise ValueError(f"For '{name}', the checkpoint {path!r} was saved by {saved} "
                                  f"worker(s), but 'sources' names {len(sources)} checkpoint(s): "
                                  f"give one per worker of that run.")
+    if RANK_NAME in first:
+        for rank, (path, state) in enumerate(zip(sources, states)):
+            saved = int(state[RANK_NAME].reshape(-1)[0])
+            if saved != rank:
+                raise ValueError(f"For '{name}', the checkpoint {path!r} holds the residuals of "
+                                 f"rank {saved}, but is sources[{rank}]: give each worker's "
+                                 f"checkpoint once, in rank order.")
     if RESIDUAL_KIND_NAME in first:
         kinds = {tuple(state[RESIDUAL_KIND_NAME].reshape(-1).tolist()) for state in states}
         if len(kinds) > 1:
@@ -176,7 +211,8 @@ def resize_checkpoints(sources, world_size, dest):
         else:
             merged[key] = value
     merged[WORLD_SIZE_NAME] = np.array([world_size], np.int32)
-    for path in targets:
+    for rank, path in enumerate(targets):
+        merged[RANK_NAME] = np.array([rank], np.int32)
         folder = os.path.dirname(path)
         if folder:
             os.makedirs(folder, exist_ok=True)

@@ -51,6 +51,15 @@ def world_size():
         return 1
 
 
+def world_rank():
+    """This worker's rank in MindSpore's world group, 0 without communication."""
+    try:
+        from mindspore.communication import get_rank
+        return int(get_rank())
+    except (RuntimeError, ValueError):  # communication not initialized: one process
+        return 0
+
+
 def parallel_mode():
     import mindspore as ms
     return ms.get_auto_parallel_context("parallel_mode")
@@ -187,13 +196,14 @@ class Exchanges(NamedTuple):
 
 class ReplicaSync(nn.Cell):
     """Checks that every worker built the same model at the same step, and that the
-    optimizer state was saved by as many workers as this run has, with residuals of kinds
-    it can step on (`residual_kinds`: this run's, per parameter, checkpoints.py), the same
-    on every worker; makes the parameters identical on the first step.
+    optimizer state was saved by as many workers as this run has, each worker holding its
+    own rank's, with residuals of kinds it can step on (`residual_kinds`: this run's, per
+    parameter, checkpoints.py), the same on every worker; makes the parameters identical
+    on the first step.
 
-    A worker's gathered row is `signature`, the step, the state's world size and a 64-bit
-    digest of the state's residual kinds: a state that one worker refuses differs from the
-    others' and every worker refuses it."""
+    A worker's gathered row is `signature`, the step, the state's world size, the rank
+    that saved the state and a 64-bit digest of the state's residual kinds: a state that
+    one worker refuses differs from the others' and every worker refuses it."""
 
     def __init__(self, nranks, signature, params, residual_kinds):
         super().__init__()
@@ -201,7 +211,7 @@ class ReplicaSync(nn.Cell):
         self.nranks_t = Tensor(np.array([nranks], np.int32))
         self.kinds_t = Tensor(np.array(residual_kinds, np.int32).reshape(-1))
         self.signature = Tensor(np.array(signature, np.int32))
-        self.width = Tensor(np.array([len(signature) + 4], np.int32))
+        self.width = Tensor(np.array([len(signature) + 5], np.int32))
         self.check_op = aot.check_replicas_op()
         self.check_order = aot.call_order("ms_optim_check_replicas")
         # one worker's digest column is compared with nobody's
@@ -226,16 +236,17 @@ class ReplicaSync(nn.Cell):
         return tuple((tuple(order[lo:hi]), aot.digest_op(hi - lo, dtypes[lo]))
                      for lo, hi in aot.buckets(dtypes))
 
-    def check(self, step, saved_world, saved_kinds):
+    def check(self, step, saved_world, saved_rank, saved_kinds):
         """int32[1] once every worker's signature, step and optimizer state matched,
         `saved_world` (int32[1], the world size the optimizer state was saved by) is this
-        run's and every parameter's residual kind in the state (`saved_kinds`, int32[n])
-        can be stepped on as this run's (fails otherwise)."""
+        run's, every worker's `saved_rank` (int32[1], the rank that saved its state) is its
+        own, and every parameter's residual kind in the state (`saved_kinds`, int32[n]) can
+        be stepped on as this run's (fails otherwise)."""
         digest = self.no_digest
         if self.nranks > 1:
             digest = self.kinds_digest(*aot.arrange(self.digest_order, p=(saved_kinds,)))
         mine = ops.concat((self.signature, F.cast(step, mstype.int32).reshape(1), saved_world,
-                           digest))
+                           saved_rank, digest))
         return self.check_op(*aot.arrange(
             self.check_order, signatures=self.all_gather(mine) if self.nranks > 1 else mine,
             width=self.width, world=ops.concat((saved_world, self.nranks_t)),

@@ -13,13 +13,13 @@ from ..clip import ClipGradByNorm
 from ..dgc_plan import MIN_COMPRESSED_NUMEL, DGCPlan
 from ..regularizer import L1Decay, L2Decay
 from . import checks, wire
-from .checkpoints import (RESIDUAL_KIND_NAME, RESIDUAL_KINDS, RESIDUAL_LR_SCALED, RESIDUAL_NONE,
-                          U_PREFIX, V_PREFIX, WORLD_SIZE_NAME, residual_kind,
-                          residual_kind_message, resumable, unknown_kind_message,
-                          world_size_message)
+from .checkpoints import (RANK_NAME, RESIDUAL_KIND_NAME, RESIDUAL_KINDS, RESIDUAL_LR_SCALED,
+                          RESIDUAL_NONE, U_PREFIX, V_PREFIX, WORLD_SIZE_NAME, rank_message,
+                          replica_refusal, residual_kind, residual_kind_message, resumable,
+                          unknown_kind_message, world_size_message)
 from .exchange import (DenseExchange, Exchanges, ReplicaSync, SharedExchange, SparseExchange,
                        check_stand_alone_in_graph, model_signature, require_stand_alone,
-                       world_size)
+                       world_rank, world_size)
 from .grads import fold_grad, fold_lr, regularize, widen
 from .plan import applied_entries, momentum_group, stage_branches
 from .steps import BucketStep, DenseMomentum, NativeStep, OpsStep, StepState
@@ -252,6 +252,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
 
         require_stand_alone(cls)
         self.nranks = world_size()
+        self.rank = world_rank()
         if num_trainers is not None and num_trainers != self.nranks:
             raise ValueError(f"For '{cls}', 'num_trainers' is {num_trainers} but the world group has "
                              f"{self.nranks} worker(s).")
@@ -322,6 +323,11 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         # resumed at another world size refuses the step (resize_checkpoints converts)
         self.world_size = Parameter(Tensor(np.array([self.nranks], np.int32)),
                                     name=WORLD_SIZE_NAME, requires_grad=False)
+        # and the rank that holds them: a worker that loaded another rank's file refuses
+        # (its own residuals would be lost, the other's applied twice); a state saved
+        # without it keeps this worker's rank
+        self.saved_rank = Parameter(Tensor(np.array([self.rank], np.int32)), name=RANK_NAME,
+                                    requires_grad=False)
         # and, per parameter, what its residuals hold (checkpoints.py): resumed as the other
         # kind every pending entry would be applied at lr times its size, or 1/lr; by a run
         # that sends the parameter dense, its v would be dropped
@@ -485,12 +491,15 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             # every step)
             saved = int(self.world_size.asnumpy().reshape(-1)[0])
             if saved != self.nranks:
-                raise ValueError(world_size_message(self._NAME, saved, self.nranks)) from exc
+                raise ValueError(world_size_message(self._NAME, saved, self.nranks)) from None
+            saved = int(self.saved_rank.asnumpy().reshape(-1)[0])
+            if saved != self.rank:
+                raise ValueError(rank_message(self._NAME, saved, self.rank)) from None
             kinds = [int(k) for k in self.residual_kind.asnumpy().reshape(-1)]
             # in the kernel's order: any unknown kind first, then the first refused one
             for p, theirs in zip(self._parameters, kinds):
                 if theirs not in RESIDUAL_KINDS:
-                    raise ValueError(unknown_kind_message(self._NAME, p.name, theirs)) from exc
+                    raise ValueError(unknown_kind_message(self._NAME, p.name, theirs)) from None
             for p, theirs, mine, asked in zip(self._parameters, kinds, self.residual_kinds,
                                               self.asked_dense):
                 if resumable(theirs, mine):
@@ -503,8 +512,11 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
                     saved_bucket=any(k != RESIDUAL_NONE and q.size < MIN_COMPRESSED_NUMEL
                                      for k, q in zip(kinds, self._parameters)),
                     dense="without" if asked else "with" if saved_dense else None)
-                ) from exc
-            raise
+                ) from None
+            refused = replica_refusal(self._NAME, exc)
+            if refused is None:
+                raise
+            raise refused from None
 
     def _call(self, *args, **kwargs):
         # Called from Python (a PyNative loop, ms.Model in PyNative, or the optimizer on its
@@ -544,7 +556,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             grads, lr = self._fold_lr(lr, grads)
         # nothing is exchanged before every worker is known to hold the same model, nor
         # stepped on residuals saved by another number of workers or of another kind
-        synced = self.replicas.check(step, self.world_size, self.residual_kind)
+        synced = self.replicas.check(step, self.world_size, self.saved_rank, self.residual_kind)
         # from here the residuals are of this run's kinds (a resumed parameter sent dense
         # may have started in the bucket), and so are the checkpoints it saves
         synced = F.depend(synced, F.assign(self.residual_kind,

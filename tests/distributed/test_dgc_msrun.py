@@ -239,10 +239,12 @@ def test_workers_at_different_steps_fail_cleanly(tmp_path):
     assert rc == 0, logs[-4000:]
     for result in _results(tmp_path):
         assert result.startswith("error: ") and "ms_optim_check_replicas" in result
-    # each rank's row: 3 signature values, the step, the state's world size and digest
+    # each rank's row: 3 signature values, the step, the state's world size, its rank and
+    # digest
     rows = [logs.split(f"rank {r}: ")[1].split("\n")[0].split() for r in (0, 1)]
-    assert [len(r) for r in rows] == [7, 7] and rows[0][:3] == rows[1][:3]
-    assert (rows[0][3], rows[1][3]) == ("0", "5") and rows[0][4:] == rows[1][4:]
+    assert [len(r) for r in rows] == [8, 8] and rows[0][:3] == rows[1][:3]
+    assert (rows[0][3], rows[1][3]) == ("0", "5") and rows[0][4] == rows[1][4]
+    assert (rows[0][5], rows[1][5]) == ("0", "1") and rows[0][6:] == rows[1][6:]
 
 
 @pytest.mark.parametrize("case, mine, theirs", [
@@ -258,9 +260,9 @@ def test_a_state_one_worker_refuses_is_refused_by_every_worker(tmp_path, case, m
     rc, logs = _msrun("state_mismatch", tmp_path, extra=["--case", case])
     assert rc == 0, logs[-4000:]
     own, other = _results(tmp_path)
-    assert own == (f"error: RuntimeError: ms_optim_check_replicas: rank 1's optimizer state "
-                   f"{mine}: resume every worker from the checkpoints of one save\n"
-                   f"global_step 0")
+    assert own == (f"error: ValueError: For 'DGCMomentum', the workers' check refused the step: "
+                   f"ms_optim_check_replicas: rank 1's optimizer state {mine}: resume every "
+                   f"worker from the checkpoints of one save\nglobal_step 0")
     assert other.startswith(f"error: ValueError: For 'DGCMomentum', {theirs}"), other
     assert other.endswith("\nglobal_step 0")
 
@@ -281,6 +283,30 @@ def test_residuals_of_another_world_size_are_refused(saved_at_4, tmp_path):
     assert all(r.startswith("error: ") for r in _results(tmp_path, 2))
     assert logs.count("the optimizer state holds the residuals of 4 worker(s) and this run "
                       "has 2") == 2
+
+
+@pytest.fixture(scope="module")
+def saved_at_2(tmp_path_factory):
+    """One step's checkpoints of a 2-worker run, one per worker."""
+    out = tmp_path_factory.mktemp("dgc_saved2")
+    _msrun_ok("save", out, workers=2)
+    return [str(out / "saved2" / f"rank{r}.ckpt") for r in range(2)]
+
+
+def test_another_ranks_residuals_are_refused(saved_at_2, tmp_path):
+    """Every worker loads rank 0's file (a common slip for rank{rank}.ckpt): refused on every
+    worker, naming the rank, never trained on (rank 1's residuals would be lost and rank
+    0's applied twice); each worker's own file resumes."""
+    rc, logs = _msrun("resume_refused", tmp_path, 2, ["--ckpt", saved_at_2[0]])
+    assert rc == 0, logs[-4000:]
+    assert all(r.startswith("error: ") for r in _results(tmp_path, 2))
+    assert logs.count("rank 1's optimizer state holds the residuals of rank 0: load each "
+                      "worker's own checkpoint") == 2
+    (tmp_path / "own").mkdir()
+    rc, logs = _msrun("resume", tmp_path / "own", 2,
+                      ["--ckpt", saved_at_2[0].replace("rank0", "rank{rank}")])
+    assert rc == 0, logs[-4000:]
+    assert _results(tmp_path / "own", 2) == ["ok", "ok"]
 
 
 @pytest.mark.parametrize("workers", [2, 8])

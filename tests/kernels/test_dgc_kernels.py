@@ -634,18 +634,20 @@ KIND_WORDS = ("no residuals", "residuals of gradients",
               "residuals of learning-rate-scaled gradients")
 
 
-def _row(step=0, world=1, digest=(0, 0)):
+def _row(step=0, world=1, rank=None, digest=(0, 0)):
     """A worker's gathered row: a model signature (3 values), the step, then its optimizer
-    state's world size and digest of residual kinds."""
-    return [3, 100, 7, step, world, *digest]
+    state's world size, the rank that saved it (None: the row's own) and digest of residual
+    kinds."""
+    return [3, 100, 7, step, world, rank, *digest]
 
 
 ROW = len(_row())
 
 
 def _rows(*rows):
-    return dict(signatures=np.array([v for r in rows for v in r], np.int32),
-                width=np.array([ROW], np.int32))
+    """Rows in rank order, each row's rank None set to its place."""
+    values = [r if v is None else v for r, row in enumerate(rows) for v in row]
+    return dict(signatures=np.array(values, np.int32), width=np.array([ROW], np.int32))
 
 
 def _check(residuals, out, **call):
@@ -731,11 +733,34 @@ def test_replica_check_rejects_unknown_kinds(kinds, at):
             slot="residuals", **_check(kinds, np.zeros(1, np.int32)))
 
 
-@pytest.mark.parametrize("width", [3, 1, 0])
+@pytest.mark.parametrize("rows, message", [
+    # every worker loaded rank 0's state
+    ((dict(rank=0), dict(rank=0)), "^rank 1's optimizer state holds the residuals of rank 0: "
+                                   "load each worker's own checkpoint"),
+    # two workers swapped their files
+    ((dict(rank=1), dict(rank=0)), "^rank 0's optimizer state holds the residuals of rank 1"),
+    ((dict(), dict(), dict(rank=1)), "^rank 2's optimizer state holds the residuals of rank 1"),
+    # one process on a state saved by rank 1 (of a run resized to one worker elsewhere)
+    ((dict(rank=1, world=1),), "^rank 0's optimizer state holds the residuals of rank 1"),
+])
+def test_replica_check_refuses_another_ranks_state(rows, message):
+    """Each worker's row holds the rank that saved its state, which must be the row's own:
+    every worker refuses a run in which one holds another rank's residuals (whose own would
+    be lost, the other's applied twice)."""
+    world = next((r["world"] for r in rows if "world" in r), len(rows))
+    rows = [dict(dict(world=world), **r) for r in rows]
+    out = np.zeros(1, np.int32)
+    rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA", message,
+            **_check([1, 1], out, **_rows(*[_row(**r) for r in rows]),
+                     world=np.array([world, world], np.int32)))
+    assert out[0] == 0
+
+
+@pytest.mark.parametrize("width", [4, 1, 0])
 def test_replica_check_rejects_rows_without_the_state(width):
-    """A row must hold more than the state's 3 values."""
+    """A row must hold more than the state's 4 values."""
     rejects("ms_optim_check_replicas", "MSOPT_ERR_VALUE",
-            rf"^6 signature values are not rows of width {width} \(more than 3\)$",
+            rf"^6 signature values are not rows of width {width} \(more than 4\)$",
             slot="width", **_check([1, 1], np.zeros(1, np.int32),
                                    signatures=np.arange(6, dtype=np.int32),
                                    width=np.array([width], np.int32)))

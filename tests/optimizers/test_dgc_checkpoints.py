@@ -39,6 +39,7 @@ def saved_by_4(tmp_path):
             rng = np.random.default_rng(10 * rank + i)
             r.set_data(Tensor(rng.standard_normal(r.shape).astype(np.float32)))
         opt.world_size.set_data(Tensor(np.array([4], np.int32)))
+        opt.saved_rank.set_data(Tensor(np.array([rank], np.int32)))
         paths.append(str(tmp_path / f"rank{rank}.ckpt"))
         ms.save_checkpoint(opt, paths[-1])
     return paths
@@ -61,6 +62,8 @@ def test_resize_keeps_the_pending_update(saved_by_4, tmp_path, workers):
                 np.testing.assert_array_equal(c[key].asnumpy(), new[0][key].asnumpy())
         elif key == "dgc_world_size":
             assert [int(c[key].asnumpy()[0]) for c in new] == [workers] * workers
+        elif key == "dgc_rank":  # each file is the state of the rank that loads it
+            assert [int(c[key].asnumpy()[0]) for c in new] == list(range(workers))
         else:  # the model and the rest of the state: rank 0's
             for c in new:
                 np.testing.assert_array_equal(c[key].asnumpy(), old[0][key].asnumpy(),
@@ -101,6 +104,42 @@ def test_residuals_of_another_world_size_are_refused(saved_by_4):
     _assert_refused(net, opt, r"holds the residuals of 4 worker\(s\) and this run has 1: "
                               r"convert the 4 checkpoints with ms_optim.dgc.resize_checkpoints",
                     "holds the residuals of 4 worker(s)")
+
+
+def test_another_ranks_state_is_refused(saved_by_4, tmp_path):
+    """A worker that loads another rank's checkpoint (here rank 1's, in a run of one, after
+    converting the world size) refuses to step: its own residuals would be lost and the
+    other's applied twice."""
+    (one,) = dgc.resize_checkpoints(saved_by_4, 1, str(tmp_path / "new" / "rank{rank}.ckpt"))
+    net, opt = _net_and_opt()
+    state = ms.load_checkpoint(one)
+    state["dgc_rank"] = ms.Parameter(Tensor(np.array([1], np.int32)), name="dgc_rank")
+    ms.load_param_into_net(opt, state)
+    _assert_refused(net, opt, r"^For 'DGCMomentum', rank 0's optimizer state holds the "
+                              r"residuals of rank 1: load each worker's own checkpoint",
+                    "rank 0's optimizer state holds the residuals of rank 1")
+
+
+def test_a_state_saved_without_its_rank_is_the_loading_workers(tmp_path):
+    net, opt = _net_and_opt()
+    opt(_grads(net, 0))
+    path = str(tmp_path / "old.ckpt")
+    ms.save_checkpoint(opt, path)
+    state = ms.load_checkpoint(path)
+    del state["dgc_rank"]
+    net2, opt2 = _net_and_opt()
+    ms.load_param_into_net(opt2, state)
+    opt2(_grads(net2, 1))
+    assert int(opt2.global_step.asnumpy()[0]) == 2
+
+
+def test_resize_refuses_sources_out_of_rank_order(saved_by_4, tmp_path):
+    swapped = [saved_by_4[1], saved_by_4[0]] + saved_by_4[2:]
+    with pytest.raises(ValueError, match=r"holds the residuals of rank 1, but is sources\[0\]: "
+                                         r"give each worker's checkpoint once, in rank order"):
+        dgc.resize_checkpoints(swapped, 2, str(tmp_path / "new" / "rank{rank}.ckpt"))
+    with pytest.raises(ValueError, match=r"holds the residuals of rank 0, but is sources\[1\]"):
+        dgc.resize_checkpoints([saved_by_4[0]] * 4, 2, str(tmp_path / "new" / "rank{rank}.ckpt"))
 
 
 # the settings that give WideNet's parameters (fc1.weight compressed; fc1.bias, fc2.weight,
@@ -305,6 +344,7 @@ def test_resize_conserves_the_bucket(tmp_path):
             rng = np.random.default_rng(10 * rank + i)
             r.set_data(Tensor(rng.standard_normal(r.shape).astype(np.float32)))
         opt.world_size.set_data(Tensor(np.array([4], np.int32)))
+        opt.saved_rank.set_data(Tensor(np.array([rank], np.int32)))
         paths.append(str(tmp_path / f"rank{rank}.ckpt"))
         ms.save_checkpoint(opt, paths[-1])
     (one,) = dgc.resize_checkpoints(paths, 1, str(tmp_path / "new" / "rank{rank}.ckpt"))

@@ -566,10 +566,10 @@ bool residuals_resumable(int32_t saved, int32_t mine) {
 }
 
 // A worker's row of the gathered signatures ends with kStateValues values of
-// its optimizer state: the world size it was saved by and a 64-bit digest of
-// its residual kinds.  The values before them are the model's signature and
-// the step.
-constexpr int64_t kStateValues = 3;
+// its optimizer state: the world size it was saved by, the rank that saved it
+// and a 64-bit digest of its residual kinds.  The values before them are the
+// model's signature and the step.
+constexpr int64_t kStateValues = 4;
 
 // signatures int32[R*W] (every worker's row, W values each, gathered in rank
 // order), width int32[1] = W, world int32[2], residuals int32[2n] -> ok
@@ -580,8 +580,9 @@ constexpr int64_t kStateValues = 3;
 // every row to stderr when the workers disagree on the model or the step
 // (their exchange buffers would not match, and collectives on mismatched
 // buffers hang or corrupt memory), and naming the rank when a worker loaded
-// another optimizer state than rank 0.  Every worker sees every row, so a
-// state that one worker refuses is refused by every worker.
+// another optimizer state than rank 0 or another rank's state than its own (a
+// worker whose row is row r must hold rank r's residuals).  Every worker sees
+// every row, so a state that one worker refuses is refused by every worker.
 int check_replicas_body(const AotCall &c) {
   using S = sig::ms_optim_check_replicas;
   for (int s : {S::signatures, S::width, S::world, S::residuals, S::ok})
@@ -639,7 +640,7 @@ int check_replicas_body(const AotCall &c) {
     if (!differs(r, 0, model)) continue;
     std::fprintf(stderr, "ms_optim: DGCMomentum workers were built with different models; "
                  "signatures (parameters, elements, hash of shapes and settings, step, then "
-                 "the state's world size and digest of residual kinds) by rank:\n");
+                 "the state's world size, rank and digest of residual kinds) by rank:\n");
     for (int64_t w = 0; w < ranks; ++w) {
       std::fprintf(stderr, "  rank %lld:", static_cast<long long>(w));
       for (int64_t j = 0; j < width; ++j) std::fprintf(stderr, " %d", sig[w * width + j]);
@@ -652,8 +653,14 @@ int check_replicas_body(const AotCall &c) {
                 "rank %lld's optimizer state holds the residuals of %d worker(s) and rank 0's "
                 "of %d: resume every worker from the checkpoints of one save",
                 static_cast<long long>(r), sig[r * width + model], sig[model]);
+  for (int64_t r = 0; r < ranks; ++r)
+    MSOPT_CHECK(c, sig[r * width + model + 1] == r, kErrReplica,
+                "rank %lld's optimizer state holds the residuals of rank %d: load each "
+                "worker's own checkpoint (rank r the file rank r saved); to resume at another "
+                "number of workers, convert them with ms_optim.dgc.resize_checkpoints",
+                static_cast<long long>(r), sig[r * width + model + 1]);
   for (int64_t r = 1; r < ranks; ++r)
-    MSOPT_CHECK(c, !differs(r, model + 1, width), kErrReplica,
+    MSOPT_CHECK(c, !differs(r, model + 2, width), kErrReplica,
                 "rank %lld's optimizer state holds other residual kinds than rank 0's: resume "
                 "every worker from the checkpoints of one save",
                 static_cast<long long>(r));
