@@ -74,6 +74,55 @@ class OptimizerAPI:
         sep = ", " if args else ""
         return f"{self._NAME}({args}{sep}params={len(self._parameters)})"
 
+    # --------------------------------------------------------------- a step --
+
+    def __call__(self, *args, **kwargs):
+        # Called from Python (PyNative, or the optimizer stepped on its own; a compiled
+        # train step compiles construct instead): the gradients are checked here first, so
+        # that a mistake raises its own message before MindSpore compiles anything (which
+        # would wrap it in a graph traceback and write analyze_fail.ir) -- their type on
+        # every call, their count, shapes and dtypes on the first.
+        if args:
+            self._check_python_gradients(args[0])
+        try:
+            return super().__call__(*args, **kwargs)
+        except RuntimeError:
+            exhausted = self._lr_exhausted()
+            if exhausted is None:
+                raise
+            raise exhausted from None
+
+    def _check_python_gradients(self, gradients):
+        cls = self._NAME
+        if isinstance(gradients, (tuple, list)):
+            for i, g in enumerate(gradients):
+                if not isinstance(g, Tensor):
+                    kind = f"{type(g).__module__}.{type(g).__name__}".replace("builtins.", "")
+                    raise TypeError(f"For '{cls}', the gradients must be mindspore Tensors, but "
+                                    f"gradient {i} is a {kind}: pass the Tensors that "
+                                    f"mindspore.value_and_grad returns (or mindspore.Tensor(x)).")
+        if not getattr(self, "_gradients_checked", False):
+            self.check_gradients(gradients)
+            object.__setattr__(self, "_gradients_checked", True)
+
+    def _lr_exhausted(self):
+        """After a failed step: the ValueError for a learning-rate list (or 1-D Tensor) that
+        the run has gone past, or None."""
+        if not self.dynamic_lr:
+            return None
+        lrs = self.learning_rate if self.is_group_lr else (self.learning_rate,)
+        step = int(self.global_step.asnumpy().reshape(-1)[0])
+        for lr in lrs:
+            # a list or 1-D Tensor: nn.Optimizer's iterator Cell over a Parameter of values
+            values = getattr(lr, "learning_rate", None)
+            if isinstance(values, Parameter) and values.ndim == 1 and step >= values.shape[0]:
+                n = values.shape[0]
+                return ValueError(
+                    f"For '{self._NAME}', the 'learning_rate' list has {n} value(s), one per "
+                    f"step, and the run went past them (step {n}, counted from 0, has none): "
+                    f"give a value for every step of the run, or a LearningRateSchedule.")
+        return None
+
     # ---------------------------------------------------------- learning rate --
 
     @staticmethod

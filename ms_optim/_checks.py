@@ -7,6 +7,8 @@ only those); booleans, Python's and numpy's, are never accepted where numbers
 are expected.
 """
 from collections.abc import Iterable, Mapping, Set
+import difflib
+import inspect
 import math
 import numbers
 
@@ -30,6 +32,34 @@ def _as_python(value):
 def _quoted(name):
     """An argument's name in quotes; a phrase that quotes its own key stays as it is."""
     return name if "'" in name else f"'{name}'"
+
+
+# Keyword names that users bring from other optimizers (torch.optim, MindSpore's nn, Paddle),
+# and the argument they mean here when the constructor has it.
+_OTHER_NAMES = {"lr": "learning_rate", "learningrate": "learning_rate", "nesterov": "use_nesterov",
+                "epsilon": "eps", "eps": "epsilon", "clip_norm": "grad_clip",
+                "max_grad_norm": "grad_clip"}
+
+
+def check_keywords(cls, init, kwargs, names=None, note=""):
+    """TypeError for the first keyword argument that `init` (a constructor taking **kwargs)
+    does not take, naming the optimizer `cls` and the argument it most likely means: its own
+    name in `names` (other APIs' names -> the constructor's, with `note`), a common other
+    API's name, or the closest spelling."""
+    if not kwargs:
+        return
+    valid = [p.name for p in inspect.signature(init).parameters.values()
+             if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    key = next(iter(kwargs))
+    meant = (names or {}).get(key)
+    if meant is None:
+        meant = _OTHER_NAMES.get(key)
+        if meant not in valid:
+            close = difflib.get_close_matches(key, valid, n=1, cutoff=0.7)
+            meant = close[0] if close else None
+        note = ""
+    hint = f"; did you mean '{meant}'?" if meant else f"; it takes {', '.join(valid)}."
+    raise TypeError(f"For '{cls}', got an unexpected keyword argument '{key}'{hint}{note}")
 
 
 def check_bool(cls, name, value):

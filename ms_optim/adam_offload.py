@@ -62,7 +62,10 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         learning_rate (Union[float, int, Tensor, Iterable, LearningRateSchedule], optional):
             A number >= 0, a scalar or 1-D Tensor (or numpy array), an Iterable of per-step
             values (read once: a generator is taken) or a ``LearningRateSchedule``; every
-            value finite and >= 0.  Default: ``1e-3``.
+            value finite and >= 0.  A list (or 1-D Tensor) has a value per step: a run past
+            its end raises ValueError, naming it, when the optimizer is called from Python
+            (PyNative); inside a compiled train step (GRAPH_MODE) MindSpore's Gather raises
+            RuntimeError at that step.  Default: ``1e-3``.
         beta1 (float, optional): Decay rate of the first moment, in (0.0, 1.0).
             Default: ``0.9``.
         beta2 (float, optional): Decay rate of the second moment, in (0.0, 1.0).
@@ -96,6 +99,8 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         bool, ``True`` (the updates are side effects on the Parameters).
 
     Raises:
+        TypeError: If a keyword argument is not one of the constructor's (the message
+            names the argument meant: ``lr`` -> ``learning_rate``, a misspelling).
         TypeError: If `params` is not a list of Parameter or a list of dict (a single
             Parameter or dict included), or mixes them.
         TypeError: If `learning_rate` is not an int, float, Tensor, Iterable or
@@ -160,8 +165,9 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
 
     def __init__(self, params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
                  use_locking=False, use_nesterov=False, weight_decay=0.0, loss_scale=1.0,
-                 impl="auto", moment_dtype="float32", adamw=False):
+                 impl="auto", moment_dtype="float32", adamw=False, **kwargs):
         cls = self._NAME
+        _checks.check_keywords(cls, AdamOffload.__init__, kwargs)
         params = _checks.check_params(cls, params)
         learning_rate = _checks.check_learning_rate(cls, learning_rate)
         beta1 = _checks.check_open_unit(cls, "beta1", _checks.check_float(cls, "beta1", beta1))

@@ -44,16 +44,6 @@ def _run_ops(head, lr, weight_decay, decay_flag, param, m, v, grad):
 _MINDSPORE_NAMES = {"weight_decay": "lamb_weight_decay", "eps": "epsilon"}
 
 
-def _reject_mindspore_names(cls, kwargs):
-    """TypeError for unexpected keyword arguments, naming Lamb's own name for MindSpore's."""
-    for key in kwargs:
-        if key in _MINDSPORE_NAMES:
-            raise TypeError(f"For '{cls}', got an unexpected keyword argument '{key}': Lamb "
-                            f"follows PaddlePaddle's names, use '{_MINDSPORE_NAMES[key]}' "
-                            f"instead (MindSpore's nn.Lamb calls it '{key}').")
-        raise TypeError(f"For '{cls}', got an unexpected keyword argument '{key}'.")
-
-
 class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
     r"""LAMB (You et al., 2019) with PaddlePaddle's ``paddle.optimizer.Lamb`` semantics.
 
@@ -101,7 +91,10 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         learning_rate (Union[float, int, Tensor, Iterable, LearningRateSchedule], optional):
             A number >= 0, a scalar or 1-D Tensor (or numpy array), an Iterable of per-step
             values (read once: a generator is taken) or a ``LearningRateSchedule``; every
-            value finite and >= 0.  Default: ``0.001``.
+            value finite and >= 0.  A list (or 1-D Tensor) has a value per step: a run past
+            its end raises ValueError, naming it, when the optimizer is called from Python
+            (PyNative); inside a compiled train step (GRAPH_MODE) MindSpore's Gather raises
+            RuntimeError at that step.  Default: ``0.001``.
         lamb_weight_decay (Union[float, int, Cell], optional): Decoupled weight decay
             :math:`\lambda`, a number >= 0, or a Cell that maps the global step to it.
             Default: ``0.01``.
@@ -138,6 +131,8 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         trust ratio :math:`\rho` each parameter's update used.
 
     Raises:
+        TypeError: If a keyword argument is not one of the constructor's (the message
+            names the argument meant: ``lr`` -> ``learning_rate``, a misspelling).
         TypeError: If `weight_decay` or `eps` (MindSpore's names) or any other unexpected
             keyword argument is given.
         TypeError: If `params` is not a list of Parameter or a list of dict (a single
@@ -203,7 +198,8 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
                  beta2=0.999, epsilon=1e-6, grad_clip=None, exclude_from_weight_decay_fn=None,
                  always_adapt=False, loss_scale=1.0, impl="auto", **kwargs):
         cls = self._NAME
-        _reject_mindspore_names(cls, kwargs)
+        _checks.check_keywords(cls, Lamb.__init__, kwargs, _MINDSPORE_NAMES,
+                               " Lamb follows PaddlePaddle's names; MindSpore's nn.Lamb's differ.")
         params = _checks.check_params(cls, params)
         learning_rate = _checks.check_learning_rate(cls, learning_rate)
         lamb_weight_decay = _checks.check_weight_decay(cls, lamb_weight_decay, "lamb_weight_decay")

@@ -79,6 +79,13 @@ def shared_error_inputs(name):
     nonneg = "must be greater than or equal to 0"
     finite_nonneg = "must be finite and greater than or equal to 0"
     return [
+        # other APIs' names and misspellings point to the argument meant, the same way
+        ErrorInput(dict(lr=0.01), TypeError,
+                   rf"For '{name}', got an unexpected keyword argument 'lr'; did you mean "
+                   r"'learning_rate'\?"),
+        ErrorInput(dict(los_scale=2.0), TypeError,
+                   rf"For '{name}', got an unexpected keyword argument 'los_scale'; did you "
+                   r"mean 'loss_scale'\?"),
         ErrorInput(dict(learning_rate=float("inf")), ValueError, f"{lr} must be finite"),
         ErrorInput(dict(learning_rate=float("nan")), ValueError, f"{lr} must be finite"),
         ErrorInput(dict(learning_rate=np.float32(-1e-3)), ValueError, f"{lr} {nonneg}"),
@@ -456,7 +463,8 @@ LAMB = OptimizerInfo(
         # MindSpore's names for Lamb's own arguments point to them
         ErrorInput(dict(weight_decay=0.1), TypeError, "'weight_decay'.*'lamb_weight_decay'"),
         ErrorInput(dict(eps=0.1), TypeError, "'eps'.*'epsilon'"),
-        ErrorInput(dict(momentum=0.9), TypeError, "unexpected keyword argument 'momentum'"),
+        ErrorInput(dict(momentum=0.9), TypeError,
+                   "unexpected keyword argument 'momentum'; it takes params, learning_rate"),
         # as AdamOffload: betas and epsilon are floats (numpy's too), never ints
         ErrorInput(dict(beta1=1), TypeError,
                    "For 'Lamb', the 'beta1' must be a float, but got int"),

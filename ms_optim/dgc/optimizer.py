@@ -96,7 +96,10 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             ``"lr"``, ``"weight_decay"``, ``"order_params"``.  Each parameter once.
         learning_rate (Union[float, int, Tensor, Iterable, LearningRateSchedule]): A number
             >= 0, a scalar or 1-D Tensor (or numpy array), an Iterable of per-step values
-            (read once) or a ``LearningRateSchedule``; every value finite and >= 0.
+            (read once) or a ``LearningRateSchedule``; every value finite and >= 0.  A list
+            (or 1-D Tensor) has a value per step: a run past its end raises ValueError,
+            naming it, when the optimizer is called from Python (PyNative); inside a compiled
+            train step (GRAPH_MODE) MindSpore's Gather raises RuntimeError at that step.
         momentum (Union[float, int]): :math:`\mu`, in [0.0, 1.0).
         rampup_begin_step (int): The first step that compresses, >= 0.
         rampup_step (int, optional): Steps over which `sparsity` is spread, >= 1.  Default: ``1``.
@@ -154,6 +157,8 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         bool, ``True`` (the updates are side effects on the Parameters).
 
     Raises:
+        TypeError: If a keyword argument is not one of the constructor's (the message
+            names the argument meant: ``lr`` -> ``learning_rate``, a misspelling).
         TypeError: If `params` is not a list of Parameter or of dict, or a parameter is
             not float32, float16 or float64 (bfloat16 is accepted off CPU).
         TypeError: If `learning_rate` is not an int, float, Tensor, Iterable or
@@ -224,8 +229,9 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
                  sparsity=(0.999,), use_nesterov=False, local_grad_clip_norm=None,
                  num_trainers=None, regularization=None, grad_clip=None, weight_decay=0.0,
                  loss_scale=1.0, impl="auto", exchange="auto", bucket_sparsity=None,
-                 lr_in_residuals=False, dense_params=None):
+                 lr_in_residuals=False, dense_params=None, **kwargs):
         cls = self._NAME
+        _checks.check_keywords(cls, DGCMomentum.__init__, kwargs)
         params = _checks.check_params(cls, params)
         checked = checks.validate(
             cls, learning_rate=learning_rate, momentum=momentum,

@@ -170,6 +170,41 @@ def test_trains_with_model_in_graph_mode(info):
     assert_trained(losses, acc, loss_ratio=case.loss_ratio, min_acc=case.min_acc)
 
 
+@optimizers
+def test_gradient_mistakes_raise_before_anything_compiles(info, tmp_path, monkeypatch):
+    """Called from Python, a step checks its gradients itself: one clear message, no graph
+    traceback and no analyze_fail.ir written into the user's folder."""
+    monkeypatch.chdir(tmp_path)
+    params = named_params()
+    opt = info.make(params)
+    grads = random_grads(params)
+    with pytest.raises(TypeError, match=rf"^For '{info.name}', the gradients must be mindspore "
+                                        r"Tensors, but gradient 0 is a numpy.ndarray"):
+        opt(tuple(g.asnumpy() for g in grads))
+    with pytest.raises(ValueError, match=rf"^For '{info.name}', the number of gradients must "
+                                         rf"equal the number of parameters, {len(params)}, but "
+                                         r"got 1\.$"):
+        opt(grads[:1])
+    bad = (Tensor(np.ones((3, 3), np.float32)),) + grads[1:]
+    with pytest.raises(ValueError, match=rf"^For '{info.name}', the gradient of parameter "
+                                         rf"'{params[0].name}' must have its shape"):
+        opt(bad)
+    assert not list(tmp_path.rglob("*.ir"))
+    opt(grads)  # then the right ones step
+
+
+@optimizers
+def test_a_learning_rate_list_shorter_than_the_run_names_itself(info):
+    params = named_params()
+    opt = info.make(params, learning_rate=[0.01, 0.005])
+    opt(random_grads(params))
+    opt(random_grads(params, seed=2))
+    with pytest.raises(ValueError, match=rf"^For '{info.name}', the 'learning_rate' list has 2 "
+                                         r"value\(s\), one per step, and the run went past them "
+                                         r"\(step 2"):
+        opt(random_grads(params, seed=3))
+
+
 # ------------------------------------------------------------ learning rate --
 
 @optimizers
