@@ -7,6 +7,7 @@ import importlib
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -48,6 +49,37 @@ def test_python_block_runs_as_written(page, index, code, tmp_path):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300, cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)})
     assert res.returncode == 0, f"{page} block {index} failed:\n{code}\n{res.stderr[-3000:]}"
+
+
+# the training scripts that the docs launch with msrun (```python title=train.py blocks)
+MSRUN_SCRIPTS = [(rel(p), i, code) for p in DOCS
+                 for i, code in enumerate(blocks(p, r"python title=train\.py"))]
+
+
+def test_the_distributed_page_has_its_msrun_script():
+    assert [p for p, _, _ in MSRUN_SCRIPTS] == ["docs/distributed.md"]
+
+
+@pytest.mark.msrun
+@pytest.mark.parametrize("page, index, code", [
+    pytest.param(p, i, code, id=f"{p}#{i}") for p, i, code in MSRUN_SCRIPTS])
+def test_msrun_script_trains_on_two_workers(page, index, code, tmp_path):
+    """The page's script as train.py, launched as the page says, with 2 workers."""
+    with open(tmp_path / "train.py", "w") as f:
+        f.write(code)
+    bindir = os.path.dirname(sys.executable)
+    env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = subprocess.run([os.path.join(bindir, "msrun"), "--worker_num=2", "--local_worker_num=2",
+                          "--master_addr=127.0.0.1", f"--master_port={port}", "--log_dir=logs",
+                          "--join=True", "train.py"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    logs = [read(str(tmp_path / "logs" / f"worker_{r}.log")) for r in range(2)]
+    assert res.returncode == 0, f"{page} script failed under msrun:\n{logs[0][-3000:]}"
+    for log in logs:
+        assert "epoch: 2 step:" in log
 
 
 def test_readme_has_blocks_for_every_optimizer():
