@@ -97,6 +97,7 @@ def report(out):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     runs = {}
     for opt in ("momentum", "dgc"):
@@ -121,6 +122,7 @@ def report(out):
         ax.plot(epochs, r["history"]["train_loss"], marker=".", label=names[opt])
     ax.set(yscale="log", xlabel="epoch", ylabel="train loss (rank 0's shard)",
            title=f"digits, {runs['dgc']['workers']} workers under msrun")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()

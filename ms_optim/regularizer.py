@@ -53,7 +53,7 @@ class L1Decay(_Decay):
         >>> reg = L1Decay(1e-4)
         >>> reg
         L1Decay(coeff=0.0001)
-        >>> net = nn.Dense(4, 2)
+        >>> net = nn.Dense(256, 128)  # a weight of 32,768 elements: compressed
         >>> opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.1,
         ...                            momentum=0.9, rampup_begin_step=0, regularization=reg)
     """
@@ -89,7 +89,7 @@ class L2Decay(_Decay):
         >>> reg = L2Decay(1e-4)
         >>> reg
         L2Decay(coeff=0.0001)
-        >>> net = nn.Dense(4, 2)
+        >>> net = nn.Dense(256, 128)  # a weight of 32,768 elements: compressed
         >>> opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.1,
         ...                            momentum=0.9, rampup_begin_step=0, regularization=reg)
     """
