@@ -70,7 +70,7 @@ def test_shared_index_exchange_bytes():
     past it; the wire bytes follow the measured collectives (wire.py)."""
     opt = ms_optim.DGCMomentum(_params(), 0.1, 0.9, rampup_begin_step=0, exchange="leader")
     k = int(130 * 129 * 0.001) + int(20000 * 0.001)
-    small, control = 21, 7 * 4  # control: the replica check's row, gathered every step
+    small, control = 21, 8 * 4  # control: the replica check's row, gathered every step
     stats = {n: opt.exchange_stats(0, workers=n) for n in (2, 8, 64)}
     for n, s in stats.items():
         assert s["exchange"] == "leader" and s["selected"] == k
@@ -114,9 +114,9 @@ def test_exchange_chosen_per_stage_for_the_world_size():
     last = opt.exchange_stats(500, workers=4)
     k = [int(130 * 129 * 0.001), int(20000 * 0.001)]
     assert last["selected"] == sum(k)
-    # three signature values, the step, the state's world size and digest of residual
-    # kinds, gathered every step
-    control = 7 * 4
+    # three signature values, the step, the state's world size and rank and digest of
+    # residual kinds, gathered every step
+    control = 8 * 4
     assert last["wire_bytes"] == round(1.5 * 2 * 4 * small + 2 * 3 * control + 2 * 3 * 8 * sum(k))
     assert last["dense_wire_bytes"] == round(1.5 * 2 * 4 * (comp + small))
     one = opt.exchange_stats(500)

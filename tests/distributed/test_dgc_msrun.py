@@ -267,12 +267,16 @@ def test_a_state_one_worker_refuses_is_refused_by_every_worker(tmp_path, case, m
     assert other.endswith("\nglobal_step 0")
 
 
+def _saved(tmp_path_factory, workers):
+    """One step's checkpoints of a run of `workers`, one per worker, in rank order."""
+    out = tmp_path_factory.mktemp(f"dgc_saved{workers}")
+    _msrun_ok("save", out, workers=workers)
+    return [str(out / f"saved{workers}" / f"rank{r}.ckpt") for r in range(workers)]
+
+
 @pytest.fixture(scope="module")
 def saved_at_4(tmp_path_factory):
-    """One step's checkpoints of a 4-worker run, one per worker."""
-    out = tmp_path_factory.mktemp("dgc_saved4")
-    _msrun_ok("save", out, workers=4)
-    return [str(out / "saved4" / f"rank{r}.ckpt") for r in range(4)]
+    return _saved(tmp_path_factory, 4)
 
 
 def test_residuals_of_another_world_size_are_refused(saved_at_4, tmp_path):
@@ -287,10 +291,7 @@ def test_residuals_of_another_world_size_are_refused(saved_at_4, tmp_path):
 
 @pytest.fixture(scope="module")
 def saved_at_2(tmp_path_factory):
-    """One step's checkpoints of a 2-worker run, one per worker."""
-    out = tmp_path_factory.mktemp("dgc_saved2")
-    _msrun_ok("save", out, workers=2)
-    return [str(out / "saved2" / f"rank{r}.ckpt") for r in range(2)]
+    return _saved(tmp_path_factory, 2)
 
 
 def test_another_ranks_residuals_are_refused(saved_at_2, tmp_path):
