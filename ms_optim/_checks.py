@@ -135,6 +135,11 @@ def check_float32_positive(cls, name, value):
 
 
 def check_choice(cls, name, value, choices):
+    """`value` if it is one of `choices` (strings): TypeError for another type (an array
+    included, which `in` cannot compare), ValueError for another string."""
+    if not isinstance(value, str):
+        raise TypeError(f"For '{cls}', the '{name}' must be a str, one of {list(choices)}, but "
+                        f"got {type(value).__name__}: {value!r}.")
     if value not in choices:
         raise ValueError(f"For '{cls}', the '{name}' must be one of {list(choices)}, "
                          f"but got {value!r}.")

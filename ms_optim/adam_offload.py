@@ -120,6 +120,7 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
             finite and greater than 0.
         ValueError: If `weight_decay` is less than 0 or not finite.
         ValueError: If a parameter group sets ``"grad_centralization"`` (not supported).
+        TypeError: If `impl` or `moment_dtype` is not a str.
         ValueError: If `impl` is not one of ``"auto"``, ``"native"``, ``"delta"``, or
             `moment_dtype` not one of ``"float32"``, ``"bfloat16"``, ``"int8"``.
 

@@ -156,6 +156,7 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         ValueError: If `epsilon` is not greater than 0 in float32, or `loss_scale` is not
             finite and greater than 0.
         ValueError: If a parameter group sets ``"grad_centralization"`` (not supported).
+        TypeError: If `impl` is not a str.
         ValueError: If `impl` is not one of ``"auto"``, ``"native"``, ``"ops"``.
 
     Supported Platforms:

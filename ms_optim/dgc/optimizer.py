@@ -170,7 +170,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             `grad_clip` not None or a ClipGradByNorm; `regularization` not None, L1Decay
             or L2Decay; `bucket_sparsity` not None, a float or an int; `lr_in_residuals`
             not a bool; `dense_params` not None, a list or a tuple, or an entry of it not
-            a Parameter or a str.
+            a Parameter or a str; `impl` or `exchange` not a str.
         ValueError: If `params` is empty, names a parameter twice or has a group that sets
             ``"grad_centralization"``; `learning_rate` (or a group's ``"lr"``) is negative
             or not finite, a Tensor or numpy array of more than one dimension, or a
