@@ -74,11 +74,12 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
 
     Note:
         - The residuals are the Parameters ``dgc_u.*`` and ``dgc_v.*``; checkpoints carry
-          them with ``dgc_world_size`` and ``dgc_residual_kind`` (per parameter: none,
-          gradients or learning-rate-scaled gradients).  A step on a state saved by
-          another number of workers, or on residuals this run would drop or read as the
-          other kind (another `bucket_sparsity`, `dense_params` or `lr_in_residuals`),
-          fails before anything is applied or counted: ``ValueError`` called from
+          them with ``dgc_world_size``, ``dgc_rank`` and ``dgc_residual_kind`` (per
+          parameter: none, gradients or learning-rate-scaled gradients).  A step on a
+          state saved by another number of workers or by another rank (each worker loads
+          its own file), or on residuals this run would drop or read as the other kind
+          (another `bucket_sparsity`, `dense_params` or `lr_in_residuals`), fails on every
+          worker before anything is applied or counted: ``ValueError`` called from
           Python, ``RuntimeError`` in a compiled train step (docs/dgc.md, "Resuming with
           other settings").
         - ``compressed_params``, ``bucketed_params``, ``stage(step)`` and
