@@ -562,7 +562,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         if self.folds:
             grads, lr = self._fold_lr(lr, grads)
         # nothing is exchanged before every worker is known to hold the same model, nor
-        # stepped on residuals saved by another number of workers or of another kind
+        # stepped on residuals saved by another number of workers, rank or kind
         synced = self.replicas.check(step, self.world_size, self.saved_rank, self.residual_kind)
         # from here the residuals are of this run's kinds (a resumed parameter sent dense
         # may have started in the bucket), and so are the checkpoints it saves
