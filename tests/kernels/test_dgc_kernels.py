@@ -49,12 +49,21 @@ def test_topk_matches_reference(isa, n, kind):
         _check_topk(x, k)
 
 
-def test_topk_sample_misjudged_both_ways():
-    """Data built against the strided sample: the exact fallback must take over."""
-    n = 1_000_003
-    m = n // 64  # the sample topk.cpp takes: every 64th element, at least 4096, at most 65536
+def _cpu_sample_positions(n):
+    """The elements kernels/topk.cpp samples for its threshold: one in 256 (4096 to 16384 of
+    them), each at a hashed place in its window of n // m."""
+    m = min(n, 16384, max(4096, n // 256))
     stride = n // m
-    sampled = np.arange(m) * stride + stride // 2
+    j = np.arange(m, dtype=np.uint64)
+    offset = ((j * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) % np.uint64(stride)
+    return (j * np.uint64(stride) + offset).astype(np.int64)
+
+
+def test_topk_sample_misjudged_both_ways():
+    """Data built against the sample: the exact fallback must take over."""
+    n = 1_000_003
+    sampled = _cpu_sample_positions(n)
+    m = sampled.size
     rng = np.random.default_rng(0)
     # too few candidates: the sampled entries are the large ones
     x = (rng.random(n) * 1e-3).astype(np.float32)
