@@ -16,6 +16,9 @@ from ..dgc_plan import MIN_COMPRESSED_NUMEL
 from ..regularizer import L1Decay, L2Decay
 from .wire import EXCHANGES
 
+# dtypes of the parameters DGC compresses (residuals u, v and exchanged values are float32)
+COMPRESSED_DTYPES = (mstype.float32, mstype.float16)
+
 # MindSpore's graph compiler counts nested calls while it evaluates impl="ops"'s
 # per-parameter loops: about 10 per parameter (ResNet-50's 161 parameters need
 # between 1,500 and 2,000), against a default limit of 1,000.  The native step

@@ -22,7 +22,6 @@ import numbers
 from .. import _checks
 from ..dgc_plan import DGCPlan
 from . import checks, wire
-from .optimizer import COMPRESSED_DTYPES
 from .plan import applied_entries
 
 # the sparsities choose_sparsity picks from, densest first
@@ -71,7 +70,8 @@ def _sizes(params, dense_params=None):
             raise TypeError(f"For '{_NAME}', every entry of 'params' must be a Parameter or a "
                             f"positive int, but got {type(p).__name__}: {p!r}.")
         sizes.append(int(n))
-        compressible.append(getattr(p, "dtype", COMPRESSED_DTYPES[0]) in COMPRESSED_DTYPES)
+        dtype = getattr(p, "dtype", checks.COMPRESSED_DTYPES[0])
+        compressible.append(dtype in checks.COMPRESSED_DTYPES)
     if not sizes:
         raise ValueError(f"For '{_NAME}', the 'params' must not be empty.")
     asked = checks.dense_mask(_NAME, dense_params, [getattr(p, "name", None) for p in params])

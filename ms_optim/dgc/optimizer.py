@@ -24,9 +24,6 @@ from .grads import fold_grad, fold_lr, regularize, widen
 from .plan import applied_entries, momentum_group, stage_branches
 from .steps import BucketStep, DenseMomentum, NativeStep, OpsStep, StepState
 
-# dtypes of the parameters DGC compresses (residuals u, v and exchanged values are float32)
-COMPRESSED_DTYPES = (mstype.float32, mstype.float16)
-
 
 def _residual(param, prefix, float32):
     """Zeros named `prefix.<param name>`: float32 when asked (v, and u of a widened,
@@ -291,7 +288,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         self.asked_dense = asked_dense = checks.dense_mask(
             cls, dense_params, [p.name for p in self._parameters])
         self.plan = DGCPlan([p.size for p in self._parameters],
-                            [p.dtype in COMPRESSED_DTYPES and not d
+                            [p.dtype in checks.COMPRESSED_DTYPES and not d
                              for p, d in zip(self._parameters, asked_dense)],
                             sparsity, rampup_begin_step, rampup_step,
                             bucket_sparsity=bucket_sparsity)
