@@ -319,7 +319,8 @@ def main(argv=None):
     if out["update_pass_25M_ms"] is not None:
         ms = out["update_pass_25M_ms"]
         print(f"the residual update as one fused pass (CuPy), 25.6M: {ms:.3f} ms, "
-              f"{20 * one / ms / 1e6:.0f} GB/s; the select {r['ours_ms'] / ms:.2f}x it")
+              f"{20 * one / ms / 1e6:.0f} GB/s; the select "
+              f"{out['select_one_25M']['ours_ms'] / ms:.2f}x it")
     hard = out["select_hard_25M"]
     print("| residuals restored before each call, 25.6M | k | ms | / typical |")
     print("| --- | --- | --- | --- |")
