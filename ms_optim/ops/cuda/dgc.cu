@@ -20,10 +20,10 @@
 //                      above the guess in index order (up to kListCap; a block
 //                      with more is read from v again later) and histograms
 //                      their top digit; the last CTA of each tensor chooses it;
-//   select_redo        only for a tensor whose guess fewer than k keys reached:
-//                      the top digit of every key, from v;
-//   select_level x 2   the next two digits of the k-th largest key T, over the
-//                      lists (or v, for the blocks that overflowed);
+//   select_level x 3   level 0 only for a tensor whose guess fewer than k keys
+//                      reached: the top digit of every key, from v; levels 1
+//                      and 2: the next two digits of the k-th largest key T,
+//                      over the lists (or v, for the blocks that overflowed);
 //   select_count       each block's keys above and equal to T; the last CTA of
 //                      each tensor scans them;
 //   select_emit        the entries in ascending index order, ties to the lower
@@ -31,7 +31,7 @@
 //
 // The selection does not depend on the guess, only its speed: a guess that is
 // too low overflows lists, one that is too high sends the tensor through
-// select_redo.  Histograms take atomics (their counts do not depend on order);
+// select_level's level 0.  Histograms take atomics (their counts do not depend on order);
 // nothing that decides a value or a position does.  A tensor with k == n is
 // written out by the residual update.  On Hopper and later each kernel starts
 // while the one before it finishes (programmatic dependent launch).  Nothing
@@ -90,7 +90,7 @@ constexpr int64_t kSampleMin = 256, kSampleMax = 2048, kSampleEvery = 64;
 constexpr int kSamplesPerThread = static_cast<int>(kSampleMax / kThreads);
 
 // The passes that end with a per-tensor step by their last CTA (tickets).
-enum Pass : int { kPassAccumulate, kPassRedo, kPassLevel1, kPassLevel2, kPassCount, kPasses };
+enum Pass : int { kPassAccumulate, kPassLevel0, kPassLevel1, kPassLevel2, kPassCount, kPasses };
 
 struct DgcTensor {
   float *u;
@@ -323,7 +323,7 @@ select_init(SelectArgs a, const int32_t *ks, long long total, const float *const
 // The CTA's choice of tensor j's digit at `level` from its histogram (read
 // past the L1: other CTAs of this kernel added to it), which it zeroes for the
 // next level.  At level 0 of a listed tensor, fewer keys at or above the guess
-// than k make it a full one instead (its digit is then chosen by select_redo).
+// than k make it a full one instead (its digit is chosen again, from all its keys).
 __device__ void choose_digit(const SelectArgs &a, int j, int level) {
   const int shift = level_shift(level);
   const uint32_t bins = level_bins(level);
@@ -573,32 +573,18 @@ struct WarpBlock {
   }
 };
 
-// A tensor whose guess failed: the histogram of the top digit of every key.
-__global__ void __launch_bounds__(kThreads) select_redo(SelectArgs a) {
+// The histogram of digit `level` of the keys that match the prefix so far.  Level 0
+// runs again only for the tensors whose guess failed (their prefix is empty: every key
+// counts), and does nothing when none did.
+__global__ void __launch_bounds__(kThreads) select_level(SelectArgs a, int level) {
   wait_for_previous_grid();
-  if (gated(a.rep) || *a.any_full == 0) {  // uniform: the residual update's choices set it
+  if (gated(a.rep) || (level == 0 && *a.any_full == 0)) {  // uniform over the grid
     start_next_grid();
     return;
   }
   const WarpBlock w(a);
   int my_j = -1;
-  if (w.b >= 0 && w.s.mode == kFull) {
-    HistAdder hist(hist_copy(a, w.j, w.b));
-    w.each(a, [&](int64_t, float x, bool in) { hist.add(magnitude_key(x) >> kTopShift, in); });
-    hist.flush();
-    my_j = w.j;
-  }
-  start_next_grid();
-  finish_pass(a, kPassRedo, my_j, [&](int j) { choose_digit(a, j, 0); });
-}
-
-// The histogram of digit `level` of the keys that match the prefix so far.
-__global__ void __launch_bounds__(kThreads) select_level(SelectArgs a, int level) {
-  wait_for_previous_grid();
-  if (gated(a.rep)) return;
-  const WarpBlock w(a);
-  int my_j = -1;
-  if (w.b >= 0 && w.s.mode != kAll) {
+  if (w.b >= 0 && w.s.mode != kAll && (level > 0 || w.s.mode == kFull)) {
     const int shift = level_shift(level);
     const uint32_t bins = level_bins(level);
     HistAdder hist(hist_copy(a, w.j, w.b));
@@ -610,8 +596,7 @@ __global__ void __launch_bounds__(kThreads) select_level(SelectArgs a, int level
     my_j = w.j;
   }
   start_next_grid();
-  finish_pass(a, level == 1 ? kPassLevel1 : kPassLevel2, my_j,
-              [&](int j) { choose_digit(a, j, level); });
+  finish_pass(a, kPassLevel0 + level, my_j, [&](int j) { choose_digit(a, j, level); });
 }
 
 // Per data block: the keys above T and equal to T; then each tensor's scans.
@@ -729,9 +714,8 @@ int select_run(const AotCall &c, int site, int32_t *idx, float *val, bool take) 
   cudaError_t e = launch(select_init, K, stream, false, a, c.ptr<int32_t>(S::ks),
                          static_cast<long long>(c.numel(S::idx)), consts);
   if (e == cudaSuccess) e = launch(select_accumulate, blocks, stream, true, a, consts, idx, val, take);
-  if (e == cudaSuccess) e = launch(select_redo, warp_blocks, stream, true, a);
-  if (e == cudaSuccess) e = launch(select_level, warp_blocks, stream, true, a, 1);
-  if (e == cudaSuccess) e = launch(select_level, warp_blocks, stream, true, a, 2);
+  for (int level = 0; level < radix::kRadixLevels && e == cudaSuccess; ++level)
+    e = launch(select_level, warp_blocks, stream, true, a, level);
   if (e == cudaSuccess) e = launch(select_count, warp_blocks, stream, true, a);
   if (e == cudaSuccess)
     e = launch(select_emit, warp_blocks, stream, true, a, idx, val, take,
