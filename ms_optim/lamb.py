@@ -131,10 +131,10 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         trust ratio :math:`\rho` each parameter's update used.
 
     Raises:
-        TypeError: If a keyword argument is not one of the constructor's (the message
-            names the argument meant: ``lr`` -> ``learning_rate``, a misspelling).
-        TypeError: If `weight_decay` or `eps` (MindSpore's names) or any other unexpected
-            keyword argument is given.
+        TypeError: If a keyword argument is not one of the constructor's, MindSpore's
+            `weight_decay` and `eps` included (the message names the argument meant:
+            ``weight_decay`` -> ``lamb_weight_decay``, ``lr`` -> ``learning_rate``, a
+            misspelling).
         TypeError: If `params` is not a list of Parameter or a list of dict (a single
             Parameter or dict included), or mixes them.
         TypeError: If `learning_rate` is not an int, float, Tensor, Iterable or

@@ -7,10 +7,10 @@ workers refuses to step (dropping a missing worker's ``v`` would lose gradient t
 never applied), and so does a run in which a worker loaded another rank's (its own would
 be lost, the other's applied twice); ``resize_checkpoints`` converts one step's
 per-worker checkpoints for a new number of workers first.  A state saved without
-``dgc_rank`` is taken as the loading worker's own. The state
-also saves, as ``dgc_residual_kind``, what each parameter's residuals hold (none,
-gradients or learning-rate-scaled gradients); a run that would drop them or read them as
-another kind refuses to step on them.
+``dgc_rank`` is taken as the loading worker's own.  The state also saves, as
+``dgc_residual_kind``, what each parameter's residuals hold (none, gradients or
+learning-rate-scaled gradients); a run that would drop them or read them as another kind
+refuses to step on them.
 
 The rule (docs/dgc.md#resuming-at-another-number-of-workers): every new worker's ``u``
 and ``v`` are the mean of the old workers'. The exchange divides the sum of the workers'
@@ -142,8 +142,8 @@ def resize_checkpoints(sources, world_size, dest):
         ValueError: If `sources` is empty, a file is missing or holds no DGCMomentum
             residuals, the files' entries differ in names, shapes or dtypes, their
             ``dgc_world_size`` is not the number of files, a file's ``dgc_rank`` is not its
-            place in `sources`, their ``dgc_residual_kind`` differ, `world_size` is not positive, or `dest` has no ``{rank}`` or names a
-            source file.
+            place in `sources`, their ``dgc_residual_kind`` differ, `world_size` is not
+            positive, or `dest` has no ``{rank}`` or names a source file.
 
     Supported Platforms:
         ``CPU`` ``GPU`` ``Ascend``
