@@ -1,5 +1,6 @@
-"""Optimizer state shared by the Adam-family optimizers."""
-from mindspore import Parameter, Tensor
+"""Optimizer state shared by the host-moment optimizers (AdamOffload, Lion) and Lamb."""
+import numpy as np
+from mindspore import Parameter, ParameterTuple, Tensor
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
 
@@ -20,3 +21,38 @@ class BetaPowers:
         beta2_power = self.beta2_power * self.beta2
         self.beta2_power = beta2_power
         return beta1_power, beta2_power
+
+
+class HostState:
+    """The state of an optimizer whose moments live on the host and are stepped by
+    multi-tensor native ops, one per bucket of parameters: the moments, and the weight
+    decay each bucket's op takes."""
+
+    def _host_state(self, prefix, dtype, block=None):
+        """Zeros of `dtype` shaped like each parameter (or one per `block` elements of it,
+        flat), named like MindSpore's clone()."""
+        def shape(p):
+            return p.shape if block is None else (-(-int(np.prod(p.shape)) // block),)
+        return ParameterTuple(
+            Parameter(initializer("zeros", shape(p), dtype), name=f"{prefix}.{p.name}")
+            for p in self._parameters)
+
+    def _init_bucket_decay(self, buckets):
+        """Weight decay per parameter: MindSpore's decay flags (without groups, parameters
+        named beta/gamma are not decayed) as a 0/1 mask per bucket, None where all or none
+        decay; a bucket none of whose parameters decay gets a constant 0 (no graph op)."""
+        flags = tuple(f and self.exec_weight_decay for f in self.decay_flags)
+        self.decay_masks = tuple(None if all(flags[lo:hi]) or not any(flags[lo:hi]) else
+                                 Tensor(np.array(flags[lo:hi], np.float32))
+                                 for lo, hi in buckets)
+        self.no_decay = tuple(not any(flags[lo:hi]) for lo, hi in buckets)
+        self.zero_wd = Tensor(0.0, mstype.float32)
+
+    def bucket_weight_decay(self, weight_decay, b, lo, hi):
+        """Bucket b's (parameters lo..hi) weight decay input, inside ``construct``."""
+        if self.no_decay[b]:
+            return self.zero_wd
+        wd_b = self.per_tensor(weight_decay, lo, hi, self.is_group)
+        if self.decay_masks[b] is not None:
+            wd_b = wd_b * self.decay_masks[b]
+        return wd_b

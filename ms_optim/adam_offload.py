@@ -1,18 +1,17 @@
 """AdamOffload: Adam whose moments live and are computed on the host CPU."""
 import numpy as np
-from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
+from mindspore import ParameterTuple, Tensor, nn, ops
 from mindspore import dtype as mstype
-from mindspore.common.initializer import initializer
 from mindspore.graph.api import jit
 from mindspore.ops import functional as F
 
 from . import _checks, aot
 from ._api import OptimizerAPI
-from ._state import BetaPowers
+from ._state import BetaPowers, HostState
 from ._step import StepSkeleton, resolve_impl
 
 
-class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
+class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, HostState, nn.Optimizer):
     r"""Adam whose moments live in host memory and are updated there by a native CPU kernel.
 
     The API and the update rule of MindSpore's (deprecated) ``nn.AdamOffload``.  Each step,
@@ -224,24 +223,7 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
                                               moment_dtype)
                               for lo, hi in self.buckets)
         self.adam_order = aot.call_order(aot.adam_entry(impl == "delta", self.scaled))
-        # weight decay per parameter: MindSpore's decay flags (no groups: parameters named
-        # beta/gamma are not decayed) as a 0/1 mask per bucket, None where all or none decay
-        flags = tuple(f and self.exec_weight_decay for f in self.decay_flags)
-        self.decay_masks = tuple(None if all(flags[lo:hi]) or not any(flags[lo:hi]) else
-                                 Tensor(np.array(flags[lo:hi], np.float32))
-                                 for lo, hi in self.buckets)
-        # a bucket none of whose parameters decay gets a constant 0 (no graph op)
-        self.no_decay = tuple(not any(flags[lo:hi]) for lo, hi in self.buckets)
-        self.zero_wd = Tensor(0.0, mstype.float32)
-
-    def _host_state(self, prefix, dtype, block=None):
-        """Zeros of `dtype` shaped like each parameter (or one per `block` elements of it,
-        flat), named like MindSpore's clone()."""
-        def shape(p):
-            return p.shape if block is None else (-(-int(np.prod(p.shape)) // block),)
-        return ParameterTuple(
-            Parameter(initializer("zeros", shape(p), dtype), name=f"{prefix}.{p.name}")
-            for p in self._parameters)
+        self._init_bucket_decay(self.buckets)
 
     def host_state_nbytes(self):
         """Bytes of optimizer state in host memory: the moments, their scales (int8) and
@@ -282,12 +264,7 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
                         step = step - self._adamw_decay(lr, weight_decay, lo + j, params[lo + j])
                     done = F.depend(done, F.assign_add(params[lo + j], step))
             else:
-                if self.no_decay[b]:
-                    wd_b = self.zero_wd
-                else:
-                    wd_b = self.per_tensor(weight_decay, lo, hi, self.is_group)
-                    if self.decay_masks[b] is not None:
-                        wd_b = wd_b * self.decay_masks[b]
+                wd_b = self.bucket_weight_decay(weight_decay, b, lo, hi)
                 if self.adamw:
                     wd_b = wd_b * self.inv_loss_scale
                 done = F.depend(done, self.adam_ops[b](*aot.arrange(
