@@ -47,6 +47,7 @@ LAYOUTS = {
     "adam": ("beta1", "beta2", "eps", "inv_scale", "nesterov"),
     "adam_ext": ("beta1", "beta2", "eps", "inv_scale", "nesterov", "decoupled"),
     "lamb": ("beta1", "beta2", "eps", "clip_norm", "clip_lo", "clip_hi", "always_adapt"),
+    "lion": ("beta1", "beta2", "inv_scale"),
     "dgc": ("momentum", "nesterov"),
     "powers": ("beta1_power", "beta2_power"),
 }
@@ -216,21 +217,46 @@ def adam_op(k, dtype, delta, moment_dtype="float32"):
     dtypes = dict(m=mt, v=vt, grad=dtype, lr=f32, powers=f32, consts=f32)
     if scaled:
         dtypes.update(m_scale=f32, v_scale=f32, key=mstype.int32)
-    if delta:  # each step shaped and typed as its gradient
-        g = first_index(adam_entry(True, scaled), "grad", k)
-        dtypes["delta"] = dtype
-        return native_op(
-            adam_entry(True, scaled), k, dtypes, inplace=True,
-            out_shape=lambda *shapes: tuple(shapes[g:g + k]) if k > 1 else shapes[g],
-            out_dtype=lambda *dts: tuple(dts[g:g + k]) if k > 1 else dts[g])
-    dtypes.update(param=dtype, wd=f32, done=f32)
-    return native_op(adam_entry(False, scaled), k, dtypes, inplace=True,
-                     out_shape=lambda *shapes: [1], out_dtype=lambda *dts: mstype.float32)
+    return _host_step_op(adam_entry(delta, scaled), k, dtype, delta, dtypes)
+
+
+def _host_step_op(entry, k, dtype, delta, dtypes):
+    """The op of a host-moment step kernel (Adam, Lion) over `k` parameters of `dtype`, its
+    state slots' dtypes in `dtypes`: in place (param, wd -> done) or delta (-> one step per
+    parameter, shaped and typed as its gradient)."""
+    if delta:
+        g = first_index(entry, "grad", k)
+        return native_op(entry, k, {**dtypes, "delta": dtype}, inplace=True,
+                         out_shape=lambda *shapes: tuple(shapes[g:g + k]) if k > 1 else shapes[g],
+                         out_dtype=lambda *dts: tuple(dts[g:g + k]) if k > 1 else dts[g])
+    f32 = mstype.float32
+    return native_op(entry, k, {**dtypes, "param": dtype, "wd": f32, "done": f32}, inplace=True,
+                     out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32)
 
 
 def adam_entry(delta, scaled):
     """The Adam kernel entry: delta or in place, int8 (scaled) moments or not."""
     return f"ms_optim_adam{'_q8' if scaled else ''}_{'delta' if delta else 'inplace'}"
+
+
+# ------------------------------------------------------------------ Lion --
+
+def lion_entry(delta, scaled):
+    """The Lion kernel entry: delta or in place, int8 (scaled) moment or not."""
+    return f"ms_optim_lion{'_q8' if scaled else ''}_{'delta' if delta else 'inplace'}"
+
+
+def lion_op(k, dtype, delta, moment_dtype="float32"):
+    """Multi-tensor Lion step over `k` parameters of `dtype` (float32 or float16), its moment
+    stored as `moment_dtype` (MOMENT_DTYPES; ops/aot/aot_lion.cpp); the entry is
+    ``lion_entry``'s."""
+    check_layout("lion")
+    mt, _, scaled = moment_storage(moment_dtype)
+    f32 = mstype.float32
+    dtypes = dict(m=mt, grad=dtype, lr=f32, consts=f32)
+    if scaled:
+        dtypes.update(m_scale=f32, key=mstype.int32)
+    return _host_step_op(lion_entry(delta, scaled), k, dtype, delta, dtypes)
 
 
 # ------------------------------------------------------------------ Lamb --

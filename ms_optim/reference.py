@@ -237,6 +237,45 @@ def adamw_step(p, m, v, g, lr, beta1, beta2, eps, weight_decay, inv_scale=1.0):
     p[...] = (p32 + -(f32(lr) * update)).astype(p.dtype)
 
 
+def lion_sign(c):
+    """sign(c) with sign(0) = 0 (the signed zero itself) and NaN kept, in float32."""
+    c = np.asarray(c, f32)
+    return np.where(c > 0, f32(1), np.where(c < 0, f32(-1), c)).astype(f32)
+
+
+def lion_step(p, m, g, lr, beta1, beta2, weight_decay=0.0, inv_scale=1.0, delta=False):
+    """One Lion step (Chen et al., 2023) on p (float32 or float16) and m (float32) in place:
+    g' = g * inv_scale, c = beta1 * m + (1 - beta1) * g', m = beta2 * m + (1 - beta2) * g',
+    p = p * (1 - lr * wd) - lr * sign(c).  With `delta` p is not touched (it may be None) and
+    the step -lr * sign(c) is returned (the decay is the caller's)."""
+    b1, b2 = f32(beta1), f32(beta2)
+    g = g.astype(f32) * f32(inv_scale)
+    c = b1 * m + (f32(1) - b1) * g
+    m[...] = b2 * m + (f32(1) - b2) * g
+    step = -f32(lr) * lion_sign(c)
+    if delta:
+        return step
+    keep = f32(1) - f32(lr) * f32(weight_decay)
+    p[...] = (p.astype(f32) * keep + step).astype(p.dtype)
+    return step
+
+
+def lion_compact_step(p, m, g, lr, beta1, beta2, moment_dtype, m_scale=None, weight_decay=0.0,
+                      inv_scale=1.0, delta=False, q8_key=None):
+    """lion_step with m stored as `moment_dtype` ("bfloat16": uint16 bits; "int8": int8 codes
+    with float32 m_scale per block, rounded stochastically with the low 16 bits of
+    q8_round_bits(q8_key)), decoded to float32, stepped and encoded again, in place."""
+    if moment_dtype == "int8" and q8_key is None:
+        raise ValueError("lion_compact_step: int8 moments need q8_key (q8_tensor_key)")
+    m32 = bf16_value(m) if moment_dtype == "bfloat16" else q8_dequantize(m, m_scale, True)
+    out = lion_step(p, m32, g, lr, beta1, beta2, weight_decay, inv_scale, delta)
+    if moment_dtype == "bfloat16":
+        m[...] = bf16_bits(m32)
+    else:
+        m[...], m_scale[...] = q8_quantize(m32, True, q8_round_bits(q8_key, np.size(m32)))
+    return out
+
+
 def clip_by_global_norm(grads, clip_norm):
     """Paddle's ClipGradByGlobalNorm: every g *= c / max(||all grads||, c) (norm in float64)."""
     gn = np.sqrt(sum(np.sum(np.square(g.astype(np.float64))) for g in grads))

@@ -58,6 +58,25 @@ struct Slot {
   IN(m, kEach) IN(v, kEach) IN(m_scale, kEach) IN(v_scale, kEach) IN(grad, kEach)         \
   IN(lr, kOne) IN(powers, kOne) IN(consts, kOne) IN(key, kOne) OUT(delta, kEach)
 
+// Lion, parameters updated in place (lr, wd: float32[1] or [K]; consts:
+// contract.h LionConsts), and its delta path (the steps returned, the decay
+// left to the device).  The q8 entries hold m as int8 codes with one float32
+// scale per block, and take Adam's key.
+#define MSOPT_AOT_LION_INPLACE(IN, OUT) \
+  IN(param, kEach) IN(m, kEach) IN(grad, kEach) IN(lr, kOne) IN(wd, kOne) IN(consts, kOne) \
+  OUT(done, kOne)
+
+#define MSOPT_AOT_LION_DELTA(IN, OUT) \
+  IN(m, kEach) IN(grad, kEach) IN(lr, kOne) IN(consts, kOne) OUT(delta, kEach)
+
+#define MSOPT_AOT_LION_Q8_INPLACE(IN, OUT)                                                 \
+  IN(param, kEach) IN(m, kEach) IN(m_scale, kEach) IN(grad, kEach) IN(lr, kOne) IN(wd, kOne) \
+  IN(consts, kOne) IN(key, kOne) OUT(done, kOne)
+
+#define MSOPT_AOT_LION_Q8_DELTA(IN, OUT)                                                   \
+  IN(m, kEach) IN(m_scale, kEach) IN(grad, kEach) IN(lr, kOne) IN(consts, kOne) IN(key, kOne) \
+  OUT(delta, kEach)
+
 // Lamb: gscale multiplies every gradient; the output holds the trust ratios.
 #define MSOPT_AOT_LAMB(IN, OUT)                                                           \
   IN(param, kEach) IN(m, kEach) IN(v, kEach) IN(grad, kEach) IN(lr, kOne) IN(wd, kOne)   \
@@ -127,6 +146,10 @@ struct Slot {
   X(ms_optim_adam_delta, MSOPT_AOT_ADAM_DELTA)                 \
   X(ms_optim_adam_q8_inplace, MSOPT_AOT_ADAM_Q8_INPLACE)       \
   X(ms_optim_adam_q8_delta, MSOPT_AOT_ADAM_Q8_DELTA)           \
+  X(ms_optim_lion_inplace, MSOPT_AOT_LION_INPLACE)             \
+  X(ms_optim_lion_delta, MSOPT_AOT_LION_DELTA)                 \
+  X(ms_optim_lion_q8_inplace, MSOPT_AOT_LION_Q8_INPLACE)       \
+  X(ms_optim_lion_q8_delta, MSOPT_AOT_LION_Q8_DELTA)           \
   X(ms_optim_lamb, MSOPT_AOT_LAMB)                             \
   X(ms_optim_sumsq, MSOPT_AOT_SUMSQ)                           \
   X(ms_optim_topk_abs, MSOPT_AOT_TOPK_ABS)                     \

@@ -31,6 +31,10 @@ namespace msopt {
 #define MSOPT_LAMB_CONSTS(X) \
   X(beta1) X(beta2) X(eps) X(clip_norm) X(clip_lo) X(clip_hi) X(always_adapt)
 
+// Lion: inv_scale is 1 / loss_scale, applied to the gradient by the in-place
+// kernel (the delta path's device divides it out first).
+#define MSOPT_LION_CONSTS(X) X(beta1) X(beta2) X(inv_scale)
+
 // DGC (select and dense momentum): the momentum, and nesterov as 0 or 1.
 #define MSOPT_DGC_CONSTS(X) X(momentum) X(nesterov)
 
@@ -53,6 +57,7 @@ namespace msopt {
 MSOPT_DECLARE_CONSTS(AdamConsts, MSOPT_ADAM_CONSTS)
 MSOPT_DECLARE_CONSTS(AdamExtConsts, MSOPT_ADAM_EXT_CONSTS)
 MSOPT_DECLARE_CONSTS(LambConsts, MSOPT_LAMB_CONSTS)
+MSOPT_DECLARE_CONSTS(LionConsts, MSOPT_LION_CONSTS)
 MSOPT_DECLARE_CONSTS(DgcConsts, MSOPT_DGC_CONSTS)
 MSOPT_DECLARE_CONSTS(Powers, MSOPT_POWERS)
 
@@ -66,6 +71,7 @@ inline constexpr ConstsLayout kConstsLayouts[] = {
     {"adam", MSOPT_ADAM_CONSTS(MSOPT_CONTRACT_NAME)},
     {"adam_ext", MSOPT_ADAM_EXT_CONSTS(MSOPT_CONTRACT_NAME)},
     {"lamb", MSOPT_LAMB_CONSTS(MSOPT_CONTRACT_NAME)},
+    {"lion", MSOPT_LION_CONSTS(MSOPT_CONTRACT_NAME)},
     {"dgc", MSOPT_DGC_CONSTS(MSOPT_CONTRACT_NAME)},
     {"powers", MSOPT_POWERS(MSOPT_CONTRACT_NAME)},
 };

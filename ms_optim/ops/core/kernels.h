@@ -58,6 +58,28 @@ struct AdamTensor {
   uint32_t q8_key = 0;  // kQ8: rules::q8_tensor_key of the step and the parameter
 };
 
+// One tensor of a multi-tensor Lion call (rules::lion_direction, lion_apply).
+// `out` is the parameter (updated in place) or the delta buffer, float32 or
+// float16 as the call says; m is stored as the call's Moments say (kQ8: int8
+// codes with m_scale, as Adam's m).
+struct LionTensor {
+  void *out;
+  void *m;
+  const void *g;
+  int64_t n;
+  float neg_lr;              // -lr
+  float keep;                // rules::lion_keep(lr, wd); 1 without decay
+  float *m_scale = nullptr;  // kQ8: (n + kQ8Block - 1) / kQ8Block absmax scales
+  uint32_t q8_key = 0;       // kQ8: rules::q8_tensor_key of the step and the parameter
+};
+
+// Hyper-parameters of one Lion call shared by its tensors.
+struct LionArgs {
+  float beta1;
+  float beta2;
+  float inv_scale;  // multiplies the gradient (1 / loss_scale)
+};
+
 // Hyper-parameters of one Lamb step shared by the tensors of one call
 // (PaddlePaddle's rule, docs/algorithms.md §2).
 struct LambArgs {
@@ -153,6 +175,12 @@ struct KernelTable {
   // g->threshold_key gathered into the slots of omp_get_thread_num() (a team may be running).
   void (*dgc_accumulate_range_f32)(float *u, float *v, const float *grad, int64_t lo,
                                    int64_t hi, float momentum, bool nesterov, Gather *g);
+  // One Lion step on `count` tensors, every element taken as one range split
+  // once over the threads (as adam_multi; kQ8 shares are whole blocks).
+  // delta: write -lr * sign to `out` (the caller applies the decay); otherwise
+  // update the parameter in place.  half: `out` and `g` are float16.
+  void (*lion_multi)(const LionTensor *tensors, int64_t count, const LionArgs &a, bool delta,
+                     bool half, Moments moments);
 };
 
 namespace scalar { extern const KernelTable kTable; }

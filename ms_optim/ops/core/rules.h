@@ -67,6 +67,32 @@ MSOPT_HD inline T adam_step_size(T lr, T beta1_power, T beta2_power) {
   return lr * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
 }
 
+// Lion (Chen et al., 2023): the sign of the interpolation c = beta1 * m +
+// (1 - beta1) * g, then m's own average with beta2:
+//   s = sign(c);  m = beta2 * m + (1 - beta2) * g
+// sign(0) is 0 (c itself, a signed zero) and a NaN stays NaN, so an overflowed
+// gradient shows in the parameter as it does with Adam.  c1 = 1 - beta1 and
+// c2 = 1 - beta2 are passed precomputed.  The parameter then moves by
+// lion_apply.
+template <class T>
+MSOPT_HD inline T lion_direction(T g, T &m, T beta1, T c1, T beta2, T c2) {
+  const T c = beta1 * m + c1 * g;
+  m = beta2 * m + c2 * g;
+  return c > T(0) ? T(1) : (c < T(0) ? T(-1) : c);
+}
+
+// Lion's parameter update with its decoupled weight decay:
+// p * keep + neg_lr * s, keep = 1 - lr * wd (lion_keep), neg_lr = -lr.
+template <class T>
+MSOPT_HD inline T lion_apply(T p, T s, T keep, T neg_lr) {
+  return p * keep + neg_lr * s;
+}
+
+template <class T>
+MSOPT_HD inline T lion_keep(T lr, T wd) {
+  return T(1) - lr * wd;
+}
+
 // Lamb's bias corrections as lamb_direction takes them: 1 / (1 - beta1^t)
 // and 1 / sqrt(1 - beta2^t).
 template <class T>

@@ -22,6 +22,7 @@
 #include "kernels/half.h"
 #include "kernels/adam.h"
 #include "kernels/lamb.h"
+#include "kernels/lion.h"
 #include "kernels/dgc.h"
 
 namespace msopt {
@@ -31,6 +32,7 @@ extern const KernelTable kTable;
 const KernelTable kTable = {
     MSOPT_ISA_NAME,   adam_multi,       lamb_f32,         gather_abs_f32,   sumsq_f32,
     f16_to_f32,       f32_to_f16,       dgc_momentum,     dgc_accumulate_range_f32,
+    lion_multi,
 };
 
 }  // namespace MSOPT_ISA_NS
