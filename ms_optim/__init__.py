@@ -2,6 +2,8 @@
 
 - ``AdamOffload``: Adam (``nn.AdamOffload``'s API) with its moments in host memory,
   stored as float32, bfloat16 or int8, updated by a fused native CPU kernel.
+- ``Lion``: Lion (Chen et al., 2023) with its one moment in host memory, stored as float32,
+  bfloat16 or int8, updated by a fused native CPU kernel.
 - ``Lamb``: PaddlePaddle's Lamb, with a fused native CPU kernel and a MindSpore-ops path.
 - ``DGCMomentum``: momentum SGD with Deep Gradient Compression (PaddlePaddle's
   ``DGCMomentumOptimizer``), for data-parallel training.
@@ -19,8 +21,9 @@ from . import clip, regularizer
 from .adam_offload import AdamOffload
 from .dgc import DGCMomentum
 from .lamb import Lamb
+from .lion import Lion
 from ._native import NativeLibraryError, last_native_error, native_info
 
-__all__ = ["AdamOffload", "DGCMomentum", "Lamb", "clip", "regularizer", "NativeLibraryError",
+__all__ = ["AdamOffload", "DGCMomentum", "Lamb", "Lion", "clip", "regularizer", "NativeLibraryError",
            "last_native_error", "native_info"]
 __version__ = "0.1.0"

@@ -59,6 +59,8 @@ def check_keywords(cls, init, kwargs, names=None, note=""):
             meant = close[0] if close else None
         note = ""
     hint = f"; did you mean '{meant}'?" if meant else f"; it takes {', '.join(valid)}."
+    if key == "betas" and {"beta1", "beta2"} <= set(valid):  # torch's pair
+        hint, note = "; pass betas=(b1, b2) as beta1=b1, beta2=b2.", ""
     raise TypeError(f"For '{cls}', got an unexpected keyword argument '{key}'{hint}{note}")
 
 

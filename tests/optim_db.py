@@ -24,7 +24,7 @@ from ms_optim.clip import ClipGradByGlobalNorm, ClipGradByNorm
 from ms_optim.regularizer import L2Decay
 from tests.helpers import (HalvingLR, PolyLR, assert_close_to_mindspore, batch, fit_and_score,
                            fit_reference, make_net, reference_lamb, values)
-from tests.moments import adam_state
+from tests.moments import adam_state, bits
 from tests.nets import WideNet
 
 
@@ -497,6 +497,96 @@ LAMB = OptimizerInfo(
 )
 
 
+# --------------------------------------------------------------------- Lion --
+
+def _lion_delta_case(dtype, marks=(), **kwargs):
+    def build(impl):
+        net = make_net(seed=5, dtype=dtype)
+        return net, ms_optim.Lion(net.trainable_params(), learning_rate=0.01, weight_decay=0.5,
+                                  loss_scale=2.0, impl=impl, **kwargs)
+
+    npdt = {ms.float32: np.float32, ms.float16: np.float16}[dtype]
+    # float32: the device applies the kernel's rule (p * keep + step), so the bits agree;
+    # float16: the step is rounded to float16 before it is added
+    check = bit_identical if dtype == ms.float32 else params_within(5e-3, 5e-3)
+    label = "-".join([str(npdt.__name__)] + [f"{k}={v}" for k, v in kwargs.items()])
+    return Agreement(label, "native", "delta", build, lambda: batch(dtype=npdt), 8, check,
+                     sens=2.0, marks=marks)
+
+
+def _lion_checkpoint(kind):
+    def build():
+        net = make_net(seed=7)
+        return net, ms_optim.Lion(net.trainable_params(), learning_rate=PolyLR(),
+                                  weight_decay=0.1, moment_dtype=kind)
+
+    saved = {"float32": {"moment.fc1.weight": ms.float32},
+             "bfloat16": {"moment.fc1.weight": ms.bfloat16},
+             "int8": {"moment.fc1.weight": ms.int8, "moment_scale.fc1.weight": ms.float32}}[kind]
+    return CheckpointCase(kind, build, batch, 20, saved, marks=() if kind == "float32" else SLOW)
+
+
+def _lion_model():
+    net = make_net(seed=2)
+    return net, ms_optim.Lion(net.trainable_params(), 0.01, weight_decay=0.1)
+
+
+def _lion_model_reference(xs, ys, epochs, build_net):
+    """The numpy Lion (reference.lion_step) driven by the gradients at its own parameters
+    (computed by MindSpore); no decay of the parameters named beta or gamma (MindSpore's
+    rule)."""
+    net = build_net()
+    params = net.trainable_params()
+    state = [(p.asnumpy().copy(), np.zeros(p.shape, np.float32)) for p in params]
+    wds = [0.0 if "beta" in p.name or "gamma" in p.name else 0.1 for p in params]
+
+    def step(grads):
+        for (rp, rm), g, wd in zip(state, grads, wds):
+            reference.lion_step(rp, rm, g, 0.01, 0.9, 0.99, weight_decay=wd)
+        return [rp for rp, _ in state]
+
+    losses = fit_reference(net, xs, ys, epochs, step)
+    return values(net.trainable_params()), losses, None
+
+
+LION = OptimizerInfo(
+    name="Lion",
+    cls=ms_optim.Lion,
+    required={},
+    impls=("native", "delta"),
+    state=lambda opt: [bits(p.asnumpy()) for p in tuple(opt.moment) + tuple(opt.moment_scale)],
+    error_inputs=[
+        ErrorInput(dict(beta1=0.0), ValueError, r"For 'Lion', the 'beta1' must be in range"),
+        ErrorInput(dict(beta2=1.0), ValueError, r"For 'Lion', the 'beta2' must be in range"),
+        ErrorInput(dict(beta1=1), TypeError, "For 'Lion', the 'beta1' must be a float"),
+        ErrorInput(dict(weight_decay=-0.1), ValueError, "'weight_decay'"),
+        ErrorInput(dict(weight_decay="0.1"), TypeError, "'weight_decay'"),
+        ErrorInput(dict(moment_dtype="float16"), ValueError, "moment_dtype"),
+        ErrorInput(dict(moment_dtype=8), TypeError, "moment_dtype.*must be a str"),
+        ErrorInput(dict(impl="ops"), ValueError, "impl"),
+        # Adam's arguments and other Lion implementations' names
+        ErrorInput(dict(eps=1e-8), TypeError, "For 'Lion', got an unexpected keyword argument "
+                   "'eps'; it takes params, learning_rate, beta1, beta2, weight_decay"),
+        ErrorInput(dict(betas=(0.9, 0.99)), TypeError,
+                   r"'betas'; pass betas=\(b1, b2\) as beta1=b1, beta2=b2\."),
+        *shared_error_inputs("Lion"),
+    ],
+    valid_inputs=[dict(learning_rate=np.float32(1e-3), beta1=np.float32(0.95),
+                       beta2=np.float64(0.98), weight_decay=np.float32(0.01),
+                       loss_scale=np.int64(2)),
+                  *shared_valid_inputs()],
+    repr_case=ReprCase(lambda: dict(learning_rate=HalvingLR()),
+                       exact="Lion(learning_rate=HalvingLR, beta1=0.9, beta2=0.99, "
+                             "weight_decay=0.0, loss_scale=1.0, impl='native', params=3)"),
+    agreements=[_lion_delta_case(ms.float32)]
+    + [_lion_delta_case(ms.float32, SLOW, moment_dtype=kind) for kind in ("bfloat16", "int8")]
+    + [_lion_delta_case(ms.float16, SLOW)],
+    checkpoints=[_lion_checkpoint(kind) for kind in ("float32", "bfloat16", "int8")],
+    model=ModelCase(_adam_model_data, _lion_model, 5, _lion_model_reference,
+                    loss_ratio=0.5, min_acc=0.9, marks=SLOW),
+)
+
+
 # -------------------------------------------------------------- DGCMomentum --
 
 DGC_BASE = dict(learning_rate=0.1, momentum=0.9, rampup_begin_step=0)
@@ -652,4 +742,4 @@ DGC_MOMENTUM = OptimizerInfo(
 )
 
 
-OPTIMIZERS = [ADAM_OFFLOAD, LAMB, DGC_MOMENTUM]
+OPTIMIZERS = [ADAM_OFFLOAD, LAMB, LION, DGC_MOMENTUM]

@@ -84,8 +84,8 @@ def test_msrun_script_trains_on_two_workers(page, index, code, tmp_path):
 
 def test_readme_has_blocks_for_every_optimizer():
     code = "\n".join(c for p, _, c in PYTHON_BLOCKS if p == "README.md")
-    for name in ("AdamOffload", "Lamb", "DGCMomentum", "capi.Optimizer", "value_and_grad",
-                 "ms.Model"):
+    for name in ("AdamOffload", "Lamb", "Lion", "DGCMomentum", "capi.Optimizer",
+                 "value_and_grad", "ms.Model"):
         assert name in code, name
 
 
@@ -167,9 +167,10 @@ def test_c_library_example_builds_with_its_gcc_line_and_runs(tmp_path):
     np.testing.assert_allclose(row, [-0.001] * 3, rtol=1e-3)
 
 
-DOCTEST_MODULES = ["ms_optim.adam_offload", "ms_optim.lamb", "ms_optim.dgc.optimizer",
-                   "ms_optim.clip", "ms_optim.regularizer", "ms_optim.capi", "ms_optim.dgc_plan",
-                   "ms_optim.dgc.wire", "ms_optim.dgc.density"]
+DOCTEST_MODULES = ["ms_optim.adam_offload", "ms_optim.lamb", "ms_optim.lion",
+                   "ms_optim.dgc.optimizer", "ms_optim.clip", "ms_optim.regularizer",
+                   "ms_optim.capi", "ms_optim.dgc_plan", "ms_optim.dgc.wire",
+                   "ms_optim.dgc.density"]
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow)
@@ -186,7 +187,7 @@ def test_docstring_examples_pass(name):
     assert result.failed == 0, f"{name}: {result.failed} doctest example(s) failed"
 
 
-@pytest.mark.parametrize("name", ["AdamOffload", "Lamb", "DGCMomentum"])
+@pytest.mark.parametrize("name", ["AdamOffload", "Lamb", "Lion", "DGCMomentum"])
 def test_public_optimizers_document_mindspore_sections(name):
     import ms_optim
     doc = getattr(ms_optim, name).__doc__

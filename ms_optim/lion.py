@@ -1,0 +1,221 @@
+"""Lion: the sign of an interpolated momentum, its one moment on the host CPU."""
+import numpy as np
+from mindspore import ParameterTuple, Tensor, nn, ops
+from mindspore import dtype as mstype
+from mindspore.graph.api import jit
+from mindspore.ops import functional as F
+
+from . import _checks, aot
+from ._api import OptimizerAPI
+from ._state import HostState
+from ._step import StepSkeleton, resolve_impl
+
+
+class Lion(OptimizerAPI, StepSkeleton, HostState, nn.Optimizer):
+    r"""Lion (Chen et al., 2023, "Symbolic Discovery of Optimization Algorithms"), its moment
+    in host memory, updated there by a native CPU kernel.
+
+    Each step, for every parameter :math:`w` with gradient :math:`g` (divided by
+    `loss_scale`):
+
+    .. math::
+        \begin{array}{l}
+            c_t = \beta_1 m_{t-1} + (1-\beta_1) g, \quad
+            w_t = w_{t-1} (1 - \alpha\lambda) - \alpha\,\mathrm{sign}(c_t), \\
+            m_t = \beta_2 m_{t-1} + (1-\beta_2) g
+        \end{array}
+
+    :math:`\alpha` is `learning_rate`, :math:`\beta_1, \beta_2` are `beta1` and `beta2`,
+    :math:`\lambda` is `weight_decay` (decoupled, as AdamW's), and
+    :math:`\mathrm{sign}(0) = 0`.  Every element moves by exactly :math:`\alpha` (plus the
+    decay), so Lion's learning rate is usually 3 to 10 times smaller than AdamW's and its
+    weight decay 3 to 10 times larger.  A NaN or infinite gradient makes the parameter NaN,
+    as with Adam.
+
+    Lion keeps one moment where Adam keeps two: ``moment``, a Parameter per parameter (so
+    checkpoints carry it), kept on the host CPU and updated in place by one fused pass of a
+    native kernel (a MindSpore AOT custom op pinned to the CPU); one op steps a bucket of up
+    to 256 parameters of one dtype.
+
+    Note:
+        - `moment_dtype` sets how the moment is stored: ``"float32"`` (4 bytes per
+          parameter), ``"bfloat16"`` (2 bytes, rounded to nearest even) or ``"int8"``
+          (about 1.02 bytes: AdamOffload's 8-bit codes of its first moment in blocks of
+          256 elements, one float32 absmax scale per block in ``moment_scale``).  The
+          update is always computed in float32.  ``host_state_nbytes()`` returns the
+          bytes of state held on the host.
+        - Without parameter groups, `weight_decay` applies only to the parameters whose
+          names contain neither "beta" nor "gamma" (MindSpore's rule); a group's
+          ``"weight_decay"`` applies to the whole group.  A Cell `weight_decay` maps the
+          global step to the decay.
+        - Parameters must be float32 or float16.
+        - ``current_lr()`` returns the learning rate of the next step; ``set_lr(value)``
+          sets a fixed rate for every group (RuntimeError while a schedule drives it).
+
+    Args:
+        params (Union[list[Parameter], list[dict]]): The parameters to update, or a list of
+            parameter groups: dicts with the keys ``"params"`` (required), ``"lr"``,
+            ``"weight_decay"`` and ``"order_params"``, as in MindSpore's optimizers.  Each
+            parameter may appear once.
+        learning_rate (Union[float, int, Tensor, Iterable, LearningRateSchedule], optional):
+            A number >= 0, a scalar or 1-D Tensor (or numpy array), an Iterable of per-step
+            values or a ``LearningRateSchedule``; every value finite and >= 0.  A list (or
+            1-D Tensor) has a value per step: a run past its end raises ValueError, naming
+            it, when the optimizer is called from Python (PyNative); inside a compiled
+            train step (GRAPH_MODE) MindSpore's Gather raises RuntimeError at that step.
+            Default: ``1e-4``.
+        beta1 (float, optional): The interpolation whose sign is the step, in (0.0, 1.0).
+            Default: ``0.9``.
+        beta2 (float, optional): The decay rate of the moment, in (0.0, 1.0).
+            Default: ``0.99``.
+        weight_decay (Union[float, int, Cell], optional): Decoupled weight decay, a number
+            >= 0, or a Cell that maps the global step to it.  Default: ``0.0``.
+        loss_scale (Union[float, int], optional): The gradients are divided by it; must be
+            finite and greater than 0.  Default: ``1.0``.
+        impl (str, optional): Where the parameter update runs.  ``"native"``: the kernel
+            that updates the moment also updates the parameter (host memory, CPU device
+            target).  ``"delta"``: the kernel returns the step and the parameter's device
+            applies the decay and adds it (GPU/Ascend).  ``"auto"``: ``"native"`` on a CPU
+            device target, else ``"delta"``.  Default: ``"auto"``.
+        moment_dtype (str, optional): ``"float32"``, ``"bfloat16"`` or ``"int8"``, as in
+            the note above.  Default: ``"float32"``.
+
+    Inputs:
+        - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
+
+    Outputs:
+        bool, ``True`` (the updates are side effects on the Parameters).
+
+    Raises:
+        TypeError: If a keyword argument is not one of the constructor's (the message
+            names the argument meant: ``lr`` -> ``learning_rate``, a misspelling).
+        TypeError: If `params` is not a list of Parameter or a list of dict, or mixes them.
+        TypeError: If `learning_rate` is not an int, float, Tensor, Iterable or
+            LearningRateSchedule (a bool included).
+        TypeError: If `beta1` or `beta2` is not a float, or `loss_scale` is not a float or
+            an int.
+        TypeError: If `weight_decay` is neither a float, an int nor a Cell.
+        TypeError: If a parameter is neither float32 nor float16.
+        TypeError: If `impl` or `moment_dtype` is not a str.
+        ValueError: If `params` is empty, or a parameter is given twice.
+        ValueError: If `learning_rate` (or a group's ``"lr"``) is less than 0 or not finite,
+            or a sequence that is empty, nested, or holds such a value.
+        ValueError: If `beta1` or `beta2` is not in range (0.0, 1.0).
+        ValueError: If `loss_scale` is not finite and greater than 0, or `weight_decay`
+            is less than 0 or not finite.
+        ValueError: If a parameter group sets ``"grad_centralization"`` (not supported).
+        ValueError: If `impl` is not one of ``"auto"``, ``"native"``, ``"delta"``, or
+            `moment_dtype` not one of ``"float32"``, ``"bfloat16"``, ``"int8"``.
+
+    Supported Platforms:
+        ``CPU`` ``GPU`` ``Ascend``
+
+        Verified on CPU, where ``impl="native"`` and ``impl="delta"`` are both tested; on
+        GPU and Ascend, ``"delta"`` runs as AdamOffload's does (not tested there).
+
+    Examples:
+        >>> import numpy as np
+        >>> import mindspore as ms
+        >>> from mindspore import nn
+        >>> import ms_optim
+        >>> net = nn.Dense(4, 2, weight_init="ones", bias_init="zeros")
+        >>> opt = ms_optim.Lion(net.trainable_params(), learning_rate=1e-3)
+        >>> opt.host_state_nbytes()  # one float32 moment of 10 elements
+        40
+        >>> train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
+        >>> x = ms.Tensor(np.ones((8, 4), np.float32))
+        >>> y = ms.Tensor(np.zeros((8, 2), np.float32))
+        >>> float(train(x, y))  # one step; the loss before it
+        16.0
+        >>> print(net.weight.asnumpy().round(4))  # every weight moves by lr
+        [[0.999 0.999 0.999 0.999]
+         [0.999 0.999 0.999 0.999]]
+
+    See docs/lion.md for the moment storage, the paths and checkpoints.
+    """
+
+    _NAME = "Lion"
+
+    def __init__(self, params, learning_rate=1e-4, beta1=0.9, beta2=0.99, weight_decay=0.0,
+                 loss_scale=1.0, impl="auto", moment_dtype="float32", **kwargs):
+        cls = self._NAME
+        _checks.check_keywords(cls, Lion.__init__, kwargs)
+        params = _checks.check_params(cls, params)
+        learning_rate = _checks.check_learning_rate(cls, learning_rate)
+        beta1 = _checks.check_open_unit(cls, "beta1", _checks.check_float(cls, "beta1", beta1))
+        beta2 = _checks.check_open_unit(cls, "beta2", _checks.check_float(cls, "beta2", beta2))
+        _checks.check_choice(cls, "moment_dtype", moment_dtype, aot.MOMENT_DTYPES)
+        weight_decay = _checks.check_weight_decay(cls, weight_decay)
+        loss_scale = _checks.check_loss_scale(cls, loss_scale)
+        impl = resolve_impl(cls, impl, ("native", "delta"), "delta")
+        super().__init__(learning_rate, params, weight_decay, loss_scale)
+        _checks.check_param_dtypes(cls, self._parameters, (mstype.float32, mstype.float16))
+        extra = {} if moment_dtype == "float32" else {"moment_dtype": moment_dtype}
+        self._record_args(params, learning_rate=learning_rate, beta1=beta1, beta2=beta2,
+                          weight_decay=weight_decay, loss_scale=loss_scale, impl=impl, **extra)
+        self.impl = impl
+        self.moment_dtype = moment_dtype
+        self._init_skeleton()
+        # the native kernel divides by the loss scale itself; on the delta path the device
+        # does it first.  The decay is decoupled: nn.Optimizer stores wd * loss_scale.
+        self.consts = aot.consts("lion", beta1=beta1, beta2=beta2,
+                                 inv_scale=1.0 / loss_scale if impl == "native" else 1.0)
+        self.inv_loss_scale = 1.0 / loss_scale
+        m_dtype, _, self.scaled = aot.moment_storage(moment_dtype)
+        self.moment = self._host_state("moment", m_dtype)
+        self.moment_scale = (self._host_state("moment_scale", mstype.float32, aot.q8_block())
+                             if self.scaled else ParameterTuple(()))
+        self.concat = ops.Concat()
+        self.buckets = aot.buckets([p.dtype for p in self._parameters])
+        # int8: each bucket's first parameter's position, with global_step the key of its
+        # codes' stochastic rounding (as AdamOffload's)
+        self.q8_first = tuple(Tensor(np.array([lo], np.int32)) for lo, _ in self.buckets)
+        self.lion_ops = tuple(aot.lion_op(hi - lo, self._parameters[lo].dtype, impl == "delta",
+                                          moment_dtype)
+                              for lo, hi in self.buckets)
+        self.lion_order = aot.call_order(aot.lion_entry(impl == "delta", self.scaled))
+        self._init_bucket_decay(self.buckets)
+
+    def host_state_nbytes(self):
+        """Bytes of optimizer state in host memory: the moment and its scales (int8)."""
+        return sum(int(p.nbytes) for p in tuple(self.moment) + tuple(self.moment_scale))
+
+    @jit(backend="ms_backend")  # compiled in PyNative too, as MindSpore's optimizers
+    def construct(self, gradients):
+        params = self._parameters
+        gradients = self.flatten_gradients(self.check_gradients(gradients))
+        if self.impl == "delta":
+            gradients = self.scale_grad(gradients)
+        lr = self.get_lr()
+        weight_decay = self.get_weight_decay()
+        self.assignadd(self.global_step, self.global_step_increase_tensor)
+        done = True
+        for b, (lo, hi) in enumerate(self.buckets):
+            lr_b = self.per_tensor(lr, lo, hi, self.is_group_lr)
+            key = self.concat((self.global_step, self.q8_first[b])) if self.scaled else None
+            m, m_scale = self.moment[lo:hi], self.moment_scale[lo:hi]
+            if self.impl == "delta":
+                steps = self.lion_ops[b](*aot.arrange(
+                    self.lion_order, m=m, m_scale=m_scale, grad=gradients[lo:hi], lr=lr_b,
+                    consts=self.consts, key=key))
+                if hi - lo == 1:
+                    steps = (steps,)
+                for j in range(hi - lo):
+                    done = F.depend(done, self._apply_delta(lr, weight_decay, lo + j,
+                                                            params[lo + j], steps[j]))
+            else:
+                wd_b = self.bucket_weight_decay(weight_decay, b, lo, hi) * self.inv_loss_scale
+                done = F.depend(done, self.lion_ops[b](*aot.arrange(
+                    self.lion_order, param=params[lo:hi], m=m, m_scale=m_scale,
+                    grad=gradients[lo:hi], lr=lr_b, wd=wd_b, consts=self.consts, key=key)))
+        return done
+
+    def _apply_delta(self, lr, weight_decay, i, param, step):
+        """The delta path's update of parameter i on its device: p * (1 - lr * wd) + step
+        where it decays (the native kernel's rule, rules::lion_apply), else p + step."""
+        if not (self.decay_flags[i] and self.exec_weight_decay):
+            return F.assign_add(param, step)
+        lr_i = lr[i] if self.is_group_lr else lr
+        wd_i = (weight_decay[i] if self.is_group else weight_decay) * self.inv_loss_scale
+        keep = F.cast(1.0 - lr_i * wd_i, F.dtype(param))
+        return F.assign(param, param * keep + step)
