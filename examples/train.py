@@ -81,6 +81,11 @@ OPTIMIZERS = [
                   dict(learning_rate=0.05, momentum=0.9), batch_size=32, epochs=20),
     OptimizerSpec("AdamOffload", ms_optim.AdamOffload,
                   dict(learning_rate=1e-3), batch_size=32, epochs=20),
+    # Lion's steps are signs, each element moving by the whole rate: a peak as Adam's rate,
+    # decayed over the run (42 steps per epoch, 840 in all), as the Lion paper schedules it
+    OptimizerSpec("Lion", ms_optim.Lion,
+                  dict(learning_rate=WarmupLinearDecay(1e-3, warmup=42, total=840)),
+                  batch_size=32, epochs=20),
     OptimizerSpec("Lamb", ms_optim.Lamb, dict(learning_rate=0.005), batch_size=32, epochs=20),
     # LAMB's reason to exist: a batch 8x larger than the baseline's, the same number of
     # epochs (8x fewer steps: 1347 // 256 = 5 per epoch, 100 in all), with warm-up.
