@@ -33,6 +33,7 @@ ops paths map their per-parameter rule with ``map_params``.
 import logging
 
 from mindspore import context, ops
+from mindspore.ops import constexpr
 from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
@@ -47,7 +48,33 @@ _scale = C.MultitypeFuncGraph("ms_optim_scale_grad")
 def _run_scale(factor, grad):
     return grad * F.cast(factor, F.dtype(grad))
 
-IMPLS = ("native", "delta", "ops")
+_shape_of = C.MultitypeFuncGraph("ms_optim_shape_of")
+_dtype_of = C.MultitypeFuncGraph("ms_optim_dtype_of")
+
+
+@_shape_of.register("Tensor")
+def _tensor_shape(x):
+    return F.shape(x)
+
+
+@_dtype_of.register("Tensor")
+def _tensor_dtype(x):
+    return F.dtype(x)
+
+
+@constexpr
+def _compare_gradients(cls, names, shapes, dtypes, got_shapes, got_dtypes):
+    """check_gradients' comparison, run in Python while MindSpore compiles: the first
+    gradient whose shape (ValueError) or dtype (TypeError) is not its parameter's."""
+    for name, shape, dtype, got_shape, got_dtype in zip(names, shapes, dtypes, got_shapes,
+                                                        got_dtypes):
+        if tuple(got_shape) != shape:
+            raise ValueError(f"For '{cls}', the gradient of parameter '{name}' must have its "
+                             f"shape {shape}, but got {tuple(got_shape)}.")
+        if got_dtype != dtype:
+            raise TypeError(f"For '{cls}', the gradient of parameter '{name}' must have its "
+                            f"dtype {dtype}, but got {got_dtype}.")
+    return True
 
 
 def resolve_impl(cls, impl, supported, device_choice, cuda=False):
@@ -84,6 +111,7 @@ class StepSkeleton:
 
     def _init_skeleton(self):
         self.stack = ops.Stack()
+        self.map_types = C.Map()
         # what check_gradients compares each gradient with (constants of the graph)
         params = getattr(self, "_parameters", ())
         self.expected_grad_names = tuple(p.name for p in params)
@@ -93,9 +121,10 @@ class StepSkeleton:
     def check_gradients(self, gradients):
         """The gradients against the parameters, before anything steps: a tuple
         (TypeError), one per parameter (ValueError), each of its parameter's shape
-        (ValueError) and dtype (TypeError), the parameter named.  The conditions are
-        constants of the graph, so GRAPH_MODE raises while compiling and a step that passes
-        costs nothing."""
+        (ValueError) and dtype (TypeError), the parameter named.  The shapes and dtypes
+        are constants of the graph, gathered by one map and compared in Python while
+        MindSpore compiles (``_compare_gradients``), so GRAPH_MODE raises while compiling,
+        a step that passes costs nothing, and the check adds no graph node per parameter."""
         if not isinstance(gradients, tuple):
             raise TypeError(f"For '{self._NAME}', the gradients must be a tuple (one per "
                             f"parameter, as mindspore.value_and_grad returns them), but got "
@@ -104,15 +133,9 @@ class StepSkeleton:
             raise ValueError(f"For '{self._NAME}', the number of gradients must equal the "
                              f"number of parameters, {len(self.expected_grad_shapes)}, but got "
                              f"{len(gradients)}.")
-        for i in range(len(self.expected_grad_shapes)):
-            if gradients[i].shape != self.expected_grad_shapes[i]:
-                raise ValueError(f"For '{self._NAME}', the gradient of parameter "
-                                 f"'{self.expected_grad_names[i]}' must have its shape "
-                                 f"{self.expected_grad_shapes[i]}, but got {gradients[i].shape}.")
-            if gradients[i].dtype != self.expected_grad_dtypes[i]:
-                raise TypeError(f"For '{self._NAME}', the gradient of parameter "
-                                f"'{self.expected_grad_names[i]}' must have its dtype "
-                                f"{self.expected_grad_dtypes[i]}, but got {gradients[i].dtype}.")
+        _compare_gradients(self._NAME, self.expected_grad_names, self.expected_grad_shapes,
+                           self.expected_grad_dtypes, self.map_types(_shape_of, gradients),
+                           self.map_types(_dtype_of, gradients))
         return gradients
 
     def unscale_and_clip(self, gradients, scaled, inv_scale, clip):
