@@ -8,8 +8,6 @@ place; the functions return what the optimizer would send elsewhere.
 """
 import numpy as np
 
-from . import dgc_plan
-
 f32 = np.float32
 
 
@@ -349,11 +347,27 @@ def topk_abs(x, k):
     return idx, x[idx]
 
 
-def dgc_k(numel, step, rampup_begin_step, rampup_step, sparsity):
-    """Elements a compressed parameter sends at `step` (counted from 0), once compressing
-    (the stage and k formulas of ms_optim.dgc_plan, which DGCMomentum uses too)."""
-    stage = dgc_plan.stage_index(step, rampup_begin_step, rampup_step, len(sparsity))
-    return dgc_plan.selected_k(numel, sparsity[stage])
+# DGC's schedule (PaddlePaddle's DGCMomentumOptimizer): a parameter of at least
+# DGC_MIN_NUMEL elements is compressed; the warm-up spreads the sparsities evenly over
+# rampup_step steps from rampup_begin_step on, and the last one holds after.  Written here
+# apart from ms_optim.dgc_plan, which the optimizer uses, so that a mistake in either shows
+# as a disagreement in the tests.
+DGC_MIN_NUMEL = 16384
+
+
+def dgc_stage(step, rampup_begin_step, rampup_step, stages):
+    """The warm-up stage of `step` (counted from 0, at or after rampup_begin_step)."""
+    return min((step - rampup_begin_step) * stages // rampup_step, stages - 1)
+
+
+def dgc_k(numel, step, rampup_begin_step, rampup_step, sparsity, bucket_sparsity=None):
+    """Elements a compressed parameter (or the bucket of small ones, with its
+    `bucket_sparsity`, never sparser than the stage's) of `numel` elements sends at `step`,
+    once compressing: at least one."""
+    s = sparsity[dgc_stage(step, rampup_begin_step, rampup_step, len(sparsity))]
+    if bucket_sparsity is not None:
+        s = min(s, bucket_sparsity)
+    return max(1, int(numel * (1 - s)))
 
 
 def dgc_propose(u, v, g, momentum, k, nesterov=False):
@@ -433,10 +447,9 @@ class DGCReference:
     With a `bucket_sparsity`, the float32 and float16 parameters below `min_numel`
     elements are compressed together from `rampup_begin_step` on: the same local step on
     their concatenation (float32 u, v, as a compressed parameter's), one exact top-k of
-    ``dgc_plan.selected_k(total, dgc_plan.bucket_stage_sparsity(sparsity[stage],
-    bucket_sparsity))`` entries over all of them (with "leader" and "union" as for a
-    compressed parameter), the mean of every worker's selection applied (DGCMomentum's
-    ``bucket_sparsity``).
+    ``dgc_k(total, ..., bucket_sparsity)`` entries over all of them (with "leader" and
+    "union" as for a compressed parameter), the mean of every worker's selection applied
+    (DGCMomentum's ``bucket_sparsity``).
 
     The parameters whose indices are in `dense` are never compressed, alone or in the
     bucket (DGCMomentum's ``dense_params``).
@@ -449,7 +462,7 @@ class DGCReference:
 
     def __init__(self, params, momentum, rampup_begin_step, rampup_step=1, sparsity=(0.999,),
                  nesterov=False, clip_norm=None, l1=0.0, wd=None, nranks=1, loss_scale=1.0,
-                 min_numel=dgc_plan.MIN_COMPRESSED_NUMEL, exchange="exact",
+                 min_numel=DGC_MIN_NUMEL, exchange="exact",
                  bucket_sparsity=None, lr_in_residuals=False, dense=()):
         if exchange not in ("exact", "leader", "union"):
             raise ValueError(f"exchange must be 'exact', 'leader' or 'union', got {exchange!r}")
@@ -530,7 +543,7 @@ class DGCReference:
         numel = us[0].size
         if self.exchange in ("leader", "union"):
             if self.exchange == "union":
-                k = dgc_plan.union_k(k, self.nranks)
+                k = max(1, k // self.nranks)  # each worker's share of the union
             idx = [dgc_propose(us[w], vs[w], gs[w], self.momentum, k, self.nesterov)
                    for w in range(self.nranks)]
             idx = (idx[dgc_leader(self.t, self.nranks)] if self.exchange == "leader"
@@ -549,9 +562,8 @@ class DGCReference:
         ids = sorted(bucket)
         bounds = np.cumsum([0] + [self.params[j].size for j in ids])
         numel = int(bounds[-1])
-        stage = dgc_plan.stage_index(self.t, self.begin, self.rampup_step, len(self.sparsity))
-        k = dgc_plan.selected_k(numel, dgc_plan.bucket_stage_sparsity(
-            self.sparsity[stage], self.bucket_sparsity))
+        k = dgc_k(numel, self.t, self.begin, self.rampup_step, self.sparsity,
+                  self.bucket_sparsity)
         us = [np.concatenate([self.u[w][j].reshape(-1) for j in ids]) for w in range(self.nranks)]
         vs = [np.concatenate([self.v[w][j].reshape(-1) for j in ids]) for w in range(self.nranks)]
         gs = [np.concatenate([bucket[j][1][w].reshape(-1) for j in ids])

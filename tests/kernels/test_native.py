@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import ms_optim
-from ms_optim import _native
+from ms_optim import _native, reference
 from tests.conftest import ISA_CPU_FLAGS, cpu_isas
 
 
@@ -78,3 +78,15 @@ def test_lib_with_declares_tables_passed_fresh_on_every_call(monkeypatch):
         layout = _native.lib_with({"msopt_consts_layout": (ctypes.c_char_p, [ctypes.c_char_p])},
                                   "layout").msopt_consts_layout(b"powers")
         assert layout.split() == [b"beta1_power", b"beta2_power"]
+
+
+def test_the_reference_imports_nothing_from_the_package():
+    """ms_optim/reference.py stands apart: numpy alone, so no rule of the package can
+    reach the reference the package is tested against."""
+    import ast
+    with open(reference.__file__) as f:
+        tree = ast.parse(f.read())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {("." * n.level) + (n.module or "") for n in ast.walk(tree)
+                 if isinstance(n, ast.ImportFrom)}
+    assert imported == {"numpy"}, imported
