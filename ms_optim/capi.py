@@ -22,30 +22,39 @@ Errors raise :class:`CapiError` with the library's code and message.
 """
 import ctypes
 import os
+import re
 
 import numpy as np
 
 from ms_optim import _native
 
-OK = 0
-ERR_NULL = -1
-ERR_HANDLE = -2
-ERR_SIZE = -3
-ERR_DTYPE = -4
-ERR_CONFIG = -5
-ERR_ROW = -6
-ERR_STATE = -7
-ERR_NOMEM = -8
-ERR_INTERNAL = -9
-ERR_ARGS = -10
-ERR_VALUE = -11
-ERR_REPLICA = -12
-ERROR_NAMES = {ERR_NULL: "MSOPT_ERR_NULL", ERR_HANDLE: "MSOPT_ERR_HANDLE",
-               ERR_SIZE: "MSOPT_ERR_SIZE", ERR_DTYPE: "MSOPT_ERR_DTYPE",
-               ERR_CONFIG: "MSOPT_ERR_CONFIG", ERR_ROW: "MSOPT_ERR_ROW",
-               ERR_STATE: "MSOPT_ERR_STATE", ERR_NOMEM: "MSOPT_ERR_NOMEM",
-               ERR_INTERNAL: "MSOPT_ERR_INTERNAL", ERR_ARGS: "MSOPT_ERR_ARGS",
-               ERR_VALUE: "MSOPT_ERR_VALUE", ERR_REPLICA: "MSOPT_ERR_REPLICA"}
+_INCLUDE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ops", "capi", "include")
+
+
+def _error_codes():
+    """The MSOPT_OK and MSOPT_ERR_* codes as ms_optim.h defines them ({name: value}): the
+    header is the one place they are written; the C++ sources include it too."""
+    with open(os.path.join(_INCLUDE_DIR, "ms_optim.h")) as f:
+        text = f.read()
+    return {name: int(value) for name, value in
+            re.findall(r"^#define (MSOPT_(?:OK|ERR_[A-Z]+)) \(?(-?\d+)\)?", text, re.M)}
+
+
+ERROR_CODES = _error_codes()
+OK = ERROR_CODES["MSOPT_OK"]
+ERR_NULL = ERROR_CODES["MSOPT_ERR_NULL"]
+ERR_HANDLE = ERROR_CODES["MSOPT_ERR_HANDLE"]
+ERR_SIZE = ERROR_CODES["MSOPT_ERR_SIZE"]
+ERR_DTYPE = ERROR_CODES["MSOPT_ERR_DTYPE"]
+ERR_CONFIG = ERROR_CODES["MSOPT_ERR_CONFIG"]
+ERR_ROW = ERROR_CODES["MSOPT_ERR_ROW"]
+ERR_STATE = ERROR_CODES["MSOPT_ERR_STATE"]
+ERR_NOMEM = ERROR_CODES["MSOPT_ERR_NOMEM"]
+ERR_INTERNAL = ERROR_CODES["MSOPT_ERR_INTERNAL"]
+ERR_ARGS = ERROR_CODES["MSOPT_ERR_ARGS"]
+ERR_VALUE = ERROR_CODES["MSOPT_ERR_VALUE"]
+ERR_REPLICA = ERROR_CODES["MSOPT_ERR_REPLICA"]
+ERROR_NAMES = {value: name for name, value in ERROR_CODES.items() if name != "MSOPT_OK"}
 
 # msopt_dtype values (PaddlePaddle's element types)
 INT32, UINT32, INT64, UINT64, FLOAT32, FLOAT64 = range(6)
@@ -87,7 +96,7 @@ class CapiError(RuntimeError):
 
 def include_dir():
     """Directory holding ms_optim.h (pass it to the C compiler as -I)."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "ops", "capi", "include")
+    return _INCLUDE_DIR
 
 
 def header_path():
