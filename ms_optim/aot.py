@@ -106,10 +106,6 @@ def buckets(keys, max_tensors=None):
     return tuple(out)
 
 
-def _fmt(dtype):
-    return _FORMATS[dtype]
-
-
 # ------------------------------------------------------- calls by name --
 
 _signatures = {}
@@ -179,7 +175,7 @@ def native_op(entry, k, dtypes, out_shape, out_dtype, inplace, rest=0, device="C
         if len(each) != n:
             raise ValueError(f"native kernel {entry}: slot {s.name} takes {n} dtypes, got "
                              f"{len(each)}")
-        formats.extend(_fmt(x) for x in each)
+        formats.extend(_FORMATS[x] for x in each)
         names[s.output].extend([s.name] if s.arity in ("one", "count") else
                                [f"{s.name}{i}" for i in range(n)])
     return _native.aot_op(entry, out_shape=out_shape, out_dtype=out_dtype,
