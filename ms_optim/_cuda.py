@@ -4,7 +4,7 @@ The library is built at install time where nvcc is found (setup.py).  Its
 entries take MindSpore's AOT arguments with device pointers and the CUDA
 stream, and share the CPU library's declarations (``ops/aot/signatures.h``):
 on a GPU device target the optimizers build their ops on them
-(``ms_optim._native.aot_op(..., device="GPU")``).
+(``ms_optim.aot.native_op(..., device="GPU")``).
 
 This module needs neither MindSpore nor a GPU to load the library and read
 what it declares; ``call`` runs an entry on any arrays that expose
@@ -12,22 +12,17 @@ what it declares; ``call`` runs an entry on any arrays that expose
 are tested on a GPU machine without MindSpore.  Nothing is loaded at import.
 """
 import ctypes
-import os
-import threading
 
-from . import _native, _slots
+from . import _loader, _slots
 
 LIB_NAME = "libms_optim_cuda.so"
-_lock = threading.Lock()
-_lib = None
 
 # the CUDA entries, and those it shares with the CPU library (ops/core/errors.cpp, ops/aot/call.cpp)
 _SIGNATURES = {
     "msopt_cuda_kernels": (ctypes.c_char_p, []),
     "msopt_cuda_device": (ctypes.c_char_p, []),
     "msopt_cuda_status": (ctypes.c_int, [ctypes.c_void_p]),
-    "msopt_last_error": _native._SIGNATURES["msopt_last_error"],
-    **_native.AOT_REPORT_SIGNATURES,
+    **_loader.REPORT_SIGNATURES,
 }
 # __cuda_array_interface__'s typestr -> the dtype names MindSpore passes to AOT kernels
 _DTYPES = {"<f4": "float32", "<f2": "float16", "<i4": "int32", "<f8": "float64",
@@ -40,28 +35,24 @@ class CudaLibraryError(RuntimeError):
 
 def library_path():
     """Absolute path of the CUDA library inside the installed package."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), LIB_NAME)
+    return _loader.package_file(LIB_NAME)
+
+
+_LIBRARY = _loader.Library(
+    lambda: library_path(), _SIGNATURES, CudaLibraryError,
+    "ms_optim's CUDA kernels are not built: {path} is missing. They are built by "
+    "'pip install .' where nvcc is on PATH or in $CUDA_HOME/bin.")
 
 
 def lib():
     """The CUDA library loaded with ctypes, signatures declared; CudaLibraryError if it was
     not built or cannot be loaded."""
-    global _lib
-    if _lib is not None:
-        return _lib
-    with _lock:
-        if _lib is None:
-            path = library_path()
-            _lib = _native.open_library(
-                path, _SIGNATURES, CudaLibraryError,
-                f"ms_optim's CUDA kernels are not built: {path} is missing. They are built by "
-                f"'pip install .' where nvcc is on PATH or in $CUDA_HOME/bin.")
-    return _lib
+    return _LIBRARY.get()
 
 
 def loaded():
     """True when this process has loaded the CUDA library (an optimizer built its ops)."""
-    return _lib is not None
+    return _LIBRARY.loaded()
 
 
 def available():
@@ -124,10 +115,9 @@ def prepare(entry, arrays, stream=0):
     `stream` (an integer cudaStream_t), its arguments built once.  Raises RuntimeError with
     the entry's message when it returns an error code."""
     handle = lib()
-    fn = getattr(handle, entry)
-    fn.restype, fn.argtypes = ctypes.c_int, _native.AOT_ARGTYPES
+    fn = _loader.aot_function(handle, entry)
     arrays = list(arrays)
-    return _native.aot_runner(entry, fn, [_describe(a) for a in arrays], arrays,
+    return _loader.aot_runner(entry, fn, [_describe(a) for a in arrays], arrays,
                               lambda: handle.msopt_last_error().decode(), stream)
 
 

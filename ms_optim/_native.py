@@ -1,42 +1,29 @@
-"""The Python face of the native library (ms_optim/libms_optim.so).
+"""The Python face of the native library (ms_optim/libms_optim.so), without MindSpore.
 
-Two ways in, one library:
-- ``aot_op`` builds a ``mindspore.ops.Custom`` AOT op bound to one kernel
-  entry point, pinned to the host CPU.
-- ``lib()`` loads the library with ctypes (every symbol's signature declared
-  once in ``_SIGNATURES``), for tests and the C ABI.
+``lib()`` loads it through the package's one loader (``_loader``), its signatures
+declared once in ``_SIGNATURES``; ``aot_func`` names an AOT kernel entry for a
+MindSpore Custom op (``ms_optim.aot`` builds them), ``prepare_aot`` and ``call_aot``
+run one on numpy arrays, and ``native_info``, ``last_native_error`` and
+``select_isa`` report on and steer the kernels.
 
 Nothing is loaded at import: a missing or broken library raises
 ``NativeLibraryError`` naming the file at first use.
 """
 import ctypes
-import os
-import threading
-import zlib
+
+from . import _cuda, _loader
 
 _LIB_NAME = "libms_optim.so"
-_lock = threading.Lock()
-_lib = None
 
 # name: (restype, argtypes)
 _SIGNATURES = {
-    "msopt_last_error": (ctypes.c_char_p, []),
+    **_loader.REPORT_SIGNATURES,
     "msopt_isa": (ctypes.c_char_p, []),
     "msopt_select_isa": (ctypes.c_int, [ctypes.c_char_p]),
     "msopt_f32_to_f16": (None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]),
     "msopt_f16_to_f32": (None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]),
+    "msopt_aot_kernels": (ctypes.c_char_p, []),
 }
-AOT_ARGTYPES = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
-                ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_char_p),
-                ctypes.c_void_p, ctypes.c_void_p]
-# What a library reports of its AOT kernels (ops/aot/signatures.h declares them) and of their
-# failures: ops/aot/call.cpp, linked into the CPU and the CUDA library alike (_cuda.py).
-AOT_REPORT_SIGNATURES = {
-    "msopt_aot_signature": (ctypes.c_char_p, [ctypes.c_char_p]),
-    "msopt_last_kernel_error": (ctypes.c_char_p, []),
-    "msopt_last_kernel_error_time": (ctypes.c_int64, []),
-}
-_AOT_SIGNATURES = {"msopt_aot_kernels": (ctypes.c_char_p, []), **AOT_REPORT_SIGNATURES}
 
 
 class NativeLibraryError(RuntimeError):
@@ -64,67 +51,25 @@ class NativeLibraryError(RuntimeError):
 
 def library_path():
     """Absolute path of the native library inside the installed package."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIB_NAME)
+    return _loader.package_file(_LIB_NAME)
 
 
-def declare(handle, signatures):
-    """Sets restype/argtypes from {name: (restype, argtypes)}; AttributeError if one is missing."""
-    for name, (restype, argtypes) in signatures.items():
-        fn = getattr(handle, name)
-        fn.restype = restype
-        fn.argtypes = argtypes
-
-
-def open_library(path, signatures, error, missing):
-    """``ctypes.CDLL(path)`` with `signatures` declared.  Raises `error` (an exception class)
-    with the message `missing` when the file is absent, or naming the file and the reason
-    when it cannot be loaded or lacks a symbol."""
-    if not os.path.isfile(path):
-        raise error(missing)
-    try:
-        handle = ctypes.CDLL(path)
-        declare(handle, signatures)
-    except (OSError, AttributeError) as exc:
-        raise error(f"ms_optim library {path} cannot be loaded ({exc}); reinstall with "
-                    f"'pip install .'.") from exc
-    return handle
+_LIBRARY = _loader.Library(
+    lambda: library_path(), _SIGNATURES, NativeLibraryError,
+    "ms_optim native library not found: {path}. It is built when the package is installed; "
+    "reinstall with 'pip install .' (needs g++ with OpenMP).")
 
 
 def lib():
     """The native library loaded with ctypes, signatures declared."""
-    global _lib
-    if _lib is not None:
-        return _lib
-    with _lock:
-        if _lib is None:
-            path = library_path()
-            _lib = open_library(
-                path, _SIGNATURES, NativeLibraryError,
-                f"ms_optim native library not found: {path}. It is built when the package is "
-                f"installed; reinstall with 'pip install .' (needs g++ with OpenMP).")
-    return _lib
-
-
-_declared = set()  # the function names lib_with has declared
+    return _LIBRARY.get()
 
 
 def lib_with(signatures, what):
-    """lib() with a further table of signatures declared once (for another binding).
-
-    Declared once per function name: callers may pass a fresh table on every call.  A
-    missing symbol raises NativeLibraryError naming the file and `what`.
-    """
-    handle = lib()
-    if not _declared.issuperset(signatures):
-        with _lock:
-            try:
-                declare(handle, signatures)
-            except AttributeError as exc:
-                raise NativeLibraryError(
-                    f"ms_optim native library {library_path()} lacks {what} ({exc}); "
-                    f"reinstall with 'pip install .'.") from exc
-            _declared.update(signatures)
-    return handle
+    """lib() with a further table of signatures declared once per function name (callers
+    may pass a fresh table on every call); a missing symbol raises NativeLibraryError
+    naming the file and `what`."""
+    return _LIBRARY.with_signatures(signatures, what)
 
 
 def isa():
@@ -190,16 +135,14 @@ def last_error():
 
 def aot_kernels():
     """The names of the library's AOT kernel entries (``ms_optim_lamb``, ...)."""
-    handle = lib_with(_AOT_SIGNATURES, "the AOT kernel declarations")
-    return tuple(handle.msopt_aot_kernels().decode().split())
+    return tuple(lib().msopt_aot_kernels().decode().split())
 
 
 def aot_signature(entry):
     """The tensors AOT kernel `entry` takes, as the library declares them
     (ops/aot/signatures.h): a string like ``"param:each m:each lr wd -> done"``.
     ValueError for an unknown entry."""
-    handle = lib_with(_AOT_SIGNATURES, "the AOT kernel declarations")
-    raw = handle.msopt_aot_signature(entry.encode())
+    raw = lib().msopt_aot_signature(entry.encode())
     if raw is None:
         raise ValueError(f"unknown native kernel {entry!r}; the library has {aot_kernels()}")
     return raw.decode()
@@ -232,9 +175,7 @@ def last_native_error():
         >>> isinstance(ms_optim.last_native_error(), str)
         True
     """
-    from . import _cuda
-
-    libraries = [lib_with(_AOT_SIGNATURES, "msopt_last_kernel_error")]
+    libraries = [lib()]
     if _cuda.loaded():
         libraries.append(_cuda.lib())
     return max((h.msopt_last_kernel_error_time(), h.msopt_last_kernel_error().decode())
@@ -244,74 +185,13 @@ def last_native_error():
 def _aot_entry(entry):
     """The ctypes function of AOT kernel `entry`, its signature declared."""
     aot_signature(entry)  # ValueError for an unknown entry
-    fn = getattr(lib(), entry)
-    fn.restype, fn.argtypes = ctypes.c_int, AOT_ARGTYPES
-    return fn
+    return _loader.aot_function(lib(), entry)
 
 
 def aot_func(entry):
     """The ``"path:function"`` string MindSpore's AOT Custom op expects, checked to load."""
     aot_signature(entry)  # fails here, naming the file or the entry, if either is wrong
     return f"{library_path()}:{entry}"
-
-
-def aot_op(entry, out_shape, out_dtype, inputs, outputs, dtype_formats, inplace, device="CPU"):
-    """A ``mindspore.ops.Custom`` AOT op running `entry` on the host CPU, or with
-    ``device="GPU"`` the CUDA library's entry of that name on the GPU (``_cuda``).
-
-    inputs/outputs: names; dtype_formats: tuples of ``DataType`` per supported
-    combination; inplace: the op writes into its Parameter inputs, so MindSpore
-    must keep it and order it against other reads (``side_effect_mem``).
-    """
-    from mindspore import ops
-    from mindspore.ops import CustomRegOp
-
-    from . import _cuda
-
-    # MindSpore keeps one registration per name: ops of one entry with
-    # different input counts (multi-tensor kernels) or dtypes (the digest of
-    # float32 and of float16 parameters) need names of their own.
-    formats = zlib.crc32(repr(dtype_formats).encode())
-    suffix = "_gpu" if device == "GPU" else ""
-    reg = CustomRegOp(f"{entry}_{len(inputs)}_{formats:08x}{suffix}")
-    for i, name in enumerate(inputs):
-        reg = reg.input(i, name)
-    for i, name in enumerate(outputs):
-        reg = reg.output(i, name)
-    for combo in dtype_formats:
-        reg = reg.dtype_format(*combo)
-    reg_info = reg.target(device).get_op_info()
-    func = _cuda.aot_func(entry) if device == "GPU" else aot_func(entry)
-    op = ops.Custom(func, out_shape=out_shape, out_dtype=out_dtype, func_type="aot",
-                    reg_info=reg_info)
-    if inplace:
-        op.add_prim_attr("side_effect_mem", True)
-    if device == "CPU":  # pinned to the host whatever the device target
-        op.set_device("CPU")
-    return op
-
-
-def aot_runner(entry, fn, buffers, keep, last, stream=None):
-    """A callable running the ctypes AOT function `fn` of kernel `entry` on `buffers`
-    ((address, shape, dtype name) each: inputs, then outputs) and `stream`, its argument
-    arrays built once; `keep`: objects the callable keeps alive; `last()`: the library's
-    last error message, for the RuntimeError raised when the kernel returns an error code."""
-    n = len(buffers)
-    ptrs = (ctypes.c_void_p * n)(*[b[0] for b in buffers])
-    ndims = (ctypes.c_int * n)(*[len(b[1]) for b in buffers])
-    shape_bufs = [(ctypes.c_int64 * max(len(b[1]), 1))(*b[1]) for b in buffers]
-    shapes = (ctypes.POINTER(ctypes.c_int64) * n)(
-        *[ctypes.cast(s, ctypes.POINTER(ctypes.c_int64)) for s in shape_bufs])
-    dtypes = (ctypes.c_char_p * n)(*[b[2].encode() for b in buffers])
-    stream = ctypes.c_void_p(stream)
-
-    def run():
-        rc = fn(n, ptrs, ndims, shapes, dtypes, stream, None)
-        if rc != 0:
-            raise RuntimeError(f"{entry} failed with code {rc}: {last()}")
-
-    run.keep = (keep, shape_bufs)
-    return run
 
 
 def prepare_aot(entry, arrays):
@@ -325,7 +205,7 @@ def prepare_aot(entry, arrays):
     for a in arrays:
         if not (isinstance(a, np.ndarray) and a.flags.c_contiguous):
             raise TypeError("AOT kernels take C-contiguous numpy arrays")
-    return aot_runner(entry, _aot_entry(entry),
+    return _loader.aot_runner(entry, _aot_entry(entry),
                       [(a.ctypes.data, a.shape, str(a.dtype)) for a in arrays], arrays,
                       last_error)
 

@@ -22,18 +22,19 @@ Four things live here and nowhere else:
   op whatever its size.  A MindSpore kernel launch
   costs more than a small parameter's update (benchmarks/README.md#where-a-steps-time-goes).
 - **The op factories**: one function per native kernel, returning a
-  ``mindspore.ops.Custom`` pinned to the host CPU (``_native.aot_op``); those of
+  ``mindspore.ops.Custom`` pinned to the host CPU (``_custom_op``); those of
   Lamb and its sum of squares and of DGC's select, propose, take and apply take
   ``device="GPU"`` for the CUDA library's entry of the same declaration (ops/cuda/).
 """
 import ctypes
+import zlib
 
 import numpy as np
-from mindspore import Tensor
+from mindspore import Tensor, ops
 from mindspore import dtype as mstype
-from mindspore.ops import DataType
+from mindspore.ops import CustomRegOp, DataType
 
-from . import _native, _slots
+from . import _cuda, _native, _slots
 
 MAX_TENSORS = 256  # parameters per multi-tensor op
 
@@ -178,9 +179,35 @@ def native_op(entry, k, dtypes, out_shape, out_dtype, inplace, rest=0, device="C
         formats.extend(_FORMATS[x] for x in each)
         names[s.output].extend([s.name] if s.arity in ("one", "count") else
                                [f"{s.name}{i}" for i in range(n)])
-    return _native.aot_op(entry, out_shape=out_shape, out_dtype=out_dtype,
-                          inputs=tuple(names[False]), outputs=tuple(names[True]),
-                          dtype_formats=[tuple(formats)], inplace=inplace, device=device)
+    return _custom_op(entry, out_shape, out_dtype, tuple(names[False]), tuple(names[True]),
+                      tuple(formats), inplace, device)
+
+
+def _custom_op(entry, out_shape, out_dtype, inputs, outputs, formats, inplace, device):
+    """The ``mindspore.ops.Custom`` AOT op of `entry`: on the host CPU (pinned there
+    whatever the device target), or with `device` "GPU" the CUDA library's entry of that
+    name.  inputs/outputs: names; formats: the ``DataType`` of each; inplace: the op writes
+    into its Parameter inputs, so MindSpore must keep it and order it against other reads
+    (``side_effect_mem``)."""
+    # MindSpore keeps one registration per name: ops of one entry with different input
+    # counts (multi-tensor kernels) or dtypes (the digest of float32 and of float16
+    # parameters) need names of their own.
+    crc = zlib.crc32(repr([formats]).encode())
+    suffix = "_gpu" if device == "GPU" else ""
+    reg = CustomRegOp(f"{entry}_{len(inputs)}_{crc:08x}{suffix}")
+    for i, name in enumerate(inputs):
+        reg = reg.input(i, name)
+    for i, name in enumerate(outputs):
+        reg = reg.output(i, name)
+    reg = reg.dtype_format(*formats)
+    func = _cuda.aot_func(entry) if device == "GPU" else _native.aot_func(entry)
+    op = ops.Custom(func, out_shape=out_shape, out_dtype=out_dtype, func_type="aot",
+                    reg_info=reg.target(device).get_op_info())
+    if inplace:
+        op.add_prim_attr("side_effect_mem", True)
+    if device == "CPU":
+        op.set_device("CPU")
+    return op
 
 
 # ------------------------------------------------------------------ Adam --

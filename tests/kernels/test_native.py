@@ -69,7 +69,7 @@ def test_lib_with_declares_tables_passed_fresh_on_every_call(monkeypatch):
     reused by the next, which must still be declared (a function left at ctypes' default
     int return type turns a string into an address)."""
     handle = _native.lib()
-    monkeypatch.setattr(_native, "_declared", set())
+    monkeypatch.setattr(_native._LIBRARY, "declared", set(_native._SIGNATURES))
     for name in ("ms_optim_q8_block", "msopt_consts_layout"):
         monkeypatch.setattr(getattr(handle, name), "restype", ctypes.c_int)
     for _ in range(3):

@@ -78,7 +78,7 @@ def test_integer_parameters_rejected(info):
 @optimizers
 def test_missing_library_fails_at_first_use_naming_the_file(info, monkeypatch, tmp_path):
     missing = str(tmp_path / "libms_optim.so")
-    monkeypatch.setattr(_native, "_lib", None)
+    monkeypatch.setattr(_native._LIBRARY, "handle", None)
     monkeypatch.setattr(_native, "library_path", lambda: missing)
     with pytest.raises(ms_optim.NativeLibraryError, match="libms_optim.so"):
         info.make(named_params())

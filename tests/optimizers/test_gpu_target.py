@@ -30,7 +30,7 @@ def gpu_target(monkeypatch):
 def no_cuda_library(monkeypatch, tmp_path):
     """The install found no nvcc: the CUDA library is missing."""
     monkeypatch.setattr(_cuda, "library_path", lambda: str(tmp_path / _cuda.LIB_NAME))
-    monkeypatch.setattr(_cuda, "_lib", None)
+    monkeypatch.setattr(_cuda._LIBRARY, "handle", None)
 
 
 def _cuda_entry(op, entry):
