@@ -4,7 +4,7 @@ The native sources in ms_optim/ops/ (core/: rules, loops, ISA dispatch;
 kernels/: the kernels; aot/: the MindSpore adapters; capi/: the C library) are
 compiled at install time into one shared library, ms_optim/libms_optim.so,
 loaded by MindSpore's AOT custom ops and by ctypes.  The kernels are compiled
-three times (core/isa_scalar.cpp, isa_avx2.cpp, isa_avx512.cpp), each with its
+three times (kernels/isa_scalar.cpp, isa_avx2.cpp, isa_avx512.cpp), each with its
 own instruction-set flags; the library picks one at run time, so one build runs
 on any x86-64 CPU.
 
@@ -27,7 +27,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 # The one include root of the native sources: every #include of ours is relative
-# to it ("core/rules.h", "kernels/adam.h", "capi/include/ms_optim.h").  Sources
+# to it ("core/rules.h", "kernels/adam.h", "include/ms_optim.h").  Sources
 # and headers are found by folder.
 OPS = os.path.join("ms_optim", "ops")
 SOURCES = sorted(glob.glob(os.path.join(OPS, "**", "*.cpp"), recursive=True))
@@ -48,7 +48,7 @@ NVCC_FLAGS = ["-std=c++17", "-O3", "-fmad=false", "--expt-relaxed-constexpr",
 # every operation IEEE-rounded, so each ISA matches the numpy reference bit for bit.
 COMMON_FLAGS = ["-std=c++17", "-O3", "-fPIC", "-fopenmp", "-fno-math-errno", "-ffp-contract=off",
                 "-fvisibility=hidden", "-D_GLIBCXX_USE_CXX11_ABI=0", "-Wall", "-Wextra"]
-# The ISA units' own flags, by file name (core/isa_*.cpp).
+# The ISA units' own flags, by file name (kernels/isa_*.cpp).
 ISA_FLAGS = {
     "isa_scalar.cpp": [],
     "isa_avx2.cpp": ["-mavx2", "-mfma", "-mf16c"],

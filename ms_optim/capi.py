@@ -28,7 +28,7 @@ import numpy as np
 
 from ms_optim import _native
 
-_INCLUDE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ops", "capi", "include")
+_INCLUDE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ops", "include")
 
 
 def _error_codes():

@@ -1,4 +1,4 @@
-// The C library for parameter servers: the functions of capi/include/ms_optim.h
+// The C library for parameter servers: the functions of include/ms_optim.h
 // and the checks of their arguments.  The update engine (dense, rows, lazy
 // regularization), config parsing, the state blob and the handle registry are
 // capi_update.cpp, capi_config.cpp, capi_state.cpp and capi_registry.cpp

@@ -1,5 +1,5 @@
 // Internal declarations of the C library for parameter servers (the functions
-// of capi/include/ms_optim.h), shared by its five sources:
+// of include/ms_optim.h), shared by its five sources:
 //   capi_config.cpp    the config string: keys, defaults, ranges
 //   capi_state.cpp     the state blob: header layout, CRC, serialize/deserialize
 //   capi_registry.cpp  optimizers behind opaque handles
@@ -17,7 +17,7 @@
 #include <new>
 
 #include "core/common.h"
-#include "capi/include/ms_optim.h"
+#include "include/ms_optim.h"
 
 namespace msopt {
 namespace capi {

@@ -6,12 +6,12 @@
 #include <cstring>
 #include <mutex>
 
-#include "capi/include/ms_optim.h"
+#include "include/ms_optim.h"
 
 namespace msopt {
 
 // The one vocabulary of error codes of every native entry point: the C
-// library (capi/include/ms_optim.h documents them), the MindSpore AOT adapters
+// library (include/ms_optim.h documents them), the MindSpore AOT adapters
 // (MindSpore reports a non-zero code in its RuntimeError) and top-k
 // selection.  The message is always msopt_last_error()'s.
 enum Status : int {

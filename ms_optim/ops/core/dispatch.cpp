@@ -9,9 +9,7 @@
 #include <iterator>
 #include <string>
 
-#include "aot/signatures.h"
 #include "core/common.h"
-#include "core/contract.h"
 #include "core/kernels.h"
 #include "core/ps_kernels.h"
 
@@ -184,20 +182,3 @@ MSOPT_API const char *msopt_supported_isas(void) { return msopt::supported_isas(
 MSOPT_API int msopt_kernel_threads(void) { return msopt::kernel_threads(); }
 
 MSOPT_API const char *msopt_build_flags(void) { return MSOPT_BUILD_FLAGS; }
-
-// The constants layout of an AOT kernel ("adam", "lamb", "dgc", "powers"): its field
-// names space-separated, in order (contract.h); NULL for an unknown name.
-MSOPT_API const char *msopt_consts_layout(const char *kernel) {
-  if (kernel == nullptr) return nullptr;
-  for (const auto &l : msopt::kConstsLayouts)
-    if (std::strcmp(l.kernel, kernel) == 0) return l.fields;
-  return nullptr;
-}
-
-// Every AOT kernel entry of this library, space-separated (the CUDA library,
-// which shares aot/call.cpp, has msopt_cuda_kernels instead).
-MSOPT_API const char *msopt_aot_kernels(void) {
-#define MSOPT_AOT_NAME(name, LIST) " " #name
-  return &(MSOPT_AOT_KERNELS(MSOPT_AOT_NAME))[1];
-#undef MSOPT_AOT_NAME
-}

@@ -1,7 +1,7 @@
 // ms_optim native kernels: the declarations every translation unit shares.
 //
 // The math lives in the kernels/ headers (kernels/table_impl.h defines the
-// table), compiled once per instruction set (core/isa_scalar.cpp, isa_avx2.cpp,
+// table), compiled once per instruction set (kernels/isa_scalar.cpp, isa_avx2.cpp,
 // isa_avx512.cpp) into its own namespace.  The dispatcher (core/dispatch.cpp)
 // picks one table of function pointers at run time from the CPU's features.
 // Both the MindSpore AOT adapters (aot/aot_*.cpp) and the plain C ABI call

@@ -1,7 +1,7 @@
 // Kernels of the C library for parameter servers (capi/capi.cpp): declarations.
 //
 // The loops live in kernels/ps_kernels_impl.h, compiled once per instruction
-// set by core/isa_scalar.cpp / isa_avx2.cpp / isa_avx512.cpp into that ISA's
+// set by kernels/isa_scalar.cpp / isa_avx2.cpp / isa_avx512.cpp into that ISA's
 // namespace; the per-element math is core/rules.h.  ps_kernels() returns the table
 // of the ISA that msopt::kernels() uses (dispatch.cpp chooses one entry that
 // holds both), so MS_OPTIM_ISA and msopt_select_isa switch both together.  Every kernel works on one contiguous range on the

@@ -2,7 +2,7 @@
 // float32 or float16 data, float32, bfloat16 or int8 moments (the codes are
 // kernels/adam_codecs.h), the per-element loop core/loops_impl.h's adam_loop.
 // Compiled once per instruction set, inside that ISA's namespace (MSOPT_ISA_NS,
-// defined by each core/isa_*.cpp unit).
+// defined by each kernels/isa_*.cpp unit).
 #pragma once
 #ifndef MSOPT_ISA_NS
 #error "define MSOPT_ISA_NS before including kernels/adam.h"

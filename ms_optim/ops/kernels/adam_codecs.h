@@ -5,7 +5,7 @@
 // moments through.  docs/algorithms.md §1.1; the numpy rules are
 // reference.py's bf16_* and q8_*.
 // Compiled once per instruction set, inside that ISA's namespace (MSOPT_ISA_NS,
-// defined by each core/isa_*.cpp unit).
+// defined by each kernels/isa_*.cpp unit).
 #pragma once
 #ifndef MSOPT_ISA_NS
 #error "define MSOPT_ISA_NS before including kernels/adam_codecs.h"

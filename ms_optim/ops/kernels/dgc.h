@@ -2,7 +2,7 @@
 // candidates (KernelTable::dgc_accumulate_range_f32, gather_abs_f32; the
 // selection is kernels/topk.cpp) and the dense momentum (dgc_momentum).
 // Compiled once per instruction set, inside that ISA's namespace (MSOPT_ISA_NS,
-// defined by each core/isa_*.cpp unit).
+// defined by each kernels/isa_*.cpp unit).
 #pragma once
 #ifndef MSOPT_ISA_NS
 #error "define MSOPT_ISA_NS before including kernels/dgc.h"

@@ -2,7 +2,7 @@
 // scalar build), F16C / AVX-512 instructions where the unit's flags allow, and
 // the block size float16 data is stepped in.
 // Compiled once per instruction set, inside that ISA's namespace (MSOPT_ISA_NS,
-// defined by each core/isa_*.cpp unit).
+// defined by each kernels/isa_*.cpp unit).
 #pragma once
 #ifndef MSOPT_ISA_NS
 #error "define MSOPT_ISA_NS before including kernels/half.h"

@@ -1,7 +1,7 @@
 // The AOT Lamb kernel (KernelTable::lamb_f32) and the double-precision sum of
 // squares (KernelTable::sumsq_f32); the per-element loops are core/loops_impl.h's.
 // Compiled once per instruction set, inside that ISA's namespace (MSOPT_ISA_NS,
-// defined by each core/isa_*.cpp unit).
+// defined by each kernels/isa_*.cpp unit).
 #pragma once
 #ifndef MSOPT_ISA_NS
 #error "define MSOPT_ISA_NS before including kernels/lamb.h"

@@ -3,7 +3,7 @@
 // (Adam's first-moment codes, kernels/adam_codecs.h), the per-element math
 // rules::lion_direction and rules::lion_apply.  Compiled once per instruction
 // set, inside that ISA's namespace (MSOPT_ISA_NS, defined by each
-// core/isa_*.cpp unit).
+// kernels/isa_*.cpp unit).
 #pragma once
 #ifndef MSOPT_ISA_NS
 #error "define MSOPT_ISA_NS before including kernels/lion.h"

@@ -1,5 +1,5 @@
 // Loops of the C library for parameter servers, compiled once per instruction
-// set: included by core/isa_scalar.cpp / isa_avx2.cpp / isa_avx512.cpp (which
+// set: included by kernels/isa_scalar.cpp / isa_avx2.cpp / isa_avx512.cpp (which
 // define MSOPT_ISA_NS and MSOPT_ISA_NAME), so the plain `omp simd` loops below
 // are vectorized with that unit's -m flags.  The per-element math is
 // core/rules.h; each kernel runs one contiguous range on the calling thread.

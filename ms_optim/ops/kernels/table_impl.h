@@ -1,7 +1,7 @@
 // The AOT kernel table of one instruction set (core/kernels.h's KernelTable),
 // its kernels written once and compiled once per instruction set.
 //
-// Include this file from exactly one translation unit per ISA (core/isa_*.cpp)
+// Include this file from exactly one translation unit per ISA (kernels/isa_*.cpp)
 // after defining MSOPT_ISA_NS (scalar, avx2 or avx512) and MSOPT_ISA_NAME; that
 // unit is compiled with the matching -m flags, so the plain loops of the
 // kernels/ headers are vectorized for that ISA by the compiler (`omp simd`, -O3

@@ -3,7 +3,7 @@
 // those ranges (OpenMP), and the compile-time flag switch the loops are
 // instantiated through.
 // Compiled once per instruction set, inside that ISA's namespace (MSOPT_ISA_NS,
-// defined by each core/isa_*.cpp unit).
+// defined by each kernels/isa_*.cpp unit).
 #pragma once
 #ifndef MSOPT_ISA_NS
 #error "define MSOPT_ISA_NS before including kernels/threading.h"
