@@ -41,8 +41,8 @@ def import_paddle():
     return paddle
 
 
-# reference.py and the plain-Python modules it imports (dgc_plan) are loaded from the
-# package's folder under a package of their own, so ms_optim/__init__.py (MindSpore) never runs.
+# reference.py (numpy alone) is loaded from the package's folder under a package of its own,
+# so ms_optim/__init__.py (MindSpore) never runs.
 _pkg = types.ModuleType("ms_optim_ref")
 _pkg.__path__ = [os.path.join(ROOT, "ms_optim")]
 sys.modules["ms_optim_ref"] = _pkg

@@ -1,7 +1,7 @@
 """The C library for parameter servers (ms_optim.h) against the numpy reference.
 
 - every optimizer x float dtype x ISA, dense and rows, elementwise bit for bit
-  against the reference.ps_* rules on odd sizes (OpenMP sizes included);
+  against the reference_ps.ps_* rules on odd sizes (OpenMP sizes included);
 - lazy l1/l2 regularization of rows against eager regularization of every row;
 - apply_diff for all six dtypes, integer wrap-around included;
 - save / restore / continue, the documented state format, corrupt blobs;
@@ -17,7 +17,7 @@ import zlib
 import numpy as np
 import pytest
 
-from ms_optim import capi, reference
+from ms_optim import capi, reference_ps
 from tests.sizes import EDGE_SIZES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -51,7 +51,7 @@ def config_string(c):
 
 
 class Model:
-    """The library's semantics built from the reference.ps_* rules, with eager
+    """The library's semantics built from the reference_ps.ps_* rules, with eager
     regularization: after every step, every row gets that step's l1/l2."""
 
     def __init__(self, algo, cfg, param, row_width=0):
@@ -65,27 +65,27 @@ class Model:
 
     def _begin(self):
         c, k = self.c, self.step + 1
-        lr = reference.ps_lr(c["lr"], k, c["lr_policy"], c["lr_decay_a"], c["lr_decay_b"])
+        lr = reference_ps.ps_lr(c["lr"], k, c["lr_policy"], c["lr_decay_a"], c["lr_decay_b"])
         return k, lr, self.b1p * self.t(c["beta1"]), self.b2p * self.t(c["beta2"])
 
     def _rule(self, p, slots, g, lr, b1p, b2p):
         c, wd = self.c, self.c["weight_decay"]
         if self.algo == "sgd":
-            reference.ps_sgd_step(p, g, lr, wd)
+            reference_ps.ps_sgd_step(p, g, lr, wd)
         elif self.algo == "momentum":
-            reference.ps_momentum_step(p, slots[0], g, lr, c["momentum"], c["nesterov"], wd)
+            reference_ps.ps_momentum_step(p, slots[0], g, lr, c["momentum"], c["nesterov"], wd)
         elif self.algo == "adagrad":
-            reference.ps_adagrad_step(p, slots[0], g, lr, c["eps"], wd)
+            reference_ps.ps_adagrad_step(p, slots[0], g, lr, c["eps"], wd)
         elif self.algo == "adam":
-            reference.ps_adam_step(p, slots[0], slots[1], g, lr, c["beta1"], c["beta2"], c["eps"],
+            reference_ps.ps_adam_step(p, slots[0], slots[1], g, lr, c["beta1"], c["beta2"], c["eps"],
                                    b1p, b2p, c["nesterov"], wd)
         else:
-            reference.ps_lamb_step(p, slots[0], slots[1], g, lr, c["beta1"], c["beta2"],
+            reference_ps.ps_lamb_step(p, slots[0], slots[1], g, lr, c["beta1"], c["beta2"],
                                    c["eps"], b1p, b2p, wd)
 
     def _end(self, k, lr, b1p, b2p):
         if self.c["l1"] > 0 or self.c["l2"] > 0:
-            reference.ps_prox(self.p, lr, self.c["l1"], self.c["l2"])
+            reference_ps.ps_prox(self.p, lr, self.c["l1"], self.c["l2"])
         self.step, self.b1p, self.b2p = k, b1p, b2p
 
     def dense(self, g):
@@ -96,7 +96,7 @@ class Model:
 
     def rows(self, rows, values):
         k, lr, b1p, b2p = self._begin()
-        uniq, sums = reference.ps_merge_rows(rows, values, self.p.shape[1])
+        uniq, sums = reference_ps.ps_merge_rows(rows, values, self.p.shape[1])
         if self.algo == "lamb":  # the trust ratio is per row
             for i, r in enumerate(uniq):
                 self._rule(self.p[r], [s[r] for s in self.slots], sums[i], lr, b1p, b2p)
@@ -148,7 +148,7 @@ def test_dense_matches_reference(isa, algo, dtype, n, variant):
 TABLES = {  # (rows, width, ids touched per step)
     "narrow": (301, 7, 40),
     "threaded": (4099, 17, 2100),  # 2100 x 17 elements: OpenMP row loop
-    "wide": (5, 2 * reference.PS_NORM_BLOCK + 3, 3),  # Lamb's per-row norms over 3 blocks
+    "wide": (5, 2 * reference_ps.PS_NORM_BLOCK + 3, 3),  # Lamb's per-row norms over 3 blocks
 }
 
 
@@ -283,7 +283,7 @@ def test_apply_diff_all_dtypes(dtype, n):
     expected = param.copy()
     for _ in range(2):
         opt.apply_diff(diff)
-        reference.ps_add_wrap(expected, diff)
+        reference_ps.ps_add_wrap(expected, diff)
     got = opt.weights()
     np.testing.assert_array_equal(got, expected)
     if dtype in INT_LIMITS:
@@ -426,8 +426,8 @@ def test_step_counter_at_its_maximum(policy):
     want = start.copy()
     for row, first in ((0, top - 2), (1, top)):
         for k in range(first, top + 1):
-            lr = reference.ps_lr(c["lr"], k, policy, c.get("lr_decay_a", 0.0))
-            reference.ps_prox(want[row], lr, c["l1"], c["l2"])
+            lr = reference_ps.ps_lr(c["lr"], k, policy, c.get("lr_decay_a", 0.0))
+            reference_ps.ps_prox(want[row], lr, c["l1"], c["l2"])
     want[2] = 0.0  # l1 drives it to exactly 0 within a few steps
     assert_bits_equal(got, want, policy)
     assert capi.Optimizer.restore(opt.state()).step == top

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import ms_optim
-from ms_optim import _native, reference
+from ms_optim import _native
 from tests.conftest import ISA_CPU_FLAGS, cpu_isas
 
 
@@ -80,13 +80,17 @@ def test_lib_with_declares_tables_passed_fresh_on_every_call(monkeypatch):
         assert layout.split() == [b"beta1_power", b"beta2_power"]
 
 
-def test_the_reference_imports_nothing_from_the_package():
-    """ms_optim/reference.py stands apart: numpy alone, so no rule of the package can
-    reach the reference the package is tested against."""
+@pytest.mark.parametrize("module, allowed", [("reference", {"numpy"}),
+                                             ("reference_ps", {"numpy", ".reference"})])
+def test_the_references_import_nothing_else_from_the_package(module, allowed):
+    """The numpy references stand apart: numpy alone (and, for the C library's rules, the
+    optimizers' reference), so no rule of the package can reach the reference it is tested
+    against."""
     import ast
-    with open(reference.__file__) as f:
+    import importlib
+    with open(importlib.import_module(f"ms_optim.{module}").__file__) as f:
         tree = ast.parse(f.read())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {("." * n.level) + (n.module or "") for n in ast.walk(tree)
                  if isinstance(n, ast.ImportFrom)}
-    assert imported == {"numpy"}, imported
+    assert imported == allowed, imported
