@@ -1,0 +1,211 @@
+// MindSpore AOT adapters of DGCMomentum's agreement between workers: the check
+// that every worker holds the same model, step and state before anything is
+// exchanged (ms_optim_check_replicas), and the digest of the parameters it
+// compares (ms_optim_digest).  The tensors each takes are declared in
+// aot/signatures.h.
+#include <cstdint>
+#include <cstdio>
+
+#include "aot/call.h"
+#include "core/common.h"
+#include "core/kernels.h"
+
+namespace msopt {
+namespace {
+
+// A parameter's residual kind, as DGCMomentum saves it per parameter
+// (dgc_residual_kind; ms_optim/dgc/checkpoints.py): no residual v (a parameter
+// sent dense, whose u is the momentum of the workers' mean gradient), residuals
+// of gradients, or residuals of learning-rate-scaled gradients.
+constexpr int32_t kResidualNone = 0, kResidualGrad = 1, kResidualLrScaled = 2;
+
+const char *residual_kind_name(int32_t kind) {
+  switch (kind) {
+    case kResidualNone: return "no residuals";
+    case kResidualGrad: return "residuals of gradients";
+    default: return "residuals of learning-rate-scaled gradients";
+  }
+}
+
+// Whether residuals of kind `saved` can be stepped on as kind `mine`: the same
+// kind, or a parameter sent dense that this run starts compressing in the bucket
+// (its momentum u carries over, as at rampup_begin_step).  Residuals dropped (a
+// kind sent dense now) would lose the update they hold; the other kind
+// (learning rate folded in or not) would apply each entry at lr times, or 1/lr
+// times, its size.
+bool residuals_resumable(int32_t saved, int32_t mine) {
+  return saved == mine || (saved == kResidualNone && mine == kResidualGrad);
+}
+
+// A worker's row of the gathered signatures ends with kStateValues values of
+// its optimizer state: the world size it was saved by, the rank that saved it
+// and a 64-bit digest of its residual kinds.  The values before them are the
+// model's signature and the step.
+constexpr int64_t kStateValues = 4;
+
+// signatures int32[R*W] (every worker's row, W values each, gathered in rank
+// order), width int32[1] = W, world int32[2], residuals int32[2n] -> ok
+// int32[1] = 1.  Fails with kErrReplica when world's two sizes differ (the
+// residuals were saved by another number of workers), when a parameter's
+// residual kind in the state (residuals' first n values) cannot be stepped on
+// as this run's kind (its last n), and when the rows differ: after printing
+// every row to stderr when the workers disagree on the model or the step
+// (their exchange buffers would not match, and collectives on mismatched
+// buffers hang or corrupt memory), and naming the rank when a worker loaded
+// another optimizer state than rank 0 or another rank's state than its own (a
+// worker whose row is row r must hold rank r's residuals).  Every worker sees
+// every row, so a state that one worker refuses is refused by every worker.
+int check_replicas_body(const AotCall &c) {
+  using S = sig::ms_optim_check_replicas;
+  for (int s : {S::signatures, S::width, S::world, S::residuals, S::ok})
+    MSOPT_TRY(c.require_dtype(s, "int32"));
+  MSOPT_CHECK(c, c.numel(S::width) == 1 && c.numel(S::ok) == 1, kErrSize,
+              "width and ok must be int32[1], got %lld and %lld elements",
+              static_cast<long long>(c.numel(S::width)), static_cast<long long>(c.numel(S::ok)));
+  MSOPT_CHECK(c, c.numel(S::world) == 2, kErrSize,
+              "world must be int32[2] (the state's world size, this run's), got %lld elements",
+              static_cast<long long>(c.numel(S::world)));
+  // residuals saved by another number of workers: stepping on would drop or double them
+  const int32_t *world = c.ptr<int32_t>(S::world);
+  MSOPT_CHECK(c, world[0] == world[1], kErrReplica,
+              "the optimizer state holds the residuals of %d worker(s) and this run has %d: "
+              "combine the checkpoints with ms_optim.dgc.resize_checkpoints first",
+              world[0], world[1]);
+  const int64_t kinds = c.numel(S::residuals);
+  MSOPT_CHECK(c, kinds >= 2 && kinds % 2 == 0, kErrSize,
+              "residuals must be int32[2n] (the state's residual kind per parameter, this "
+              "run's), got %lld elements", static_cast<long long>(kinds));
+  const int32_t *saved = c.ptr<int32_t>(S::residuals), *mine = saved + kinds / 2;
+  for (int64_t j = 0; j < kinds; ++j)
+    MSOPT_CHECK(c, saved[j] >= kResidualNone && saved[j] <= kResidualLrScaled, kErrValue,
+                "residuals[%lld] is %d, not a residual kind (0, 1 or 2)",
+                static_cast<long long>(j), saved[j]);
+  for (int64_t j = 0; j < kinds / 2; ++j) {
+    if (residuals_resumable(saved[j], mine[j])) continue;
+    if (mine[j] == kResidualNone)
+      return c.fail(kErrReplica,
+                    "the optimizer state holds %s for parameter %lld and this run sends it "
+                    "dense, which would drop the update they hold: resume with the "
+                    "lr_in_residuals, bucket_sparsity and dense_params that saved them",
+                    residual_kind_name(saved[j]), static_cast<long long>(j));
+    return c.fail(kErrReplica,
+                  "the optimizer state holds %s for parameter %lld and this run would step "
+                  "%s: resume with the lr_in_residuals, bucket_sparsity and dense_params that "
+                  "saved them",
+                  residual_kind_name(saved[j]), static_cast<long long>(j),
+                  residual_kind_name(mine[j]));
+  }
+  const int64_t total = c.numel(S::signatures), width = c.ptr<int32_t>(S::width)[0];
+  MSOPT_CHECK(c, width > kStateValues && total % width == 0, kErrValue,
+              "%lld signature values are not rows of width %lld (more than %lld)",
+              static_cast<long long>(total), static_cast<long long>(width),
+              static_cast<long long>(kStateValues));
+  const int32_t *sig = c.ptr<int32_t>(S::signatures);
+  const int64_t ranks = total / width, model = width - kStateValues;
+  // whether rank r's values [lo, hi) differ from rank 0's
+  const auto differs = [&](int64_t r, int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; ++j)
+      if (sig[r * width + j] != sig[j]) return true;
+    return false;
+  };
+  for (int64_t r = 1; r < ranks; ++r) {
+    if (!differs(r, 0, model)) continue;
+    std::fprintf(stderr, "ms_optim: DGCMomentum workers were built with different models; "
+                 "signatures (parameters, elements, hash of shapes and settings, step, then "
+                 "the state's world size, rank and digest of residual kinds) by rank:\n");
+    for (int64_t w = 0; w < ranks; ++w) {
+      std::fprintf(stderr, "  rank %lld:", static_cast<long long>(w));
+      for (int64_t j = 0; j < width; ++j) std::fprintf(stderr, " %d", sig[w * width + j]);
+      std::fprintf(stderr, "\n");
+    }
+    return c.fail(kErrReplica, "workers disagree on the model");
+  }
+  for (int64_t r = 1; r < ranks; ++r)
+    MSOPT_CHECK(c, !differs(r, model, model + 1), kErrReplica,
+                "rank %lld's optimizer state holds the residuals of %d worker(s) and rank 0's "
+                "of %d: resume every worker from the checkpoints of one save",
+                static_cast<long long>(r), sig[r * width + model], sig[model]);
+  for (int64_t r = 0; r < ranks; ++r)
+    MSOPT_CHECK(c, sig[r * width + model + 1] == r, kErrReplica,
+                "rank %lld's optimizer state holds the residuals of rank %d: load each "
+                "worker's own checkpoint (rank r the file rank r saved); to resume at another "
+                "number of workers, convert them with ms_optim.dgc.resize_checkpoints",
+                static_cast<long long>(r), sig[r * width + model + 1]);
+  for (int64_t r = 1; r < ranks; ++r)
+    MSOPT_CHECK(c, !differs(r, model + 2, width), kErrReplica,
+                "rank %lld's optimizer state holds other residual kinds than rank 0's: resume "
+                "every worker from the checkpoints of one save",
+                static_cast<long long>(r));
+  *c.ptr<int32_t>(S::ok) = 1;
+  return kOk;
+}
+
+// Bytes per element of the dtype strings MindSpore passes, 0 if unknown.
+int64_t element_bytes(const char *dtype) {
+  static const struct { const char *name; int64_t bytes; } kSizes[] = {
+      {"float64", 8}, {"int64", 8}, {"uint64", 8}, {"float32", 4}, {"int32", 4}, {"uint32", 4},
+      {"float16", 2}, {"bfloat16", 2}, {"int16", 2}, {"uint16", 2}, {"int8", 1}, {"uint8", 1},
+      {"bool", 1}};
+  for (const auto &s : kSizes)
+    if (std::strcmp(dtype, s.name) == 0) return s.bytes;
+  return 0;
+}
+
+// splitmix64's finalizer: a bijection of 64-bit words that spreads every input bit.
+inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Order-free digest of `bytes` bytes: the sum of mix64(word ^ mix64(position + salt)),
+// so threads may add their parts in any order and get the same bits.
+uint64_t digest_bytes(const unsigned char *data, int64_t bytes, uint64_t salt) {
+  const int64_t words = bytes / 8;
+  uint64_t sum = 0;
+#pragma omp parallel for reduction(+ : sum) schedule(static) \
+    num_threads(kernel_threads()) if (words >= kParallelMin)
+  for (int64_t i = 0; i < words; ++i) {
+    uint64_t w;
+    std::memcpy(&w, data + 8 * i, 8);
+    sum += mix64(w ^ mix64(static_cast<uint64_t>(i) + salt));
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, data + 8 * words, static_cast<size_t>(bytes - 8 * words));
+  return sum + mix64(tail ^ mix64(static_cast<uint64_t>(words) + salt)) + static_cast<uint64_t>(bytes);
+}
+
+// p (K tensors of one dtype) -> digest int32[2]: a 64-bit digest of their
+// bytes and sizes (in input order).  Workers compare digests of their
+// parameters to skip broadcasting a model they already share.
+int digest_body(const AotCall &c) {
+  using S = sig::ms_optim_digest;
+  MSOPT_TRY(c.require_dtype(S::digest, "int32"));
+  MSOPT_CHECK(c, c.numel(S::digest) == 2, kErrSize, "digest must have 2 element(s), got %lld",
+              static_cast<long long>(c.numel(S::digest)));
+  int64_t total = 0;
+  for (int i = 0; i < c.K(); ++i) {
+    const int64_t bytes = element_bytes(c.dtype(S::p, i));
+    MSOPT_CHECK(c, bytes != 0, kErrDtype, "p%d has unsupported dtype %s", i, c.dtype(S::p, i));
+    total += c.numel(S::p, i) * bytes;
+  }
+  const ParallelSection section(total / 8);
+  uint64_t h = 0;
+  for (int i = 0; i < c.K(); ++i) {
+    const uint64_t salt = mix64(0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(i + 1));
+    h = mix64(h ^ digest_bytes(c.ptr<unsigned char>(S::p, i),
+                               c.numel(S::p, i) * element_bytes(c.dtype(S::p, i)), salt));
+  }
+  int32_t *o = c.ptr<int32_t>(S::digest);
+  o[0] = static_cast<int32_t>(static_cast<uint32_t>(h));
+  o[1] = static_cast<int32_t>(static_cast<uint32_t>(h >> 32));
+  return kOk;
+}
+
+}  // namespace
+}  // namespace msopt
+
+MSOPT_AOT_ENTRY(ms_optim_check_replicas, msopt::check_replicas_body)
+MSOPT_AOT_ENTRY(ms_optim_digest, msopt::digest_body)
