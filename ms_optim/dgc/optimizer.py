@@ -116,7 +116,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
             "gamma".  Default: ``0.0``.
         loss_scale (Union[float, int], optional): Divides the gradients, > 0.  Default: ``1.0``.
         impl (str, optional): ``"native"`` (multi-tensor kernels, exact top-k: the CPU
-            kernels on a CPU device target, the CUDA kernels of ``ops/cuda/dgc.cu`` on a
+            kernels on a CPU device target, the CUDA kernels of ``ops/cuda/dgc_*.cu`` on a
             GPU one where the install found nvcc, else ``"ops"`` with a logged warning),
             ``"ops"`` (MindSpore ops, ``ops.topk``) or ``"auto"`` (``"native"`` on a CPU or
             GPU device target, else ``"ops"``).  Default: ``"auto"``.

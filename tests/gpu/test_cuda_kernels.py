@@ -125,7 +125,7 @@ def test_propose_many_tensors(kind):
 
 def _sample_positions(n):
     """The elements the select's guess samples in a tensor of n (select_init in
-    ops/cuda/dgc.cu): one at a hashed place in each of S strata of n // S."""
+    ops/cuda/dgc_select.cu): one at a hashed place in each of S strata of n // S."""
     S = n if n <= 256 else min(max(n // 64, 256), 2048)
     stride = np.uint64(n // S)
     s = np.arange(S, dtype=np.uint64)

@@ -1,5 +1,5 @@
 // Exact top-k by magnitude, the rule every selection follows (the CPU's
-// kernels/topk.cpp and the CUDA kernels of ops/cuda/dgc.cu): the k entries of
+// kernels/topk.cpp and the CUDA kernels of ops/cuda/dgc_select.cu): the k entries of
 // largest |x|, ties broken by the lower index, written in ascending index order.
 //
 // Magnitudes compare as integers: the float's bits with the sign cleared
