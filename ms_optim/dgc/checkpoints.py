@@ -26,6 +26,7 @@ import numpy as np
 import mindspore as ms
 
 from .. import _checks
+from ..dgc_plan import MIN_COMPRESSED_NUMEL
 
 WORLD_SIZE_NAME = "dgc_world_size"
 RANK_NAME = "dgc_rank"
@@ -237,3 +238,34 @@ def _check_same_entries(name, path0, state0, path, state):
             raise ValueError(f"For '{name}', the entry {key!r} is {value.dtype}{list(value.shape)} "
                              f"in {path!r} but {state0[key].dtype}{list(state0[key].shape)} in "
                              f"{path0!r}.")
+
+
+def refused_step(opt, exc):
+    """The ValueError for DGCMomentum `opt`'s step that its replica check refused
+    (RuntimeError `exc`): residuals saved by another number of workers, by another rank or
+    of another kind, said as the ValueError it is (the state is read only on failure, not
+    synchronized every step); else replica_refusal's, or None for another failure."""
+    name = opt._NAME
+    saved = int(opt.world_size.asnumpy().reshape(-1)[0])
+    if saved != opt.nranks:
+        return ValueError(world_size_message(name, saved, opt.nranks))
+    saved = int(opt.saved_rank.asnumpy().reshape(-1)[0])
+    if saved != opt.rank:
+        return ValueError(rank_message(name, saved, opt.rank))
+    kinds = [int(k) for k in opt.residual_kind.asnumpy().reshape(-1)]
+    params = opt._parameters
+    # in the kernel's order: any unknown kind first, then the first refused one
+    for p, theirs in zip(params, kinds):
+        if theirs not in RESIDUAL_KINDS:
+            return ValueError(unknown_kind_message(name, p.name, theirs))
+    for p, theirs, mine, asked in zip(params, kinds, opt.residual_kinds, opt.asked_dense):
+        if resumable(theirs, mine):
+            continue
+        # a large parameter without residuals in the state was in its dense_params
+        saved_dense = theirs == RESIDUAL_NONE and p.size >= MIN_COMPRESSED_NUMEL
+        return ValueError(residual_kind_message(
+            name, p.name, theirs, mine, saved_folds=RESIDUAL_LR_SCALED in kinds,
+            saved_bucket=any(k != RESIDUAL_NONE and q.size < MIN_COMPRESSED_NUMEL
+                             for k, q in zip(kinds, params)),
+            dense="without" if asked else "with" if saved_dense else None))
+    return replica_refusal(name, exc)

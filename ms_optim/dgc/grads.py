@@ -1,10 +1,10 @@
 """The maps DGCMomentum runs over this worker's gradients before the exchange
-(``DGCMomentum._local_grads``): ``widen`` (a widened parameter's gradient in
+(``LocalGrads._local_grads``, DGCMomentum's): ``widen`` (a widened parameter's gradient in
 float32) and ``regularize`` (MindSpore's weight decay, then L2Decay, then
 L1Decay).  The loss scale and the clip between them are StepSkeleton's
 ``unscale_and_clip``.  With ``lr_in_residuals``, ``fold_grad`` then multiplies
 a compressed or bucketed parameter's gradient by its learning rate, and
-``fold_lr`` gives that parameter a learning rate of 1 (``DGCMomentum._fold_lr``)."""
+``fold_lr`` gives that parameter a learning rate of 1 (``LocalGrads._fold_lr``)."""
 from mindspore import ops
 from mindspore import dtype as mstype
 from mindspore.ops import composite as C
@@ -63,3 +63,43 @@ def _fold_lr(one, lr, folded):
     if folded:
         return one
     return lr
+
+
+class LocalGrads:
+    """DGCMomentum's graph code over this worker's gradients, before the exchange (a
+    mixin placed before ``nn.Optimizer``)."""
+
+    def _local_grads(self, gradients, weight_decay):
+        """This worker's gradients in the one preprocessing order (_step.py): a widened
+        parameter's gradient in float32, the loss scale divided out, the local clip, then
+        regularization (against the parameter's value, in float32 for a widened one).
+        Each stage is one map over the tuple (a Python loop would cost the graph compiler
+        about 10 ms and 10 levels of call depth per parameter)."""
+        grads = gradients
+        if self.any_widened:
+            grads = self.hyper_map(widen, self.widened, grads)
+        grads = self.unscale_and_clip(grads, self.loss_scale != 1.0, self.inv_scale,
+                                      self.local_clip)
+        if self.exec_weight_decay:
+            if self.is_group:
+                return self.hyper_map(F.partial(regularize, self.l2_t, self.l1_t, self.l2 > 0,
+                                                self.l1 > 0), weight_decay, self.decay_flags,
+                                      self.widened, self._parameters, grads)
+            return self.hyper_map(F.partial(regularize, self.l2_t, self.l1_t, self.l2 > 0,
+                                            self.l1 > 0, weight_decay), self.decay_flags,
+                                  self.widened, self._parameters, grads)
+        if self.l2 > 0 or self.l1 > 0:
+            return self.hyper_map(F.partial(regularize, self.l2_t, self.l1_t, self.l2 > 0,
+                                            self.l1 > 0, self.l2_t), self.no_decay,
+                                  self.widened, self._parameters, grads)
+        return grads
+
+    def _fold_lr(self, lr, grads):
+        """lr_in_residuals: the compressed and bucketed parameters' gradients multiplied by
+        their learning rates, and the learning rates the step applies (1 for those, per
+        parameter)."""
+        if self.is_group_lr:
+            return (self.hyper_map(fold_grad, lr, self.folded, grads),
+                    self.hyper_map(F.partial(fold_lr, self.one), lr, self.folded))
+        return (self.hyper_map(F.partial(fold_grad, lr), self.folded, grads),
+                self.hyper_map(F.partial(fold_lr, self.one, lr), self.folded))

@@ -10,17 +10,15 @@ from .. import _checks
 from .._api import OptimizerAPI
 from .._step import StepSkeleton, kernel_device
 from ..clip import ClipGradByNorm
-from ..dgc_plan import MIN_COMPRESSED_NUMEL, DGCPlan
+from ..dgc_plan import DGCPlan
 from ..regularizer import L1Decay, L2Decay
 from . import checks, wire
-from .checkpoints import (RANK_NAME, RESIDUAL_KIND_NAME, RESIDUAL_KINDS, RESIDUAL_LR_SCALED,
-                          RESIDUAL_NONE, U_PREFIX, V_PREFIX, WORLD_SIZE_NAME, rank_message,
-                          replica_refusal, residual_kind, residual_kind_message, resumable,
-                          unknown_kind_message, world_size_message)
+from .checkpoints import (RANK_NAME, RESIDUAL_KIND_NAME, U_PREFIX, V_PREFIX, WORLD_SIZE_NAME,
+                          refused_step, residual_kind)
 from .exchange import (DenseExchange, Exchanges, ReplicaSync, SharedExchange, SparseExchange,
                        check_stand_alone_in_graph, model_signature, require_stand_alone,
                        world_rank, world_size)
-from .grads import fold_grad, fold_lr, regularize, widen
+from .grads import LocalGrads
 from .plan import applied_entries, momentum_group, stage_branches
 from .steps import BucketStep, DenseMomentum, NativeStep, OpsStep, StepState
 
@@ -36,7 +34,7 @@ def _residual(param, prefix, float32):
     return out
 
 
-class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
+class DGCMomentum(OptimizerAPI, StepSkeleton, LocalGrads, nn.Optimizer):
     r"""Momentum SGD with Deep Gradient Compression (PaddlePaddle's ``DGCMomentumOptimizer``).
 
     Each worker sends only the largest ``1 - sparsity`` fraction of its accumulated
@@ -490,34 +488,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         try:
             return self._call(*args, **kwargs)
         except RuntimeError as exc:
-            # the step's check refused residuals saved by another number of workers or of
-            # another kind: said as the ValueError it is (read only on failure, not to sync
-            # every step)
-            saved = int(self.world_size.asnumpy().reshape(-1)[0])
-            if saved != self.nranks:
-                raise ValueError(world_size_message(self._NAME, saved, self.nranks)) from None
-            saved = int(self.saved_rank.asnumpy().reshape(-1)[0])
-            if saved != self.rank:
-                raise ValueError(rank_message(self._NAME, saved, self.rank)) from None
-            kinds = [int(k) for k in self.residual_kind.asnumpy().reshape(-1)]
-            # in the kernel's order: any unknown kind first, then the first refused one
-            for p, theirs in zip(self._parameters, kinds):
-                if theirs not in RESIDUAL_KINDS:
-                    raise ValueError(unknown_kind_message(self._NAME, p.name, theirs)) from None
-            for p, theirs, mine, asked in zip(self._parameters, kinds, self.residual_kinds,
-                                              self.asked_dense):
-                if resumable(theirs, mine):
-                    continue
-                # a large parameter without residuals in the state was in its dense_params
-                saved_dense = theirs == RESIDUAL_NONE and p.size >= MIN_COMPRESSED_NUMEL
-                raise ValueError(residual_kind_message(
-                    self._NAME, p.name, theirs, mine,
-                    saved_folds=RESIDUAL_LR_SCALED in kinds,
-                    saved_bucket=any(k != RESIDUAL_NONE and q.size < MIN_COMPRESSED_NUMEL
-                                     for k, q in zip(kinds, self._parameters)),
-                    dense="without" if asked else "with" if saved_dense else None)
-                ) from None
-            refused = replica_refusal(self._NAME, exc)
+            refused = refused_step(self, exc)
             if refused is None:
                 raise
             raise refused from None
@@ -588,41 +559,6 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, nn.Optimizer):
         else:
             done = self._compressing_step(step, lr, grads)
         return done
-
-    def _local_grads(self, gradients, weight_decay):
-        """This worker's gradients in the one preprocessing order (_step.py): a widened
-        parameter's gradient in float32, the loss scale divided out, the local clip, then
-        regularization (against the parameter's value, in float32 for a widened one).
-        Each stage is one map over the tuple (a Python loop would cost the graph compiler
-        about 10 ms and 10 levels of call depth per parameter)."""
-        grads = gradients
-        if self.any_widened:
-            grads = self.hyper_map(widen, self.widened, grads)
-        grads = self.unscale_and_clip(grads, self.loss_scale != 1.0, self.inv_scale,
-                                      self.local_clip)
-        if self.exec_weight_decay:
-            if self.is_group:
-                return self.hyper_map(F.partial(regularize, self.l2_t, self.l1_t, self.l2 > 0,
-                                                self.l1 > 0), weight_decay, self.decay_flags,
-                                      self.widened, self._parameters, grads)
-            return self.hyper_map(F.partial(regularize, self.l2_t, self.l1_t, self.l2 > 0,
-                                            self.l1 > 0, weight_decay), self.decay_flags,
-                                  self.widened, self._parameters, grads)
-        if self.l2 > 0 or self.l1 > 0:
-            return self.hyper_map(F.partial(regularize, self.l2_t, self.l1_t, self.l2 > 0,
-                                            self.l1 > 0, self.l2_t), self.no_decay,
-                                  self.widened, self._parameters, grads)
-        return grads
-
-    def _fold_lr(self, lr, grads):
-        """lr_in_residuals: the compressed and bucketed parameters' gradients multiplied by
-        their learning rates, and the learning rates the step applies (1 for those, per
-        parameter)."""
-        if self.is_group_lr:
-            return (self.hyper_map(fold_grad, lr, self.folded, grads),
-                    self.hyper_map(F.partial(fold_lr, self.one), lr, self.folded))
-        return (self.hyper_map(F.partial(fold_grad, lr), self.folded, grads),
-                self.hyper_map(F.partial(fold_lr, self.one, lr), self.folded))
 
     def _warmup_step(self, lr, grads):
         """Before rampup_begin_step: dense momentum for every parameter."""

@@ -330,7 +330,7 @@ class OpsStep(_SparseStep):
     def take(self, stage, idx):
         """Per parameter, its entries of every block (in block order) taken at once, then
         the values put back in the buffer's order."""
-        blocks, block = self.blocks[stage], self.block[stage]
+        blocks = self.blocks[stage]
         per_param = ()
         for j in range(len(self.ids)):
             per_param = per_param + (self._take(j, ops.concat(self._entries(stage, j, idx)),
