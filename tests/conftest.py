@@ -1,14 +1,18 @@
 """The suite's set-up: MindSpore in GRAPH_MODE on CPU, the tiers, and the `isa` parameter.
 
-The tiers: tests marked slow, msrun, netns, sanitizers or cuda (pyproject.toml) are
-deselected unless --all is given (every tier) or -m selects tests by marker; what is left is
-the fast default tier.  The cuda tier skips itself where PyTorch sees no CUDA device.
+The tiers: tests marked slow, msrun, netns, sanitizers, cuda or anchors (pyproject.toml)
+are deselected unless --all is given (every tier); what is left is the fast default tier.  A
+-m expression selects among the default tier and the tiers it names (``-m "not msrun"`` is
+the default tier, ``-m "slow and not msrun"`` adds the slow tests).  The cuda tier skips
+itself where PyTorch sees no CUDA device.
 
 A test that takes an argument named `isa` runs once per instruction set this CPU runs, with
 the kernels of that one selected (ms_optim.testing.select_isa) and the process's own restored
 afterwards.  The list is read from /proc/cpuinfo with the library's criteria, so collecting
 the tests loads no native code; tests/kernels/test_native.py checks it against the library's.
 """
+import re
+
 import pytest
 
 import mindspore as ms
@@ -16,7 +20,7 @@ import mindspore as ms
 ms.set_context(mode=ms.GRAPH_MODE)
 ms.set_device("CPU")
 
-TIERS = ("slow", "msrun", "netns", "sanitizers", "cuda")
+TIERS = ("slow", "msrun", "netns", "sanitizers", "cuda", "anchors")
 
 
 def pytest_addoption(parser):
@@ -25,9 +29,12 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--all") or config.getoption("markexpr"):
+    if config.getoption("--all"):
         return
-    fast = [item for item in items if not any(item.get_closest_marker(t) for t in TIERS)]
+    expr = config.getoption("markexpr") or ""
+    named = {t for t in TIERS if re.search(rf"\b{t}\b", expr)}
+    fast = [item for item in items
+            if not any(item.get_closest_marker(t) for t in TIERS if t not in named)]
     if len(fast) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in fast])
         items[:] = fast
