@@ -122,14 +122,19 @@ int run_adam(const AotCall &c, const AdamSlots &l) {
     const float lr_i = lr[lr_each ? i : 0];
     h.lr_t = decoupled ? lr_i : rules::adam_step_size(lr_i, pw.beta1_power, pw.beta2_power);
     h.weight_decay = wd == nullptr ? 0.0f : wd[wd_each ? i : 0];
-    ts[i] = {c.ptr<void>(l.out, i), c.ptr<void>(l.m, i), c.ptr<void>(l.v, i),
-             c.ptr<void>(l.grad, i), c.numel(l.out, i), h};
+    AdamTensor &x = ts[i];
+    x.out = c.ptr<void>(l.out, i);
+    x.m = c.ptr<void>(l.m, i);
+    x.v = c.ptr<void>(l.v, i);
+    x.g = c.ptr<void>(l.grad, i);
+    x.n = c.numel(l.out, i);
+    x.a = h;
     if (moments == Moments::kQ8) {
-      ts[i].m_scale = c.ptr<float>(l.m_scale, i);
-      ts[i].v_scale = c.ptr<float>(l.v_scale, i);
-      ts[i].q8_key = rules::q8_tensor_key(step, first + static_cast<uint32_t>(i));
+      x.m_scale = c.ptr<float>(l.m_scale, i);
+      x.v_scale = c.ptr<float>(l.v_scale, i);
+      x.q8_key = rules::q8_tensor_key(step, first + static_cast<uint32_t>(i));
     }
-    total += ts[i].n;
+    total += x.n;
   }
   const ParallelSection section(total);
   kernels().adam_multi(ts.data(), K, delta, half, moments);

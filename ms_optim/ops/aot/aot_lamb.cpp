@@ -44,18 +44,11 @@ int lamb_body(const AotCall &c) {
   const int K = c.K();
   MSOPT_TRY(check_lamb<S>(c));
 
-  const LambConsts &k = *c.ptr<const LambConsts>(S::consts);
   const Powers &pw = *c.ptr<const Powers>(S::powers);
   LambArgs h;
-  h.beta1 = k.beta1;
-  h.beta2 = k.beta2;
-  h.eps = k.eps;
+  h.k = *c.ptr<const LambConsts>(S::consts);
   rules::lamb_bias_corrections(pw.beta1_power, pw.beta2_power, h.inv_bc1, h.inv_sqrt_bc2);
   h.grad_scale = *c.ptr<float>(S::gscale);
-  h.clip_norm = k.clip_norm;
-  h.clip_lo = k.clip_lo;
-  h.clip_hi = k.clip_hi;
-  h.always_adapt = k.always_adapt != 0.0f;
 
   const float *lr = c.ptr<float>(S::lr), *wd = c.ptr<float>(S::wd);
   const bool lr_each = c.numel(S::lr) == K, wd_each = c.numel(S::wd) == K;
@@ -63,9 +56,15 @@ int lamb_body(const AotCall &c) {
   std::vector<LambTensor> tensors(static_cast<size_t>(K));
   int64_t total = 0;
   for (int i = 0; i < K; ++i) {
-    tensors[i] = {c.ptr<float>(S::param, i), c.ptr<float>(S::m, i), c.ptr<float>(S::v, i),
-                  c.ptr<float>(S::grad, i),  c.numel(S::param, i),   lr[lr_each ? i : 0],
-                  wd[wd_each ? i : 0],       ratios + i};
+    LambTensor &x = tensors[i];
+    x.p = c.ptr<float>(S::param, i);
+    x.m = c.ptr<float>(S::m, i);
+    x.v = c.ptr<float>(S::v, i);
+    x.g = c.ptr<float>(S::grad, i);
+    x.n = c.numel(S::param, i);
+    x.lr = lr[lr_each ? i : 0];
+    x.weight_decay = wd[wd_each ? i : 0];
+    x.ratio = ratios + i;
     total += c.numel(S::param, i);
   }
   // largest first: the tensors that run whole are handed out in this order, so the

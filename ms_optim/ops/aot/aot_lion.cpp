@@ -87,7 +87,6 @@ int run_lion(const AotCall &c, const LionSlots &l) {
   }
 
   const LionConsts &k = *c.ptr<const LionConsts>(l.consts);
-  const LionArgs args{k.beta1, k.beta2, k.inv_scale};
   const float *lr = c.ptr<float>(l.lr);
   const float *wd = l.wd >= 0 ? c.ptr<float>(l.wd) : nullptr;
   const bool lr_each = c.numel(l.lr) == K, wd_each = wd != nullptr && c.numel(l.wd) == K;
@@ -96,16 +95,21 @@ int run_lion(const AotCall &c, const LionSlots &l) {
   for (int i = 0; i < K; ++i) {
     const float lr_i = lr[lr_each ? i : 0];
     const float wd_i = wd == nullptr ? 0.0f : wd[wd_each ? i : 0];
-    ts[i] = {c.ptr<void>(l.out, i), c.ptr<void>(l.m, i), c.ptr<void>(l.grad, i),
-             c.numel(l.out, i), -lr_i, rules::lion_keep(lr_i, wd_i)};
+    LionTensor &x = ts[i];
+    x.out = c.ptr<void>(l.out, i);
+    x.m = c.ptr<void>(l.m, i);
+    x.g = c.ptr<void>(l.grad, i);
+    x.n = c.numel(l.out, i);
+    x.neg_lr = -lr_i;
+    x.keep = rules::lion_keep(lr_i, wd_i);
     if (moments == Moments::kQ8) {
-      ts[i].m_scale = c.ptr<float>(l.m_scale, i);
-      ts[i].q8_key = rules::q8_tensor_key(step, first + static_cast<uint32_t>(i));
+      x.m_scale = c.ptr<float>(l.m_scale, i);
+      x.q8_key = rules::q8_tensor_key(step, first + static_cast<uint32_t>(i));
     }
-    total += ts[i].n;
+    total += x.n;
   }
   const ParallelSection section(total);
-  kernels().lion_multi(ts.data(), K, args, delta, half, moments);
+  kernels().lion_multi(ts.data(), K, k, delta, half, moments);
   if (!delta) *c.ptr<float>(l.done) = 0.0f;
   return kOk;
 }

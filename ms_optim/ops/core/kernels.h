@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/contract.h"
+
 namespace msopt {
 
 // IEEE binary16 stored as raw bits.
@@ -73,26 +75,16 @@ struct LionTensor {
   uint32_t q8_key = 0;       // kQ8: rules::q8_tensor_key of the step and the parameter
 };
 
-// Hyper-parameters of one Lion call shared by its tensors.
-struct LionArgs {
-  float beta1;
-  float beta2;
-  float inv_scale;  // multiplies the gradient (1 / loss_scale)
-};
-
 // Hyper-parameters of one Lamb step shared by the tensors of one call
-// (PaddlePaddle's rule, docs/algorithms.md §2).
+// (PaddlePaddle's rule, docs/algorithms.md §2): the kernel's constants as
+// declared (contract.h LambConsts: beta1, beta2, eps, clip_norm, the value clip
+// clip_lo / clip_hi, -inf / +inf when not clipping, always_adapt), and what
+// this step adds to them.
 struct LambArgs {
-  float beta1;
-  float beta2;
-  float eps;
+  LambConsts k;
   float inv_bc1;       // 1 / (1 - beta1^t)
   float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
   float grad_scale;    // multiplies the gradient: 1/loss_scale (times a global-norm clip factor)
-  float clip_norm;     // per-tensor norm clip of the scaled gradient; 0 = none
-  float clip_lo;       // value clip after scaling; -inf / +inf when not clipping
-  float clip_hi;
-  bool always_adapt;   // trust ratio even without weight decay
 };
 
 // One tensor of a Lamb call: p, m, v updated in place, the trust ratio applied
@@ -179,7 +171,8 @@ struct KernelTable {
   // once over the threads (as adam_multi; kQ8 shares are whole blocks).
   // delta: write -lr * sign to `out` (the caller applies the decay); otherwise
   // update the parameter in place.  half: `out` and `g` are float16.
-  void (*lion_multi)(const LionTensor *tensors, int64_t count, const LionArgs &a, bool delta,
+  // `a` is the kernel's constants as declared (contract.h LionConsts).
+  void (*lion_multi)(const LionTensor *tensors, int64_t count, const LionConsts &a, bool delta,
                      bool half, Moments moments);
 };
 

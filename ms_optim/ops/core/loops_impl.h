@@ -97,23 +97,32 @@ inline void adam_loop(T *__restrict out, T *__restrict m, T *__restrict v,
 // --------------------------------------------------------------------- Lamb --
 
 // One Lamb step's constants in the element type (PaddlePaddle's rule).
+// Set by name (each kernel family fills it from its own constants), read by the
+// loops below through lamb_element.
 template <class T>
 struct LambStep {
   T beta1, c1, beta2, c2, eps;
   T inv_bc1, inv_sqrt_bc2;  // rules::lamb_bias_corrections
   T wd;                     // decoupled weight decay, added to the direction
+  // beta1, beta2 and their complements c1 = 1 - beta1, c2 = 1 - beta2
+  void set_betas(T b1, T b2) {
+    beta1 = b1;
+    c1 = T(1) - b1;
+    beta2 = b2;
+    c2 = T(1) - b2;
+  }
 };
 
 // One element of a Lamb step: m and v updated in place with the gradient g;
-// returns the direction r at p.
+// returns the direction r at p.  `s` is the loop's own copy of the step (a
+// local the compiler keeps in registers).
 template <class T>
-inline T lamb_element(T g, T p, T &m, T &v, T b1, T c1, T b2, T c2, T ib1, T isb2, T eps,
-                      T wd) {
+inline T lamb_element(T g, T p, T &m, T &v, const LambStep<T> &s) {
   T mi = m, vi = v;  // locals: m and v are references the compiler cannot prove distinct
-  rules::moments(g, mi, vi, b1, c1, b2, c2);
+  rules::moments(g, mi, vi, s.beta1, s.c1, s.beta2, s.c2);
   m = mi;
   v = vi;
-  return rules::lamb_direction(p, mi, vi, ib1, isb2, eps, wd);
+  return rules::lamb_direction(p, mi, vi, s.inv_bc1, s.inv_sqrt_bc2, s.eps, s.wd);
 }
 
 // The whole step with trust ratio 1 in one pass: p -= lr * r as soon as r is known.
@@ -121,11 +130,10 @@ template <class T, class Grad>
 inline void lamb_plain_loop(T *__restrict p, T *__restrict m, T *__restrict v,
                             const T *__restrict g, int64_t n, const LambStep<T> &a, T lr,
                             Grad grad) {
-  const T b1 = a.beta1, c1 = a.c1, b2 = a.beta2, c2 = a.c2, eps = a.eps;
-  const T ib1 = a.inv_bc1, isb2 = a.inv_sqrt_bc2, wd = a.wd;
+  const LambStep<T> s = a;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const T r = lamb_element(grad(g[i]), p[i], m[i], v[i], b1, c1, b2, c2, ib1, isb2, eps, wd);
+    const T r = lamb_element(grad(g[i]), p[i], m[i], v[i], s);
     p[i] = rules::lamb_apply(p[i], r, lr);
   }
 }
@@ -137,15 +145,14 @@ inline void lamb_plain_loop(T *__restrict p, T *__restrict m, T *__restrict v,
 template <class Norm, class T, class Grad, class RBuf, class Done>
 inline void lamb_moments_blocks(const T *p, T *m, T *v, const T *g, int64_t n,
                                 const LambStep<T> &a, Grad grad, RBuf rbuf, Done done) {
-  const T b1 = a.beta1, c1 = a.c1, b2 = a.beta2, c2 = a.c2, eps = a.eps;
-  const T ib1 = a.inv_bc1, isb2 = a.inv_sqrt_bc2, wd = a.wd;
+  const LambStep<T> s = a;
   for (int64_t lo = 0, b = 0; lo < n; lo += Norm::kBlock, ++b) {
     const int64_t len = std::min(Norm::kBlock, n - lo);
     const T *pb = p + lo, *gb = g + lo;
     T *mb = m + lo, *vb = v + lo, *rb = rbuf(lo);
 #pragma omp simd
     for (int64_t j = 0; j < len; ++j)
-      rb[j] = lamb_element(grad(gb[j]), pb[j], mb[j], vb[j], b1, c1, b2, c2, ib1, isb2, eps, wd);
+      rb[j] = lamb_element(grad(gb[j]), pb[j], mb[j], vb[j], s);
     done(b, Norm::sumsq(pb, len), Norm::sumsq(rb, len));
   }
 }

@@ -99,8 +99,8 @@ struct VectorNorm {
 // value-clipped when clip_lo / clip_hi are finite.
 template <class Body>
 inline void with_lamb_grad(const LambArgs &a, float gs, const Body &body) {
-  if (a.clip_lo > -INFINITY || a.clip_hi < INFINITY)
-    body(ClippedGrad<float>{gs, a.clip_lo, a.clip_hi});
+  if (a.k.clip_lo > -INFINITY || a.k.clip_hi < INFINITY)
+    body(ClippedGrad<float>{gs, a.k.clip_lo, a.k.clip_hi});
   else
     body(ScaledGrad<float>{gs});
 }
@@ -123,22 +123,26 @@ void lamb_tensor(const LambTensor &x, const LambArgs &a, float *r, int64_t nt, i
     return total;
   };
   float gs = a.grad_scale;
-  if (a.clip_norm > 0.0f) {
+  if (a.k.clip_norm > 0.0f) {
     partial[t][0] = rg.lo < rg.hi ? sum_squares(x.g + rg.lo, rg.hi - rg.lo) : 0.0;
     if (kTeam) {
 #pragma omp barrier
     }
-    gs = rules::norm_clip_scale(combine(0), gs, a.clip_norm);
+    gs = rules::norm_clip_scale(combine(0), gs, a.k.clip_norm);
     if (kTeam) {
 #pragma omp barrier
     }
   }
-  const LambStep<float> step{a.beta1, 1.0f - a.beta1, a.beta2,        1.0f - a.beta2,
-                             a.eps,   a.inv_bc1,      a.inv_sqrt_bc2, x.weight_decay};
+  LambStep<float> step;
+  step.set_betas(a.k.beta1, a.k.beta2);
+  step.eps = a.k.eps;
+  step.inv_bc1 = a.inv_bc1;
+  step.inv_sqrt_bc2 = a.inv_sqrt_bc2;
+  step.wd = x.weight_decay;
   const int64_t lo = rg.lo, len = rg.hi - rg.lo;
   float *p = x.p + lo, *m = x.m + lo, *v = x.v + lo, *rr = r + lo;
   const float *g = x.g + lo;
-  if (!(x.weight_decay > 0.0f || a.always_adapt)) {
+  if (!(x.weight_decay > 0.0f || a.k.always_adapt != 0.0f)) {
     if (len > 0)
       with_lamb_grad(a, gs, [&](auto grad) { lamb_plain_loop(p, m, v, g, len, step, x.lr, grad); });
     if (t == 0) *x.ratio = 1.0f;

@@ -41,7 +41,7 @@ struct LionBf16View {
 //   kDelta: out = -lr * s;  otherwise out = rules::lion_apply(out, s, keep, -lr)
 // kMax: returns the largest |m| of the new moments (NaN ignored), for int8 scales.
 template <bool kDelta, bool kMax, class View, class Len>
-inline float lion_loop(float *__restrict out, const float *__restrict g, Len n, const LionArgs &a,
+inline float lion_loop(float *__restrict out, const float *__restrict g, Len n, const LionConsts &a,
                        float neg_lr, float keep, const View io) {
   const float b1 = a.beta1, c1 = 1.0f - a.beta1, b2 = a.beta2, c2 = 1.0f - a.beta2;
   const float scale = a.inv_scale;
@@ -63,7 +63,7 @@ inline float lion_loop(float *__restrict out, const float *__restrict g, Len n, 
 // rounded stochastically with the low 16 bits of rules::q8_round_bits (the
 // rule of Adam's m, reference.q8_quantize).
 template <bool kDelta, class Len>
-inline void lion_q8_block(const LionTensor &x, const LionArgs &a, int64_t lo, Len n, float *out,
+inline void lion_q8_block(const LionTensor &x, const LionConsts &a, int64_t lo, Len n, float *out,
                           const float *g) {
   alignas(64) float mb[kQ8Block];
   int8_t *mq = static_cast<int8_t *>(x.m) + lo;
@@ -92,7 +92,7 @@ inline void lion_q8_block(const LionTensor &x, const LionArgs &a, int64_t lo, Le
 
 // The chunk [lo, lo + len) of tensor x with float32 `out` and `g` (the chunk's own).
 template <bool kDelta>
-inline void lion_chunk(const LionTensor &x, const LionArgs &a, Moments moments, int64_t lo,
+inline void lion_chunk(const LionTensor &x, const LionConsts &a, Moments moments, int64_t lo,
                        int64_t len, float *out, const float *g) {
   switch (moments) {
     case Moments::kBf16:
@@ -117,7 +117,7 @@ inline void lion_chunk(const LionTensor &x, const LionArgs &a, Moments moments, 
 template <bool kDelta, bool kHalf>
 struct LionPiece {
   const LionTensor *ts;
-  const LionArgs *a;
+  const LionConsts *a;
   Moments moments;
   void operator()(int64_t i, int64_t lo, int64_t hi) const {
     const LionTensor &x = ts[i];
@@ -146,16 +146,16 @@ struct LionPiece {
 };
 
 template <bool kDelta, bool kHalf>
-void lion_walk(const LionTensor *ts, int64_t count, const LionArgs &a, Moments moments) {
+void lion_walk(const LionTensor *ts, int64_t count, const LionConsts &a, Moments moments) {
   WalkPlan plan;
   plan.block = moments == Moments::kQ8 ? kQ8Block : 1;
   walk_tensors(count, [ts](int64_t i) { return ts[i].n; }, plan,
                LionPiece<kDelta, kHalf>{ts, &a, moments});
 }
 
-void lion_multi(const LionTensor *ts, int64_t count, const LionArgs &a, bool delta, bool half,
+void lion_multi(const LionTensor *ts, int64_t count, const LionConsts &a, bool delta, bool half,
                 Moments moments) {
-  using Walk = void (*)(const LionTensor *, int64_t, const LionArgs &, Moments);
+  using Walk = void (*)(const LionTensor *, int64_t, const LionConsts &, Moments);
   static constexpr Walk kWalks[2][2] = {{lion_walk<false, false>, lion_walk<false, true>},
                                         {lion_walk<true, false>, lion_walk<true, true>}};
   kWalks[delta][half](ts, count, a, moments);

@@ -99,7 +99,16 @@ void adam(T *p, T *m, T *v, const T *g, int64_t n, const PsHyper<T> &h) {
 
 template <class T>
 LambStep<T> lamb_step(const PsHyper<T> &h) {
-  return {h.beta1, h.c1, h.beta2, h.c2, h.eps, h.inv_bc1, h.inv_sqrt_bc2, h.wd};
+  LambStep<T> s;
+  s.beta1 = h.beta1;
+  s.c1 = h.c1;
+  s.beta2 = h.beta2;
+  s.c2 = h.c2;
+  s.eps = h.eps;
+  s.inv_bc1 = h.inv_bc1;
+  s.inv_sqrt_bc2 = h.inv_sqrt_bc2;
+  s.wd = h.wd;
+  return s;
 }
 
 template <class T>

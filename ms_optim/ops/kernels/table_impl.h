@@ -28,12 +28,24 @@
 namespace msopt {
 namespace MSOPT_ISA_NS {
 
+// Each entry set by name: the table's member order is written only in core/kernels.h.
+constexpr KernelTable make_table() {
+  KernelTable t{};
+  t.isa = MSOPT_ISA_NAME;
+  t.adam_multi = adam_multi;
+  t.lion_multi = lion_multi;
+  t.lamb_f32 = lamb_f32;
+  t.gather_abs_f32 = gather_abs_f32;
+  t.sumsq_f32 = sumsq_f32;
+  t.f16_to_f32 = f16_to_f32;
+  t.f32_to_f16 = f32_to_f16;
+  t.dgc_momentum = dgc_momentum;
+  t.dgc_accumulate_range_f32 = dgc_accumulate_range_f32;
+  return t;
+}
+
 extern const KernelTable kTable;
-const KernelTable kTable = {
-    MSOPT_ISA_NAME,   adam_multi,       lamb_f32,         gather_abs_f32,   sumsq_f32,
-    f16_to_f32,       f32_to_f16,       dgc_momentum,     dgc_accumulate_range_f32,
-    lion_multi,
-};
+const KernelTable kTable = make_table();
 
 }  // namespace MSOPT_ISA_NS
 }  // namespace msopt
