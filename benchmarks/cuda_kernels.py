@@ -28,6 +28,7 @@ from examples.common.cli import positive_int
 
 torch = None  # PyTorch, imported by main(): --help answers without it
 cuda_library = None  # ms_optim's CUDA library (benchmarks.common.cuda_harness)
+consts = None  # a kernel's constants by name (benchmarks.common.cuda_harness)
 
 SPARSITY, MOMENTUM, RANKS = 0.999, 0.9, 8
 
@@ -100,6 +101,11 @@ def _stream():
     return torch.cuda.current_stream().cuda_stream
 
 
+def _dgc_consts():
+    """DGC's constants on the device, by name."""
+    return torch.from_numpy(consts("dgc", momentum=MOMENTUM, nesterov=False)).cuda()
+
+
 def select_call(sizes):
     """A prepared multi-tensor select over fresh residuals of `sizes` (sparsity SPARSITY)."""
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -107,11 +113,11 @@ def select_call(sizes):
                [torch.randn(n, device="cuda", generator=gen) for n in sizes],
                [torch.randn(n, device="cuda", generator=gen) for n in sizes]]
     ks = [max(1, int(n * (1 - SPARSITY))) for n in sizes]
-    rest = [torch.tensor([MOMENTUM, 0.0], device="cuda"),
-            torch.tensor(ks, dtype=torch.int32, device="cuda"),
-            torch.zeros(sum(ks), dtype=torch.int32, device="cuda"),
-            torch.zeros(sum(ks), device="cuda")]
-    return cuda_library.prepare("ms_optim_dgc_select_multi", sum(tensors, []) + rest, _stream())
+    return cuda_library.prepare_named(
+        "ms_optim_dgc_select_multi", _stream(), u=tensors[0], v=tensors[1], grad=tensors[2],
+        consts=_dgc_consts(), ks=torch.tensor(ks, dtype=torch.int32, device="cuda"),
+        idx=torch.zeros(sum(ks), dtype=torch.int32, device="cuda"),
+        val=torch.zeros(sum(ks), device="cuda"))
 
 
 def profile_select(sizes, calls=5):
@@ -136,10 +142,9 @@ def dgc_select(sizes, repeat):
     total = sum(ks)
     idx = torch.zeros(total, dtype=torch.int32, device="cuda")
     val = torch.zeros(total, device="cuda")
-    consts = torch.tensor([MOMENTUM, 0.0], device="cuda")
-    ks_t = torch.tensor(ks, dtype=torch.int32, device="cuda")
-    ours = cuda_library.prepare(
-        "ms_optim_dgc_select_multi", u + v + g + [consts, ks_t, idx, val], _stream())
+    ours = cuda_library.prepare_named(
+        "ms_optim_dgc_select_multi", _stream(), u=u, v=v, grad=g, consts=_dgc_consts(),
+        ks=torch.tensor(ks, dtype=torch.int32, device="cuda"), idx=idx, val=val)
 
     def composed():
         for j in range(len(sizes)):
@@ -194,9 +199,10 @@ def select_hard(n, repeat):
         u, v, g = torch.zeros(n, device="cuda"), v0.clone(), torch.zeros(n, device="cuda")
         idx = torch.zeros(k, dtype=torch.int32, device="cuda")
         val = torch.zeros(k, device="cuda")
-        rest = [torch.tensor([MOMENTUM, 0.0], device="cuda"),
-                torch.tensor([k], dtype=torch.int32, device="cuda"), idx, val]
-        run = cuda_library.prepare("ms_optim_dgc_select_multi", [u, v, g] + rest, _stream())
+        run = cuda_library.prepare_named(
+            "ms_optim_dgc_select_multi", _stream(), u=[u], v=[v], grad=[g],
+            consts=_dgc_consts(), ks=torch.tensor([k], dtype=torch.int32, device="cuda"),
+            idx=idx, val=val)
 
         def restore():
             u.zero_()
@@ -220,8 +226,8 @@ def dgc_apply(sizes, repeat):
     layout = torch.tensor([RANKS] + list(offsets) + ks, dtype=torch.int32, device="cuda")
     lr = torch.tensor(0.1, device="cuda")
     done = torch.zeros(1, device="cuda")
-    ours = cuda_library.prepare("ms_optim_dgc_apply_multi", p + [idx, val, lr, layout, done],
-                                _stream())
+    ours = cuda_library.prepare_named("ms_optim_dgc_apply_multi", _stream(), param=p, idx=idx,
+                                      val=val, lr=lr, layout=layout, done=done)
     per = []
     for j in range(len(sizes)):
         at = np.concatenate([r * block + offsets[j] + np.arange(ks[j]) for r in range(RANKS)])
@@ -246,12 +252,14 @@ def lamb(sizes, repeat):
     m = [torch.zeros(n, device="cuda") for n in sizes]
     v = [torch.zeros(n, device="cuda") for n in sizes]
     g = [torch.randn(n, device="cuda", generator=gen) for n in sizes]
-    consts = torch.tensor([b1, b2, eps, 0.0, -np.inf, np.inf, 0.0], device="cuda")
-    powers = torch.tensor([b1 ** step, b2 ** step], device="cuda")
-    scalars = [torch.tensor([lr], device="cuda"), torch.tensor([wd], device="cuda"),
-               torch.tensor([1.0], device="cuda"), powers, consts,
-               torch.zeros(len(sizes), device="cuda")]
-    ours = cuda_library.prepare("ms_optim_lamb", p + m + v + g + scalars, _stream())
+    fixed = torch.from_numpy(consts("lamb", beta1=b1, beta2=b2, eps=eps, clip_norm=0.0,
+                                    clip_lo=-np.inf, clip_hi=np.inf, always_adapt=0)).cuda()
+    ours = cuda_library.prepare_named(
+        "ms_optim_lamb", _stream(), param=p, m=m, v=v, grad=g,
+        lr=torch.tensor([lr], device="cuda"), wd=torch.tensor([wd], device="cuda"),
+        gscale=torch.tensor([1.0], device="cuda"),
+        powers=torch.tensor([b1 ** step, b2 ** step], device="cuda"), consts=fixed,
+        ratios=torch.zeros(len(sizes), device="cuda"))
     ib1, isb2 = 1 / (1 - b1 ** step), 1 / np.sqrt(1 - b2 ** step)
 
     def composed():
@@ -276,13 +284,14 @@ def main(argv=None):
     parser.add_argument("--profile", action="store_true",
                         help="also print the select's kernels' times (5 calls)")
     args = parser.parse_args(argv)
-    global torch, cuda_library
+    global torch, cuda_library, consts
     try:
         import torch
     except ImportError:
         parser.exit(1, "benchmarks.cuda_kernels needs PyTorch (pip install torch)\n")
     from benchmarks.common import cuda_harness
     cuda_library = cuda_harness.cuda_library
+    consts = cuda_harness.consts
     if not torch.cuda.is_available() or not cuda_library.available():
         parser.exit(1, "benchmarks.cuda_kernels needs PyTorch with a CUDA device and ms_optim's "
                        "CUDA library (built where nvcc is found)\n")

@@ -121,7 +121,13 @@ def prepare(entry, arrays, stream=0):
                               lambda: handle.msopt_last_error().decode(), stream)
 
 
+def prepare_named(entry, stream=0, **tensors):
+    """``prepare`` on device arrays given by slot name (a list for a slot of one tensor per
+    parameter), in the order the entry declares."""
+    return prepare(entry, _slots.flat_arrays(entry, signature(entry), tensors), stream)
+
+
 def call(entry, stream=0, **tensors):
     """Runs CUDA entry `entry` once on device arrays given by slot name (a list for a slot
     of one tensor per parameter), queued on `stream`."""
-    prepare(entry, _slots.flat_arrays(entry, signature(entry), tensors), stream)()
+    prepare_named(entry, stream, **tensors)()

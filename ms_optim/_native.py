@@ -23,6 +23,7 @@ _SIGNATURES = {
     "msopt_f32_to_f16": (None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]),
     "msopt_f16_to_f32": (None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]),
     "msopt_aot_kernels": (ctypes.c_char_p, []),
+    "msopt_consts_layout": (ctypes.c_char_p, [ctypes.c_char_p]),
 }
 
 
@@ -146,6 +147,30 @@ def aot_signature(entry):
     if raw is None:
         raise ValueError(f"unknown native kernel {entry!r}; the library has {aot_kernels()}")
     return raw.decode()
+
+
+def consts_layout(kernel):
+    """The field names of `kernel`'s constants ("adam", "lamb", "lion", "dgc", "powers"), in
+    the order ops/core/contract.h declares them, as the library reports them; ValueError
+    for an unknown kernel."""
+    raw = lib().msopt_consts_layout(kernel.encode())
+    if raw is None:
+        raise ValueError(f"no constants layout named {kernel!r}")
+    return tuple(raw.decode().split())
+
+
+def consts_values(kernel, **values):
+    """`kernel`'s constants as a float32 numpy array, its fields given by name (bools as
+    0/1); ValueError naming the missing and unknown fields."""
+    import numpy as np
+
+    names = consts_layout(kernel)
+    missing = [n for n in names if n not in values]
+    unknown = [n for n in values if n not in names]
+    if missing or unknown:
+        raise ValueError(f"constants of kernel '{kernel}': missing {missing}, unknown {unknown}; "
+                         f"its fields are {names}")
+    return np.array([float(values[n]) for n in names], np.float32)
 
 
 def last_native_error():

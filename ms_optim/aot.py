@@ -10,11 +10,10 @@ Four things live here and nowhere else:
   argument order is written on this side.
 - **Constants layouts.**  A kernel's fixed hyper-parameters travel as one
   float32 tensor whose layout is a C++ struct declared by a list of field
-  names in ``ops/core/contract.h``.  ``LAYOUTS`` declares the same names once on
-  this side; ``consts(kernel, **values)`` builds the tensor by name (a
-  missing or unknown name is a ValueError), and the first op built for a
-  kernel compares the names with the library's own list
-  (``msopt_consts_layout``), so the two ends cannot drift apart silently.
+  names in ``ops/core/contract.h``, the one place they are written: the
+  library reports the list (``msopt_consts_layout``), and
+  ``consts(kernel, **values)`` builds the tensor by name from it (a missing or
+  unknown name is a ValueError).
 - **Bucketing** (``buckets``), on the model of apex's ``multi_tensor_apply``:
   the parameters are cut into runs of at most ``MAX_TENSORS`` (of one dtype
   where a kernel's inputs must share it), and each run is stepped by one
@@ -29,7 +28,6 @@ Four things live here and nowhere else:
 import ctypes
 import zlib
 
-import numpy as np
 from mindspore import Tensor, ops
 from mindspore import dtype as mstype
 from mindspore.ops import CustomRegOp, DataType
@@ -43,48 +41,15 @@ _FORMATS = {mstype.float32: DataType.F32_Default, mstype.float16: DataType.F16_D
             mstype.int32: DataType.I32_Default, mstype.int8: DataType.I8_Default,
             mstype.uint8: DataType.U8_Default}
 
-# The field names of each constants struct of ops/core/contract.h, in order.
-LAYOUTS = {
-    "adam": ("beta1", "beta2", "eps", "inv_scale", "nesterov"),
-    "adam_ext": ("beta1", "beta2", "eps", "inv_scale", "nesterov", "decoupled"),
-    "lamb": ("beta1", "beta2", "eps", "clip_norm", "clip_lo", "clip_hi", "always_adapt"),
-    "lion": ("beta1", "beta2", "inv_scale"),
-    "dgc": ("momentum", "nesterov"),
-    "powers": ("beta1_power", "beta2_power"),
-}
-_checked = set()
-
-
-def check_layout(kernel):
-    """Compares LAYOUTS[kernel] with the library's layout; NativeLibraryError on a mismatch."""
-    if kernel in _checked:
-        return
-    handle = _native.lib_with({"msopt_consts_layout": (ctypes.c_char_p, [ctypes.c_char_p])},
-                              "msopt_consts_layout")
-    raw = handle.msopt_consts_layout(kernel.encode())
-    native = tuple(raw.decode().split()) if raw is not None else None
-    if native != LAYOUTS[kernel]:
-        raise _native.NativeLibraryError(
-            f"the constants of kernel '{kernel}' differ between ms_optim/aot.py "
-            f"{LAYOUTS[kernel]} and the library {_native.library_path()} {native}; rebuild it "
-            f"with 'pip install .'.")
-    _checked.add(kernel)
-
-
 def consts(kernel, **values):
-    """The float32 constants tensor of `kernel`, its fields given by name (bools as 0/1)."""
-    names = LAYOUTS[kernel]
-    missing = [n for n in names if n not in values]
-    unknown = [n for n in values if n not in names]
-    if missing or unknown:
-        raise ValueError(f"constants of kernel '{kernel}': missing {missing}, unknown {unknown}; "
-                         f"its fields are {names}")
-    return Tensor(np.array([float(values[n]) for n in names], np.float32))
+    """The float32 constants tensor of `kernel`, its fields given by name (bools as 0/1), in
+    the order ops/core/contract.h declares them (``_native.consts_values``)."""
+    return Tensor(consts_array(kernel, **values))
 
 
 def consts_array(kernel, **values):
     """consts() as a numpy array (for calling a kernel directly, in tests and benchmarks)."""
-    return consts(kernel, **values).asnumpy()
+    return _native.consts_values(kernel, **values)
 
 
 def buckets(keys, max_tensors=None):
@@ -232,9 +197,6 @@ def adam_op(k, dtype, delta, moment_dtype="float32"):
     """Multi-tensor Adam step over `k` parameters of `dtype` (float32 or float16), moments
     stored as `moment_dtype` (MOMENT_DTYPES; ops/aot/aot_adam.cpp).  Its entry (in place,
     or delta; int8 moments add the m_scale, v_scale and key slots) is ``adam_entry``'s."""
-    check_layout("adam")
-    check_layout("adam_ext")
-    check_layout("powers")
     mt, vt, scaled = moment_storage(moment_dtype)
     f32 = mstype.float32
     dtypes = dict(m=mt, v=vt, grad=dtype, lr=f32, powers=f32, consts=f32)
@@ -273,7 +235,6 @@ def lion_op(k, dtype, delta, moment_dtype="float32"):
     """Multi-tensor Lion step over `k` parameters of `dtype` (float32 or float16), its moment
     stored as `moment_dtype` (MOMENT_DTYPES; ops/aot/aot_lion.cpp); the entry is
     ``lion_entry``'s."""
-    check_layout("lion")
     mt, _, scaled = moment_storage(moment_dtype)
     f32 = mstype.float32
     dtypes = dict(m=mt, grad=dtype, lr=f32, consts=f32)
@@ -287,8 +248,6 @@ def lion_op(k, dtype, delta, moment_dtype="float32"):
 def lamb_op(k, device="CPU"):
     """Multi-tensor Lamb step over `k` float32 parameters (ops/aot/aot_lamb.cpp, or
     ops/cuda/lamb.cu with device "GPU"); its output holds the k trust ratios."""
-    check_layout("lamb")
-    check_layout("powers")
     f32 = mstype.float32
     return native_op("ms_optim_lamb", k, dict.fromkeys(
         ("param", "m", "v", "grad", "lr", "wd", "gscale", "powers", "consts", "ratios"), f32),

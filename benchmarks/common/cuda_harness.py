@@ -30,8 +30,10 @@ def _framework_free_package():
 _framework_free_package()
 from ms_optim import _cuda, _native, _slots, reference  # noqa: E402
 
-__all__ = ["cpu", "gpu", "to_device", "reference", "cuda_library"]
+__all__ = ["consts", "cpu", "gpu", "to_device", "reference", "cuda_library"]
 cuda_library = _cuda
+# a kernel's constants by name, in the library's order (ops/core/contract.h)
+consts = _native.consts_values
 
 
 def _map(fn, named):

@@ -9,7 +9,7 @@ it, run ``python -m pytest --noconftest -o addopts= tests/gpu``.
 import numpy as np
 import pytest
 
-from benchmarks.common.cuda_harness import cpu, cuda_library, gpu, reference, to_device
+from benchmarks.common.cuda_harness import consts, cpu, cuda_library, gpu, reference, to_device
 from tests.sizes import EDGE_SIZES
 
 torch = pytest.importorskip("torch")
@@ -42,7 +42,7 @@ def _values(kind, n, rng):
 
 
 def _dgc_consts(nesterov):
-    return np.array([0.9, 1.0 if nesterov else 0.0], f32)
+    return consts("dgc", momentum=0.9, nesterov=nesterov)
 
 
 # ----------------------------------------------------------------- select --
@@ -301,8 +301,14 @@ def test_apply_float16_is_rounded_once(ranks):
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-6
 
 
-def _lamb_call(rng, sizes, wd, lr, always_adapt, clip_norm, clip_value, step=3):
+def _lamb_clip(clip_value):
+    """The value clip's bounds as the kernels take them (float32; -inf, +inf without)."""
     lo, hi = (-clip_value, clip_value) if clip_value else (-np.inf, np.inf)
+    return f32(lo), f32(hi)
+
+
+def _lamb_call(rng, sizes, wd, lr, always_adapt, clip_norm, clip_value, step=3):
+    lo, hi = _lamb_clip(clip_value)
     return dict(
         param=[rng.standard_normal(n).astype(f32) for n in sizes],
         m=[(rng.standard_normal(n) * 0.1).astype(f32) for n in sizes],
@@ -310,7 +316,8 @@ def _lamb_call(rng, sizes, wd, lr, always_adapt, clip_norm, clip_value, step=3):
         grad=[(rng.standard_normal(n) * 2).astype(f32) for n in sizes],
         lr=lr, wd=wd, gscale=np.array([0.5], f32),
         powers=np.array([BETA1 ** step, BETA2 ** step], f32),
-        consts=np.array([BETA1, BETA2, EPS, clip_norm, lo, hi, float(always_adapt)], f32),
+        consts=consts("lamb", beta1=BETA1, beta2=BETA2, eps=EPS, clip_norm=clip_norm,
+                      clip_lo=lo, clip_hi=hi, always_adapt=always_adapt),
         ratios=np.zeros(len(sizes), f32))
 
 
@@ -328,7 +335,7 @@ def test_lamb(sizes, wd, always_adapt, clip_norm, clip_value):
            else np.array([wd], f32))
     call = _lamb_call(rng, sizes, wds, lr, always_adapt, clip_norm, clip_value)
     got, ref = gpu("ms_optim_lamb", **call), cpu("ms_optim_lamb", **call)
-    lo, hi = call["consts"][4], call["consts"][5]
+    lo, hi = _lamb_clip(clip_value)
     for j, n in enumerate(sizes):
         p, m, v = (call[k][j].copy() for k in ("param", "m", "v"))
         lr_j, wd_j = lr[j if group else 0], wds[j if wds.size > 1 else 0]

@@ -206,12 +206,19 @@ def test_kernel_rejects_bad_argument_counts():
             slot="delta", **{**good, "delta": [np.zeros(4, np.float16)]})
 
 
-def test_constants_layouts_match_the_library():
-    """aot.py's field names are the library's (contract.h), for every layout."""
-    for name in aot.LAYOUTS:
-        aot.check_layout(name)
+def test_constants_are_built_by_name_from_the_library_layout():
+    """The constants' order is contract.h's alone: aot.consts reads it from the library and
+    places each value by name; a missing or unknown name is refused."""
+    assert _native.consts_layout("lamb") == ("beta1", "beta2", "eps", "clip_norm", "clip_lo",
+                                             "clip_hi", "always_adapt")
+    np.testing.assert_array_equal(
+        aot.consts_array("lamb", always_adapt=True, clip_hi=2.0, clip_lo=-2.0, clip_norm=0.5,
+                         eps=1e-6, beta2=0.999, beta1=0.9),
+        np.float32([0.9, 0.999, 1e-6, 0.5, -2.0, 2.0, 1.0]))
     with pytest.raises(ValueError, match="missing \\['nesterov'\\], unknown \\['nesterov_'\\]"):
         aot.consts("adam", beta1=0.9, beta2=0.999, eps=1e-8, inv_scale=1.0, nesterov_=0)
+    with pytest.raises(ValueError, match="no constants layout named 'adamw'"):
+        _native.consts_layout("adamw")
 
 
 def test_isa_selection():

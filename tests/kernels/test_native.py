@@ -70,14 +70,14 @@ def test_lib_with_declares_tables_passed_fresh_on_every_call(monkeypatch):
     int return type turns a string into an address)."""
     handle = _native.lib()
     monkeypatch.setattr(_native._LIBRARY, "declared", set(_native._SIGNATURES))
-    for name in ("ms_optim_q8_block", "msopt_consts_layout"):
+    for name in ("ms_optim_q8_block", "msopt_supported_isas"):
         monkeypatch.setattr(getattr(handle, name), "restype", ctypes.c_int)
     for _ in range(3):
         assert _native.lib_with({"ms_optim_q8_block": (ctypes.c_int64, [])},
                                 "q8").ms_optim_q8_block() == 256
-        layout = _native.lib_with({"msopt_consts_layout": (ctypes.c_char_p, [ctypes.c_char_p])},
-                                  "layout").msopt_consts_layout(b"powers")
-        assert layout.split() == [b"beta1_power", b"beta2_power"]
+        isas = _native.lib_with({"msopt_supported_isas": (ctypes.c_char_p, [])},
+                                "isas").msopt_supported_isas()
+        assert isas.split(b", ")[0] == b"scalar"
 
 
 @pytest.mark.parametrize("module, allowed", [("reference", {"numpy"}),
