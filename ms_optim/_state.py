@@ -1,8 +1,10 @@
 """Optimizer state shared by the host-moment optimizers (AdamOffload, Lion) and Lamb."""
 import numpy as np
-from mindspore import Parameter, ParameterTuple, Tensor
+from mindspore import Parameter, ParameterTuple, Tensor, ops
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
+
+from . import aot
 
 
 class BetaPowers:
@@ -36,6 +38,35 @@ class HostState:
         return ParameterTuple(
             Parameter(initializer("zeros", shape(p), dtype), name=f"{prefix}.{p.name}")
             for p in self._parameters)
+
+    def _init_host_step(self, moment_dtype, names, make_op, entry, delta):
+        """The host step's state and ops: a moment Parameter per parameter for each of
+        `names` (stored as `moment_dtype`: the first name takes aot.moment_storage's m
+        dtype, the second its v dtype), with int8 scales ``<name>_scale``; the buckets of
+        parameters of one dtype, one op each (``make_op(k, dtype, delta, moment_dtype)``)
+        called in the order of ``entry(delta, scaled)``; each bucket's first position (the
+        int8 rounding key's); and the per-bucket weight decay."""
+        m_dtype, v_dtype, self.scaled = aot.moment_storage(moment_dtype)
+        block = aot.q8_block() if self.scaled else None
+        for name, dtype in zip(names, (m_dtype, v_dtype)):
+            setattr(self, name, self._host_state(name, dtype))
+            setattr(self, f"{name}_scale",
+                    self._host_state(f"{name}_scale", mstype.float32, block) if self.scaled
+                    else ParameterTuple(()))
+        self.concat = ops.Concat()
+        self.buckets = aot.buckets([p.dtype for p in self._parameters])
+        # int8: each bucket's first parameter's position, with global_step the key of its
+        # codes' stochastic rounding (docs/algorithms.md §1.1; unused otherwise)
+        self.q8_first = tuple(Tensor(np.array([lo], np.int32)) for lo, _ in self.buckets)
+        self.step_ops = tuple(make_op(hi - lo, self._parameters[lo].dtype, delta, moment_dtype)
+                              for lo, hi in self.buckets)
+        self.step_order = aot.call_order(entry(delta, self.scaled))
+        self._init_bucket_decay(self.buckets)
+
+    def q8_key(self, b):
+        """Bucket b's int8 rounding key inside ``construct``: the step (after its increment)
+        and the bucket's first position; None without int8 moments."""
+        return self.concat((self.global_step, self.q8_first[b])) if self.scaled else None
 
     def _init_bucket_decay(self, buckets):
         """Weight decay per parameter: MindSpore's decay flags (without groups, parameters

@@ -1,6 +1,5 @@
 """AdamOffload: Adam whose moments live and are computed on the host CPU."""
-import numpy as np
-from mindspore import ParameterTuple, Tensor, nn, ops
+from mindspore import nn
 from mindspore import dtype as mstype
 from mindspore.graph.api import jit
 from mindspore.ops import functional as F
@@ -205,25 +204,8 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, HostState, nn.Optimize
                        else aot.consts("adam", **fields))
         # AdamW's decay is not scaled by the loss scale (nn.Optimizer stores wd * loss_scale)
         self.inv_loss_scale = 1.0 / loss_scale
-        m_dtype, v_dtype, self.scaled = aot.moment_storage(moment_dtype)
-        self.moment1 = self._host_state("moment1", m_dtype)
-        self.moment2 = self._host_state("moment2", v_dtype)
-        if self.scaled:
-            block = aot.q8_block()
-            self.moment1_scale = self._host_state("moment1_scale", mstype.float32, block)
-            self.moment2_scale = self._host_state("moment2_scale", mstype.float32, block)
-        else:
-            self.moment1_scale = self.moment2_scale = ParameterTuple(())
-        self.concat = ops.Concat()
-        self.buckets = aot.buckets([p.dtype for p in self._parameters])
-        # int8: each bucket's first parameter's position, with global_step the key of its
-        # codes' stochastic rounding (docs/algorithms.md §1.1; unused otherwise)
-        self.q8_first = tuple(Tensor(np.array([lo], np.int32)) for lo, _ in self.buckets)
-        self.adam_ops = tuple(aot.adam_op(hi - lo, self._parameters[lo].dtype, impl == "delta",
-                                              moment_dtype)
-                              for lo, hi in self.buckets)
-        self.adam_order = aot.call_order(aot.adam_entry(impl == "delta", self.scaled))
-        self._init_bucket_decay(self.buckets)
+        self._init_host_step(moment_dtype, ("moment1", "moment2"), aot.adam_op, aot.adam_entry,
+                             impl == "delta")
 
     def host_state_nbytes(self):
         """Bytes of optimizer state in host memory: the moments, their scales (int8) and
@@ -251,10 +233,10 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, HostState, nn.Optimize
             # the scales are read only by the int8 kernels' order (empty otherwise)
             m, v = self.moment1[lo:hi], self.moment2[lo:hi]
             m_scale, v_scale = self.moment1_scale[lo:hi], self.moment2_scale[lo:hi]
-            key = self.concat((self.global_step, self.q8_first[b])) if self.scaled else None
+            key = self.q8_key(b)
             if self.impl == "delta":
-                deltas = self.adam_ops[b](*aot.arrange(
-                    self.adam_order, m=m, v=v, m_scale=m_scale, v_scale=v_scale,
+                deltas = self.step_ops[b](*aot.arrange(
+                    self.step_order, m=m, v=v, m_scale=m_scale, v_scale=v_scale,
                     grad=gradients[lo:hi], lr=lr_b, powers=powers, consts=self.consts, key=key))
                 if hi - lo == 1:
                     deltas = (deltas,)
@@ -267,8 +249,8 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, HostState, nn.Optimize
                 wd_b = self.bucket_weight_decay(weight_decay, b, lo, hi)
                 if self.adamw:
                     wd_b = wd_b * self.inv_loss_scale
-                done = F.depend(done, self.adam_ops[b](*aot.arrange(
-                    self.adam_order, param=params[lo:hi], m=m, v=v, m_scale=m_scale,
+                done = F.depend(done, self.step_ops[b](*aot.arrange(
+                    self.step_order, param=params[lo:hi], m=m, v=v, m_scale=m_scale,
                     v_scale=v_scale, grad=gradients[lo:hi], lr=lr_b, wd=wd_b, powers=powers,
                     consts=self.consts, key=key)))
         return done

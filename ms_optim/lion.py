@@ -1,6 +1,5 @@
 """Lion: the sign of an interpolated momentum, its one moment on the host CPU."""
-import numpy as np
-from mindspore import ParameterTuple, Tensor, nn, ops
+from mindspore import nn
 from mindspore import dtype as mstype
 from mindspore.graph.api import jit
 from mindspore.ops import functional as F
@@ -161,20 +160,8 @@ class Lion(OptimizerAPI, StepSkeleton, HostState, nn.Optimizer):
         self.consts = aot.consts("lion", beta1=beta1, beta2=beta2,
                                  inv_scale=1.0 / loss_scale if impl == "native" else 1.0)
         self.inv_loss_scale = 1.0 / loss_scale
-        m_dtype, _, self.scaled = aot.moment_storage(moment_dtype)
-        self.moment = self._host_state("moment", m_dtype)
-        self.moment_scale = (self._host_state("moment_scale", mstype.float32, aot.q8_block())
-                             if self.scaled else ParameterTuple(()))
-        self.concat = ops.Concat()
-        self.buckets = aot.buckets([p.dtype for p in self._parameters])
-        # int8: each bucket's first parameter's position, with global_step the key of its
-        # codes' stochastic rounding (as AdamOffload's)
-        self.q8_first = tuple(Tensor(np.array([lo], np.int32)) for lo, _ in self.buckets)
-        self.lion_ops = tuple(aot.lion_op(hi - lo, self._parameters[lo].dtype, impl == "delta",
-                                          moment_dtype)
-                              for lo, hi in self.buckets)
-        self.lion_order = aot.call_order(aot.lion_entry(impl == "delta", self.scaled))
-        self._init_bucket_decay(self.buckets)
+        self._init_host_step(moment_dtype, ("moment",), aot.lion_op, aot.lion_entry,
+                             impl == "delta")
 
     def host_state_nbytes(self):
         """Bytes of optimizer state in host memory: the moment and its scales (int8)."""
@@ -192,11 +179,11 @@ class Lion(OptimizerAPI, StepSkeleton, HostState, nn.Optimizer):
         done = True
         for b, (lo, hi) in enumerate(self.buckets):
             lr_b = self.per_tensor(lr, lo, hi, self.is_group_lr)
-            key = self.concat((self.global_step, self.q8_first[b])) if self.scaled else None
+            key = self.q8_key(b)
             m, m_scale = self.moment[lo:hi], self.moment_scale[lo:hi]
             if self.impl == "delta":
-                steps = self.lion_ops[b](*aot.arrange(
-                    self.lion_order, m=m, m_scale=m_scale, grad=gradients[lo:hi], lr=lr_b,
+                steps = self.step_ops[b](*aot.arrange(
+                    self.step_order, m=m, m_scale=m_scale, grad=gradients[lo:hi], lr=lr_b,
                     consts=self.consts, key=key))
                 if hi - lo == 1:
                     steps = (steps,)
@@ -205,8 +192,8 @@ class Lion(OptimizerAPI, StepSkeleton, HostState, nn.Optimizer):
                                                             params[lo + j], steps[j]))
             else:
                 wd_b = self.bucket_weight_decay(weight_decay, b, lo, hi) * self.inv_loss_scale
-                done = F.depend(done, self.lion_ops[b](*aot.arrange(
-                    self.lion_order, param=params[lo:hi], m=m, m_scale=m_scale,
+                done = F.depend(done, self.step_ops[b](*aot.arrange(
+                    self.step_order, param=params[lo:hi], m=m, m_scale=m_scale,
                     grad=gradients[lo:hi], lr=lr_b, wd=wd_b, consts=self.consts, key=key)))
         return done
 

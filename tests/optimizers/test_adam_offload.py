@@ -133,7 +133,7 @@ def test_state_lives_in_parameters_on_the_host():
     for p in net.trainable_params():
         assert f"moment1.{p.name}" in names and f"moment2.{p.name}" in names
     assert {"beta1_power", "beta2_power", "global_step"} <= names
-    assert all(op.primitive_target == "CPU" for op in opt.adam_ops)
+    assert all(op.primitive_target == "CPU" for op in opt.step_ops)
 
 
 @pytest.mark.parametrize("bucket", [1, pytest.param(2, marks=pytest.mark.slow)])

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "aot/call.h"
+#include "aot/checks.h"
 #include "core/contract.h"
 #include "core/kernels.h"
 #include "core/rules.h"
@@ -74,17 +75,10 @@ int check_moments(const AotCall &c, int i, const AdamSlots &l, Moments &kind) {
 int run_adam(const AotCall &c, const AdamSlots &l) {
   const int K = c.K();
   const bool delta = l.done < 0;
-  const bool half = c.is(l.grad, "float16");
-  MSOPT_CHECK(c, half || c.is(l.grad, "float32"), kErrDtype,
-              "grad0 must be float32 or float16, got %s", c.dtype(l.grad));
-  const char *pdt = c.dtype(l.grad);
+  bool half = false;
+  MSOPT_TRY(check_host_step_data(c, l.out, l.grad, delta, &half));
   Moments moments = Moments::kF32;
-  for (int i = 0; i < K; ++i) {
-    MSOPT_CHECK(c, c.is(l.out, pdt, i) && c.is(l.grad, pdt, i), kErrDtype,
-                "%s%d and grad%d must all be %s (as grad0), got %s and %s",
-                delta ? "delta" : "param", i, i, pdt, c.dtype(l.out, i), c.dtype(l.grad, i));
-    MSOPT_TRY(check_moments(c, i, l, moments));
-  }
+  for (int i = 0; i < K; ++i) MSOPT_TRY(check_moments(c, i, l, moments));
   MSOPT_TRY(c.require_same_numel(l.out, {l.m, l.v, l.grad}));
   MSOPT_TRY(c.require_f32(l.lr, 1, K));
   if (l.wd >= 0) MSOPT_TRY(c.require_f32(l.wd, 1, K));
@@ -92,14 +86,7 @@ int run_adam(const AotCall &c, const AdamSlots &l) {
   MSOPT_TRY(c.require_f32(l.consts, AdamConsts::kCount, AdamExtConsts::kCount));
   if (!delta) MSOPT_TRY(c.require_f32(l.done, 1));
   uint32_t step = 0, first = 0;
-  if (l.key >= 0) {
-    MSOPT_TRY(c.require_dtype(l.key, "int32"));
-    MSOPT_CHECK(c, c.numel(l.key) == 2, kErrSize,
-                "key must have 2 elements (step, first parameter), got %lld",
-                static_cast<long long>(c.numel(l.key)));
-    step = static_cast<uint32_t>(c.ptr<int32_t>(l.key)[0]);
-    first = static_cast<uint32_t>(c.ptr<int32_t>(l.key)[1]);
-  }
+  if (l.key >= 0) MSOPT_TRY(read_q8_key(c, l.key, &step, &first));
 
   // AdamConsts is AdamExtConsts' first fields; decoupled is read only when present
   const AdamExtConsts &k = *c.ptr<const AdamExtConsts>(l.consts);

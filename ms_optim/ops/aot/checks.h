@@ -28,6 +28,32 @@ inline int check_dgc_layout(const AotCall &c, int layout) {
   return kOk;
 }
 
+// A host-moment step (Adam, Lion): grad0 float32 or float16 (*half), and each
+// tensor of `out` (the parameters, or the delta outputs) and `grad` that type.
+inline int check_host_step_data(const AotCall &c, int out, int grad, bool delta, bool *half) {
+  *half = c.is(grad, "float16");
+  MSOPT_CHECK(c, *half || c.is(grad, "float32"), kErrDtype,
+              "grad0 must be float32 or float16, got %s", c.dtype(grad));
+  const char *pdt = c.dtype(grad);
+  for (int i = 0; i < c.K(); ++i)
+    MSOPT_CHECK(c, c.is(out, pdt, i) && c.is(grad, pdt, i), kErrDtype,
+                "%s%d and grad%d must all be %s (as grad0), got %s and %s",
+                delta ? "delta" : "param", i, i, pdt, c.dtype(out, i), c.dtype(grad, i));
+  return kOk;
+}
+
+// The int8 moments' key, int32[2]: the step and the position of the call's first
+// parameter among the optimizer's (rules::q8_tensor_key).
+inline int read_q8_key(const AotCall &c, int key, uint32_t *step, uint32_t *first) {
+  MSOPT_TRY(c.require_dtype(key, "int32"));
+  MSOPT_CHECK(c, c.numel(key) == 2, kErrSize,
+              "key must have 2 elements (step, first parameter), got %lld",
+              static_cast<long long>(c.numel(key)));
+  *step = static_cast<uint32_t>(c.ptr<int32_t>(key)[0]);
+  *first = static_cast<uint32_t>(c.ptr<int32_t>(key)[1]);
+  return kOk;
+}
+
 // DGC's residual update (select, propose; S: its slots): u, v, grad float32,
 // tensor j of each the same size, consts float32[DgcConsts::kCount].
 template <class S>
