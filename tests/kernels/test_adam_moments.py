@@ -1,15 +1,13 @@
 """AdamOffload's compact moments (bfloat16, block-wise int8): the native kernels against the
 numpy rules of reference.py, elementwise and bit for bit, per ISA, both paths."""
-import ctypes
-import ctypes.util
-
 import numpy as np
 import pytest
 
 import mindspore as ms
 
-from ms_optim import _native, aot, reference, testing
+from ms_optim import aot, reference, testing
 from tests.kernels.errors import rejects, rejects_one_bad
+from tests.kernels.threads import by_thread_count
 from tests.moments import Moments
 from tests.sizes import SIZE_PARAMS
 
@@ -142,29 +140,18 @@ def test_multi_tensor_call_matches_reference(isa, kind, dtype, delta):
             np.testing.assert_array_equal(p, rp)
 
 
-def _omp_set_threads():
-    lib = ctypes.CDLL(ctypes.util.find_library("gomp") or "libgomp.so.1")
-    return lib.omp_set_num_threads, lib.omp_get_max_threads
-
-
 @pytest.mark.parametrize("kind", ["bfloat16", "int8"])
 def test_bits_do_not_depend_on_the_thread_count(kind):
     """Blocks never straddle two threads: 1, 2 and 3 threads give the same bits."""
-    set_threads, get_threads = _omp_set_threads()
-    before = get_threads()
-    results = []
-    try:
-        for threads in (1, 2, 3):
-            set_threads(threads)
-            assert _native.native_info()["kernel_threads"] == threads
-            states = [_state(n, np.float32, kind, seed=i) for i, n in enumerate(MULTI_SIZES)]
-            rng = np.random.default_rng(9)
-            grads = [(rng.standard_normal(p.size) * 4).astype(np.float32) for p, _, _ in states]
-            _step([(p, mom) for p, mom, _ in states], grads, np.array(1e-2, np.float32),
-                  np.array(0.0, np.float32), 1, False, 1.0, False)
-            results.append(states)
-    finally:
-        set_threads(before)
+    def run():
+        states = [_state(n, np.float32, kind, seed=i) for i, n in enumerate(MULTI_SIZES)]
+        rng = np.random.default_rng(9)
+        grads = [(rng.standard_normal(p.size) * 4).astype(np.float32) for p, _, _ in states]
+        _step([(p, mom) for p, mom, _ in states], grads, np.array(1e-2, np.float32),
+              np.array(0.0, np.float32), 1, False, 1.0, False)
+        return states
+
+    results = by_thread_count(run)
     for other in results[1:]:
         for (p, mom, _), (q, mom2, _) in zip(results[0], other):
             np.testing.assert_array_equal(p, q)

@@ -5,9 +5,9 @@ thread count."""
 import numpy as np
 import pytest
 
-from ms_optim import _native, aot, reference, testing
+from ms_optim import aot, reference, testing
 from tests.kernels.errors import rejects, rejects_one_bad
-from tests.kernels.test_adam_moments import _omp_set_threads
+from tests.kernels.threads import by_thread_count
 from tests.moments import BF16
 from tests.sizes import SIZE_PARAMS
 
@@ -154,21 +154,15 @@ def test_multi_tensor_call_matches_reference(isa, kind, delta):
 
 @pytest.mark.parametrize("kind", ["float32", "int8"])
 def test_bits_do_not_depend_on_the_thread_count(kind):
-    set_threads, get_threads = _omp_set_threads()
-    before = get_threads()
-    results = []
-    try:
-        for threads in (1, 2, 3):
-            set_threads(threads)
-            assert _native.native_info()["kernel_threads"] == threads
-            states = [_state(n, np.float32, kind, seed=i) for i, n in enumerate(MULTI_SIZES)]
-            rng = np.random.default_rng(9)
-            grads = [(rng.standard_normal(p.size) * 4).astype(np.float32) for p, _, _ in states]
-            _call([(p, mom) for p, mom, _ in states], grads, np.float32([1e-2]),
-                  np.float32([0.1]), 1, 1.0, False)
-            results.append(states)
-    finally:
-        set_threads(before)
+    def run():
+        states = [_state(n, np.float32, kind, seed=i) for i, n in enumerate(MULTI_SIZES)]
+        rng = np.random.default_rng(9)
+        grads = [(rng.standard_normal(p.size) * 4).astype(np.float32) for p, _, _ in states]
+        _call([(p, mom) for p, mom, _ in states], grads, np.float32([1e-2]), np.float32([0.1]),
+              1, 1.0, False)
+        return states
+
+    results = by_thread_count(run)
     for other in results[1:]:
         for (p, mom, _), (q, mom2, _) in zip(results[0], other):
             np.testing.assert_array_equal(p, q)
