@@ -171,8 +171,8 @@ def _saved_state(tmp_path, name):
     return path
 
 
-# (saved, resumed) pairs of the default tier, seconds each: a resume of each setting as it
-# was, one that starts compressing a parameter sent dense, and one refusal of each cause
+# (saved, resumed) pairs of the default tier, seconds each: two settings resumed as they
+# were, one that starts compressing a parameter sent dense, and one refusal of each cause
 # (the other kind of residuals, a bucket dropped, a parameter newly sent dense); the other
 # pairs are in the slow tier.
 DEFAULT_TIER_RESUMES = {("default", "default"), ("bucket, lr_in_residuals, dense_params",) * 2,
