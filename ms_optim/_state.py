@@ -27,8 +27,8 @@ class BetaPowers:
 
 class HostState:
     """The state of an optimizer whose moments live on the host and are stepped by
-    multi-tensor native ops, one per bucket of parameters: the moments, and the weight
-    decay each bucket's op takes."""
+    multi-tensor native ops, one per bucket of parameters: the moments, the ops and their
+    call order, and the rounding key and weight decay each bucket's op takes."""
 
     def _host_state(self, prefix, dtype, block=None):
         """Zeros of `dtype` shaped like each parameter (or one per `block` elements of it,
