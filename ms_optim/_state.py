@@ -68,6 +68,14 @@ class HostState:
         and the bucket's first position; None without int8 moments."""
         return self.concat((self.global_step, self.q8_first[b])) if self.scaled else None
 
+    def decoupled_decay_at(self, lr, weight_decay, i):
+        """Parameter i's learning rate and decoupled weight decay inside ``construct``, for
+        the delta path's decay on the device: per parameter with groups, else shared; the
+        decay without the loss scale nn.Optimizer multiplies into it (``inv_loss_scale``)."""
+        lr_i = lr[i] if self.is_group_lr else lr
+        wd_i = (weight_decay[i] if self.is_group else weight_decay) * self.inv_loss_scale
+        return lr_i, wd_i
+
     def _init_bucket_decay(self, buckets):
         """Weight decay per parameter: MindSpore's decay flags (without groups, parameters
         named beta/gamma are not decayed) as a 0/1 mask per bucket, None where all or none

@@ -257,6 +257,5 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, HostState, nn.Optimize
 
     def _adamw_decay(self, lr, weight_decay, i, param):
         """The delta path's AdamW decay of parameter i, lr * wd * p, on the device."""
-        lr_i = lr[i] if self.is_group_lr else lr
-        wd_i = (weight_decay[i] if self.is_group else weight_decay) * self.inv_loss_scale
+        lr_i, wd_i = self.decoupled_decay_at(lr, weight_decay, i)
         return F.cast(lr_i * wd_i, F.dtype(param)) * param

@@ -202,7 +202,6 @@ class Lion(OptimizerAPI, StepSkeleton, HostState, nn.Optimizer):
         where it decays (the native kernel's rule, rules::lion_apply), else p + step."""
         if not (self.decay_flags[i] and self.exec_weight_decay):
             return F.assign_add(param, step)
-        lr_i = lr[i] if self.is_group_lr else lr
-        wd_i = (weight_decay[i] if self.is_group else weight_decay) * self.inv_loss_scale
+        lr_i, wd_i = self.decoupled_decay_at(lr, weight_decay, i)
         keep = F.cast(1.0 - lr_i * wd_i, F.dtype(param))
         return F.assign(param, param * keep + step)
