@@ -1,7 +1,8 @@
 """Python-side helpers shared by the optimizers: learning rate access and repr.
 
-``get_lr()`` stays MindSpore's ``nn.Optimizer.get_lr`` (called inside
-``construct``; it returns the rate as graph values).  From Python:
+``get_lr()`` is MindSpore's ``nn.Optimizer.get_lr`` (called inside
+``construct``; it returns the rate as graph values), with one check where the
+rate is a list: a step past its last value raises ValueError.  From Python:
 
 - ``current_lr()``: the learning rate of the next step as a Python float, or,
   when parameter groups set their own ``'lr'``, a list with one float per
@@ -19,6 +20,7 @@ import math
 import numbers
 
 from mindspore import Parameter, Tensor
+from mindspore import nn
 from mindspore.nn import Cell
 from mindspore import dtype as mstype
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
@@ -68,6 +70,13 @@ class OptimizerAPI:
                     continue
                 firsts += (index[id(g["params"][0])],)
         object.__setattr__(self, "_group_firsts", firsts)
+        # a learning-rate list (or 1-D Tensor) holds one value per step: the first step
+        # with none, and what a step that reaches it raises (get_lr)
+        object.__setattr__(self, "_lr_steps", self._lr_list_length())
+        object.__setattr__(self, "_lr_past_message", None if self._lr_steps is None else (
+            f"For '{self._NAME}', the 'learning_rate' list has {self._lr_steps} value(s), one "
+            f"per step, and the run went past them (step {self._lr_steps}, counted from 0, has "
+            f"none): give a value for every step of the run, or a LearningRateSchedule."))
 
     def __repr__(self):
         args = ", ".join(f"{k}={v}" for k, v in getattr(self, "_repr_args", ()))
@@ -105,23 +114,36 @@ class OptimizerAPI:
             self.check_gradients(gradients)
             object.__setattr__(self, "_gradients_checked", True)
 
-    def _lr_exhausted(self):
-        """After a failed step: the ValueError for a learning-rate list (or 1-D Tensor) that
-        the run has gone past, or None."""
+    def _lr_list_length(self):
+        """The number of values of the shortest learning-rate list (or 1-D Tensor) of the
+        optimizer or its groups, or None when no rate is one."""
         if not self.dynamic_lr:
             return None
         lrs = self.learning_rate if self.is_group_lr else (self.learning_rate,)
-        step = int(self.global_step.asnumpy().reshape(-1)[0])
-        for lr in lrs:
-            # a list or 1-D Tensor: nn.Optimizer's iterator Cell over a Parameter of values
-            values = getattr(lr, "learning_rate", None)
-            if isinstance(values, Parameter) and values.ndim == 1 and step >= values.shape[0]:
-                n = values.shape[0]
-                return ValueError(
-                    f"For '{self._NAME}', the 'learning_rate' list has {n} value(s), one per "
-                    f"step, and the run went past them (step {n}, counted from 0, has none): "
-                    f"give a value for every step of the run, or a LearningRateSchedule.")
-        return None
+        # a list or 1-D Tensor: nn.Optimizer's iterator Cell over a Parameter of values
+        lengths = [lr.learning_rate.shape[0] for lr in lrs
+                   if isinstance(getattr(lr, "learning_rate", None), Parameter)
+                   and lr.learning_rate.ndim == 1]
+        return min(lengths) if lengths else None
+
+    def _lr_exhausted(self):
+        """After a failed step: the ValueError for a learning-rate list (or 1-D Tensor) that
+        the run has gone past, or None."""
+        if self._lr_steps is None:
+            return None
+        if int(self.global_step.asnumpy().reshape(-1)[0]) < self._lr_steps:
+            return None
+        return ValueError(self._lr_past_message)
+
+    def get_lr(self):
+        """``nn.Optimizer.get_lr``, after one check where a rate is a list (or 1-D Tensor):
+        a step past its last value raises ValueError naming it, inside a compiled train
+        step too (where the list's lookup would fail with MindSpore's Gather message).  The
+        check is compiled only for a list, so other rates cost nothing more."""
+        if self._lr_steps is not None:
+            if self.global_step >= self._lr_steps:
+                raise ValueError(self._lr_past_message)
+        return nn.Optimizer.get_lr(self)
 
     # ---------------------------------------------------------- learning rate --
 

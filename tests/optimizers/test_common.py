@@ -208,10 +208,29 @@ def test_a_learning_rate_list_shorter_than_the_run_names_itself(info):
 # ------------------------------------------------------------ learning rate --
 
 @optimizers
+def test_a_learning_rate_list_shorter_than_a_compiled_run_names_itself(info):
+    """Inside a compiled train step the list's lookup would fail with MindSpore's Gather
+    message; get_lr's check raises first, naming the list."""
+    net = nn.Dense(4, 2)
+    opt = info.make(net.trainable_params(), learning_rate=[0.01, 0.005, 0.001])
+    step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
+    x, y = Tensor(np.ones((3, 4), np.float32)), Tensor(np.zeros((3, 2), np.float32))
+    for _ in range(3):
+        step(x, y)
+    with pytest.raises(ValueError, match=rf"^For '{info.name}', the 'learning_rate' list has 3 "
+                                         r"value\(s\), one per step, and the run went past them "
+                                         r"\(step 3, counted from 0"):
+        step(x, y)
+
+
+@optimizers
 def test_get_lr_is_mindspores(info):
     opt = info.make(named_params(), learning_rate=0.01)
-    assert type(opt).get_lr is nn.Optimizer.get_lr
     assert isinstance(opt.get_lr(), Parameter)
+    assert opt.get_lr() is nn.Optimizer.get_lr(opt)
+    listed = info.make(named_params(), learning_rate=[0.01, 0.005])
+    np.testing.assert_array_equal(listed.get_lr().asnumpy(),
+                                  nn.Optimizer.get_lr(listed).asnumpy())
 
 
 @optimizers
