@@ -91,7 +91,7 @@ class HostState:
         """Bucket b's (parameters lo..hi) weight decay input, inside ``construct``."""
         if self.no_decay[b]:
             return self.zero_wd
-        wd_b = self.per_tensor(weight_decay, lo, hi, self.is_group)
+        wd_b = self.bucket_values(weight_decay, lo, hi, self.is_group)
         if self.decay_masks[b] is not None:
             wd_b = wd_b * self.decay_masks[b]
         return wd_b

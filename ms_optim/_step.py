@@ -1,4 +1,5 @@
-"""The step skeleton shared by the ms_optim optimizers.
+"""What every ms_optim optimizer's step shares: the names of its implementations, the one
+order of gradient preprocessing, and the graph-side helpers (``GraphHelpers``).
 
 One vocabulary of implementations, resolved in one place:
 
@@ -27,7 +28,7 @@ the decay to the still-scaled gradient with a weight decay premultiplied by
 the loss scale (the same value up to rounding).
 
 Per-parameter values (learning rate and weight decay with parameter groups)
-reach a multi-tensor op as one tensor per bucket (``per_tensor``); the
+reach a multi-tensor op as one tensor per bucket (``bucket_values``); the
 ops paths map their per-parameter rule with ``map_params``.
 """
 import logging
@@ -105,11 +106,11 @@ def kernel_device(impl, cuda=False):
     return "GPU" if impl == "native" and on_gpu else "CPU"
 
 
-class StepSkeleton:
+class GraphHelpers:
     """Mixin of the graph-side helpers (placed before ``nn.Optimizer`` in the bases, or
     before ``nn.Cell`` in those of a step Cell such as DGC's)."""
 
-    def _init_skeleton(self):
+    def _init_graph_helpers(self):
         self.stack = ops.Stack()
         self.map_types = C.Map()
         # what check_gradients compares each gradient with (constants of the graph)
@@ -148,7 +149,7 @@ class StepSkeleton:
             gradients = clip(gradients)
         return gradients
 
-    def per_tensor(self, values, lo, hi, each):
+    def bucket_values(self, values, lo, hi, each):
         """Parameters lo..hi's values as one input of a multi-tensor op: a float32[hi - lo]
         stack of the per-parameter values when `each`, else the shared value."""
         if each:

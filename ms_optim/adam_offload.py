@@ -7,10 +7,10 @@ from mindspore.ops import functional as F
 from . import _checks, aot
 from ._api import OptimizerAPI
 from ._state import BetaPowers, HostState
-from ._step import StepSkeleton, resolve_impl
+from ._step import GraphHelpers, resolve_impl
 
 
-class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, HostState, nn.Optimizer):
+class AdamOffload(OptimizerAPI, GraphHelpers, BetaPowers, HostState, nn.Optimizer):
     r"""Adam whose moments live in host memory and are updated there by a native CPU kernel.
 
     The API and the update rule of MindSpore's (deprecated) ``nn.AdamOffload``.  Each step,
@@ -194,7 +194,7 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, HostState, nn.Optimize
         self.moment_dtype = moment_dtype
         self.adamw = adamw
         self._init_beta_powers(beta1, beta2)
-        self._init_skeleton()
+        self._init_graph_helpers()
         # The native kernel divides by the loss scale itself (after the decay,
         # as scale_grad would); on the delta path the device does both first.
         fields = dict(beta1=beta1, beta2=beta2, eps=eps,
@@ -229,7 +229,7 @@ class AdamOffload(OptimizerAPI, StepSkeleton, BetaPowers, HostState, nn.Optimize
         powers = self.concat((beta1_power, beta2_power))
         done = True
         for b, (lo, hi) in enumerate(self.buckets):
-            lr_b = self.per_tensor(lr, lo, hi, self.is_group_lr)
+            lr_b = self.bucket_values(lr, lo, hi, self.is_group_lr)
             # the scales are read only by the int8 kernels' order (empty otherwise)
             m, v = self.moment1[lo:hi], self.moment2[lo:hi]
             m_scale, v_scale = self.moment1_scale[lo:hi], self.moment2_scale[lo:hi]

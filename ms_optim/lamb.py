@@ -9,7 +9,7 @@ from mindspore.ops import functional as F
 from . import _checks, aot
 from ._api import OptimizerAPI
 from ._state import BetaPowers
-from ._step import StepSkeleton, kernel_device, resolve_impl
+from ._step import GraphHelpers, kernel_device, resolve_impl
 from .clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, check_grad_clip
 
 
@@ -44,7 +44,7 @@ def _run_ops(head, lr, weight_decay, decay_flag, param, m, v, grad):
 _MINDSPORE_NAMES = {"weight_decay": "lamb_weight_decay", "eps": "epsilon"}
 
 
-class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
+class Lamb(OptimizerAPI, GraphHelpers, BetaPowers, nn.Optimizer):
     r"""LAMB (You et al., 2019) with PaddlePaddle's ``paddle.optimizer.Lamb`` semantics.
 
     Each step, for every parameter :math:`w` with gradient :math:`g` (divided by
@@ -233,7 +233,7 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         exclude = exclude_from_weight_decay_fn or (lambda p: False)
         self.lamb_decay_flags = tuple(not bool(exclude(p)) for p in self._parameters)
         self._init_beta_powers(beta1, beta2)
-        self._init_skeleton()
+        self._init_graph_helpers()
         self.eps = Tensor([epsilon], mstype.float32)
         self.moment1 = self._parameters.clone(prefix="moment1", init="zeros")
         self.moment2 = self._parameters.clone(prefix="moment2", init="zeros")
@@ -310,8 +310,8 @@ class Lamb(OptimizerAPI, StepSkeleton, BetaPowers, nn.Optimizer):
         """Every bucket's multi-tensor kernel; the trust ratios, float32[K]."""
         ratios = ()
         for b, (lo, hi) in enumerate(self.buckets):
-            lr_b = self.per_tensor(lr, lo, hi, self.is_group_lr)
-            wd_b = self.per_tensor(weight_decay, lo, hi, self.is_group)
+            lr_b = self.bucket_values(lr, lo, hi, self.is_group_lr)
+            wd_b = self.bucket_values(weight_decay, lo, hi, self.is_group)
             if self.decay_masks[b] is not None:
                 wd_b = wd_b * self.decay_masks[b]
             args = aot.arrange(self.lamb_order, param=params[lo:hi], m=self.moment1[lo:hi],

@@ -7,10 +7,10 @@ from mindspore.ops import functional as F
 from . import _checks, aot
 from ._api import OptimizerAPI
 from ._state import HostState
-from ._step import StepSkeleton, resolve_impl
+from ._step import GraphHelpers, resolve_impl
 
 
-class Lion(OptimizerAPI, StepSkeleton, HostState, nn.Optimizer):
+class Lion(OptimizerAPI, GraphHelpers, HostState, nn.Optimizer):
     r"""Lion (Chen et al., 2023, "Symbolic Discovery of Optimization Algorithms"), its moment
     in host memory, updated there by a native CPU kernel.
 
@@ -154,7 +154,7 @@ class Lion(OptimizerAPI, StepSkeleton, HostState, nn.Optimizer):
                           weight_decay=weight_decay, loss_scale=loss_scale, impl=impl, **extra)
         self.impl = impl
         self.moment_dtype = moment_dtype
-        self._init_skeleton()
+        self._init_graph_helpers()
         # the native kernel divides by the loss scale itself; on the delta path the device
         # does it first.  The decay is decoupled: nn.Optimizer stores wd * loss_scale.
         self.consts = aot.consts("lion", beta1=beta1, beta2=beta2,
@@ -178,7 +178,7 @@ class Lion(OptimizerAPI, StepSkeleton, HostState, nn.Optimizer):
         self.assignadd(self.global_step, self.global_step_increase_tensor)
         done = True
         for b, (lo, hi) in enumerate(self.buckets):
-            lr_b = self.per_tensor(lr, lo, hi, self.is_group_lr)
+            lr_b = self.bucket_values(lr, lo, hi, self.is_group_lr)
             key = self.q8_key(b)
             m, m_scale = self.moment[lo:hi], self.moment_scale[lo:hi]
             if self.impl == "delta":

@@ -1,7 +1,7 @@
 """The maps DGCMomentum runs over this worker's gradients before the exchange
 (``LocalGrads._local_grads``, DGCMomentum's): ``widen`` (a widened parameter's gradient in
 float32) and ``regularize`` (MindSpore's weight decay, then L2Decay, then
-L1Decay).  The loss scale and the clip between them are StepSkeleton's
+L1Decay).  The loss scale and the clip between them are GraphHelpers's
 ``unscale_and_clip``.  With ``lr_in_residuals``, ``fold_grad`` then multiplies
 a compressed or bucketed parameter's gradient by its learning rate, and
 ``fold_lr`` gives that parameter a learning rate of 1 (``LocalGrads._fold_lr``)."""

@@ -8,7 +8,7 @@ from mindspore.ops import functional as F
 
 from .. import _checks
 from .._api import OptimizerAPI
-from .._step import StepSkeleton, kernel_device
+from .._step import GraphHelpers, kernel_device
 from ..clip import ClipGradByNorm
 from ..dgc_plan import DGCPlan
 from ..regularizer import L1Decay, L2Decay
@@ -34,7 +34,7 @@ def _residual(param, prefix, float32):
     return out
 
 
-class DGCMomentum(OptimizerAPI, StepSkeleton, LocalGrads, nn.Optimizer):
+class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, nn.Optimizer):
     r"""Momentum SGD with Deep Gradient Compression (PaddlePaddle's ``DGCMomentumOptimizer``).
 
     Each worker sends only the largest ``1 - sparsity`` fraction of its accumulated
@@ -272,7 +272,7 @@ class DGCMomentum(OptimizerAPI, StepSkeleton, LocalGrads, nn.Optimizer):
         # default allows
         if impl == "ops" or bucket_sparsity is not None:
             checks.raise_call_depth(len(self._parameters))
-        self._init_skeleton()
+        self._init_graph_helpers()
         self.use_nesterov = use_nesterov
         self.rampup_begin_step, self.rampup_step, self.sparsity = (rampup_begin_step, rampup_step,
                                                                     sparsity)

@@ -23,7 +23,7 @@ from mindspore import dtype as mstype
 from mindspore.ops import functional as F
 
 from .. import aot
-from .._step import StepSkeleton
+from .._step import GraphHelpers
 from ..dgc_plan import union_k
 from .exchange import DenseExchange, SharedExchange, SparseExchange
 from .plan import sparse_buckets, stage_entries
@@ -48,13 +48,13 @@ class StepState(NamedTuple):
     device: str = "CPU"  # where the native kernels run: "CPU" (host) or "GPU" (CUDA)
 
 
-class _Step(StepSkeleton, nn.Cell):
+class _Step(GraphHelpers, nn.Cell):
     """What the step Cells share: the momentum and the learning rates of the parameters
     `ids` (indices into ``state.params``)."""
 
     def __init__(self, state, ids):
         super().__init__(auto_prefix=False)
-        self._init_skeleton()
+        self._init_graph_helpers()
         self.ids = tuple(ids)
         self.params = tuple(state.params[i] for i in self.ids)
         self.us = tuple(state.u[i] for i in self.ids)
@@ -110,7 +110,7 @@ class DenseMomentum(_Step):
         done = True
         for r, (lo, hi) in enumerate(self.run_bounds):
             args = aot.arrange(self.run_order, param=self.params[lo:hi], u=self.us[lo:hi],
-                                   src=src, lr=self.per_tensor(lrs, lo, hi, self.is_group_lr),
+                                   src=src, lr=self.bucket_values(lrs, lo, hi, self.is_group_lr),
                                    consts=self.consts, gidx=self.run_gidx[r])
             done = F.depend(done, self.run_ops[r](*args))
         for j, g in self.others:
@@ -303,7 +303,7 @@ class NativeStep(_SparseStep):
         for b in range(len(self.apply_ranges)):
             lo, hi = self.apply_ranges[b]
             args = aot.arrange(self.apply_order, param=self.params[lo:hi], idx=idx_all,
-                               val=val_all, lr=self.per_tensor(lrs, lo, hi, self.is_group_lr),
+                               val=val_all, lr=self.bucket_values(lrs, lo, hi, self.is_group_lr),
                                layout=self.apply_layouts[stage][b])
             done = F.depend(done, self.apply_ops[b](*args))
         return done
@@ -547,7 +547,7 @@ class BucketStep(_Step):
         if self.native:
             return self.apply_op(*aot.arrange(
                 self.apply_order, param=self.params, mean=mean,
-                lr=self.per_tensor(lrs, 0, len(self.ids), self.is_group_lr)))
+                lr=self.bucket_values(lrs, 0, len(self.ids), self.is_group_lr)))
         if not self.is_group_lr:
             mean = lrs * mean
         done = True
