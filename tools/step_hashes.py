@@ -86,6 +86,22 @@ for _md in ("float32", "bfloat16", "int8"):
 config("AdamOffload-float16-native")(lambda: _run(_adam(weight_decay=0.01), "float16"))
 
 
+def _lion(**kw):
+    def make(p):
+        import ms_optim
+        return ms_optim.Lion(p, learning_rate=0.01, **kw)
+    return make
+
+
+for _md in ("float32", "bfloat16", "int8"):
+    for _impl in ("native", "delta"):
+        for _opts, _kw in (("plain", {}), ("wd", dict(weight_decay=0.1)),
+                           ("loss_scale", dict(loss_scale=4.0))):
+            config(f"Lion-{_md}-{_impl}-{_opts}")(
+                (lambda kw: lambda: _run(_lion(moment_dtype=kw[0], impl=kw[1], **kw[2])))(
+                    (_md, _impl, _kw)))
+
+
 def _lamb(impl, clip):
     def make(p):
         import ms_optim
