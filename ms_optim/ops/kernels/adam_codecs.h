@@ -1,7 +1,7 @@
 // The compact-moment codes of Adam (Moments::kBf16, Moments::kQ8 in
 // core/kernels.h): bfloat16 and the int8 small-float codes, element by element
-// (Bf16View), by block into float32 buffers (Q8Coder, with AVX2 steps of the
-// same bits), and the views adam_view_loop (kernels/adam.h) reads and writes
+// (Bf16View), by block into float32 buffers (Q8Coder, with AVX2 and AVX-512
+// steps of the same bits), and the views adam_view_loop (kernels/adam.h) reads and writes
 // moments through.  docs/algorithms.md §1.1; the numpy rules are
 // reference.py's bf16_* and q8_*.
 // Compiled once per instruction set, inside that ISA's namespace (MSOPT_ISA_NS,
@@ -97,6 +97,31 @@ static_assert(SmallFloat<4, 3>::kTopCode == 120 && SmallFloat<5, 3>::kTopCode ==
 
 using Q8MCode = SmallFloat<kQ8MExp, kQ8MMan>;
 using Q8VCode = SmallFloat<kQ8VExp, kQ8VMan>;
+
+// One element's codes, the rules every int8 loop of Adam and Lion goes through
+// (the AVX2 and AVX-512 steps below are the same bits, 32 or 16 at a time).
+// m: value(|c|) * scale with c's sign; v: value(c) * scale.
+inline float q8_decode_m(int8_t code, float scale) {
+  const int32_t c = code;
+  const uint32_t sign = static_cast<uint32_t>(c) & 0x80000000u;
+  const uint32_t mag = static_cast<uint32_t>((c ^ (c >> 31)) - (c >> 31));  // |c|
+  return bits_f32(f32_bits(Q8MCode::decode(mag) * scale) | sign);
+}
+inline float q8_decode_v(uint8_t code, float scale) { return Q8VCode::decode(code) * scale; }
+// m's code from m and the reciprocal of its scale, rounded with the low 16 bits
+// of r, m's sign kept as the code's sign.  |m * (1 / scale)|: the same as
+// |m| * (1 / scale), and a NaN (inf * 0 where the scale is inf) positive, so
+// that it saturates at the top code as any y > 1.
+inline int8_t q8_encode_m(float m, float inv_scale, uint32_t r) {
+  const int32_t c = static_cast<int32_t>(Q8MCode::encode(std::fabs(m * inv_scale), r));
+  const int32_t neg = static_cast<int32_t>(f32_bits(m) >> 31);  // 1: sign bit set
+  return static_cast<int8_t>((c ^ -neg) + neg);                 // -c when negative
+}
+// v's code, rounded with the high 16 bits of r; a positive v never becomes code
+// 0 (its m may not have: m / sqrt(v) must stay bounded).
+inline uint8_t q8_encode_v(float v, float inv_scale, uint32_t r) {
+  return static_cast<uint8_t>(Q8VCode::encode<true>(std::fabs(v * inv_scale), r >> 16));
+}
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
 // rules::q8_round_bits of 8 lanes, from key + j * kQ8Golden.
@@ -199,9 +224,68 @@ inline void q8_decode32_avx2(const int8_t *mq, const uint8_t *vq, float ms, floa
 }
 #endif
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+// Q8Loops::encode over 16 elements with AVX-512, the same bits: the rounding
+// and clamp of SmallFloat::encode on 32-bit lanes, m's sign applied by a masked
+// negation, and one truncating narrow (vpmovdb) per code.  `idx` holds
+// key + (j0 + j) * kQ8Golden for the 16 lanes.
+inline void q8_encode16_avx512(const float *m, const float *v, __m512 vmi, __m512 vvi,
+                               int8_t *mq, uint8_t *vq, __m512i idx) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+  // rules::q8_round_bits
+  __m512i bits = _mm512_xor_si512(idx, _mm512_srli_epi32(idx, 16));
+  bits = _mm512_mullo_epi32(bits, _mm512_set1_epi32(0x7feb352d));
+  bits = _mm512_xor_si512(bits, _mm512_srli_epi32(bits, 15));
+  const __m512i mbits = _mm512_castps_si512(_mm512_loadu_ps(m));
+  const __m512i ax = _mm512_and_si512(
+      _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(mbits), vmi)), absmask);
+  const __m512i mround = _mm512_slli_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(0xffff)),
+                                           Q8MCode::kRandShift);
+  __m512i mc = _mm512_srai_epi32(
+      _mm512_add_epi32(_mm512_sub_epi32(ax, _mm512_set1_epi32(Q8MCode::kRebias)), mround),
+      Q8MCode::kShift);
+  mc = _mm512_min_epi32(_mm512_max_epi32(mc, zero), _mm512_set1_epi32(Q8MCode::kTopCode));
+  mc = _mm512_mask_sub_epi32(mc, _mm512_cmplt_epi32_mask(mbits, zero), zero, mc);
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(mq), _mm512_cvtepi32_epi8(mc));
+  const __m512i ay = _mm512_and_si512(
+      _mm512_castps_si512(_mm512_mul_ps(_mm512_loadu_ps(v), vvi)), absmask);
+  __m512i vc = _mm512_srai_epi32(
+      _mm512_add_epi32(_mm512_sub_epi32(ay, _mm512_set1_epi32(Q8VCode::kRebias)),
+                       _mm512_slli_epi32(_mm512_srli_epi32(bits, 16), Q8VCode::kRandShift)),
+      Q8VCode::kShift);
+  // kKeepNonzero: at least min(|y| bits, 1), so a y > 0 gets code 1
+  vc = _mm512_max_epi32(vc, _mm512_min_epu32(ay, _mm512_set1_epi32(1)));
+  vc = _mm512_min_epi32(vc, _mm512_set1_epi32(Q8VCode::kTopCode));
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(vq), _mm512_cvtepi32_epi8(vc));
+}
+
+// Q8Loops::decode over 16 elements with AVX-512: code 0's bits zeroed by a
+// masked add, m's sign or-ed in from the sign-extended code.
+inline void q8_decode16_avx512(const int8_t *mq, const uint8_t *vq, __m512 vms, __m512 vvs,
+                               float *m, float *v) {
+  const __m512i c =
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(mq)));
+  const __m512i mag = _mm512_abs_epi32(c);
+  const __m512i mbits =
+      _mm512_maskz_add_epi32(_mm512_test_epi32_mask(mag, mag),
+                             _mm512_slli_epi32(mag, Q8MCode::kShift),
+                             _mm512_set1_epi32(static_cast<int32_t>(Q8MCode::kRebias)));
+  const __m512i mval = _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(mbits), vms));
+  const __m512i sign = _mm512_and_si512(c, _mm512_set1_epi32(static_cast<int32_t>(0x80000000u)));
+  _mm512_storeu_ps(m, _mm512_castsi512_ps(_mm512_or_si512(mval, sign)));
+  const __m512i u =
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(vq)));
+  const __m512i vbits =
+      _mm512_maskz_add_epi32(_mm512_test_epi32_mask(u, u), _mm512_slli_epi32(u, Q8VCode::kShift),
+                             _mm512_set1_epi32(static_cast<int32_t>(Q8VCode::kRebias)));
+  _mm512_storeu_ps(v, _mm512_mul_ps(_mm512_castsi512_ps(vbits), vvs));
+}
+#endif
+
 // How a block's codes are decoded and encoded: by these loops (any ISA, any
-// block), or, for a whole block (Len a compile-time kQ8Block) with AVX2, 32
-// elements a step by the intrinsics above (the same bits).
+// block), or, for a whole block (Len a compile-time kQ8Block) with AVX2 (32
+// elements a step) or AVX-512 (16), by the intrinsics above (the same bits).
 struct Q8Loops {
   // The moments: value(|c|) * scale with c's sign (SmallFloat; code 0 is 0),
   // into float32 buffers.  A loop of its own, so that the Adam loop over the
@@ -212,11 +296,8 @@ struct Q8Loops {
                      float *v) {
 #pragma omp simd
     for (int64_t j = 0; j < len; ++j) {
-      const int32_t c = mq[j];
-      const uint32_t sign = static_cast<uint32_t>(c) & 0x80000000u;
-      const uint32_t mag = static_cast<uint32_t>((c ^ (c >> 31)) - (c >> 31));  // |c|
-      m[j] = bits_f32(f32_bits(Q8MCode::decode(mag) * ms) | sign);
-      v[j] = Q8VCode::decode(vq[j]) * vs;
+      m[j] = q8_decode_m(mq[j], ms);
+      v[j] = q8_decode_v(vq[j], vs);
     }
   }
   // The codes, from the new moments and the reciprocals of their scales (the
@@ -228,13 +309,8 @@ struct Q8Loops {
 #pragma omp simd
     for (int64_t j = 0; j < len; ++j) {
       const uint32_t r = rules::q8_round_bits(key, j0 + static_cast<uint32_t>(j));
-      // |x * (1 / scale)|: the same as |x| * (1 / scale), and a NaN (inf * 0 where the
-      // scale is inf) positive, so that it saturates at the top code as any y > 1
-      const int32_t c = static_cast<int32_t>(Q8MCode::encode(std::fabs(m[j] * mi), r));
-      const int32_t neg = static_cast<int32_t>(f32_bits(m[j]) >> 31);  // 1: sign bit set
-      mq[j] = static_cast<int8_t>((c ^ -neg) + neg);                   // -c when negative
-      // a positive v never becomes code 0 (its m may not have: m / sqrt(v) must stay bounded)
-      vq[j] = static_cast<uint8_t>(Q8VCode::encode<true>(std::fabs(v[j] * vi), r >> 16));
+      mq[j] = q8_encode_m(m[j], mi, r);
+      vq[j] = q8_encode_v(v[j], vi, r);
     }
   }
 };
@@ -258,6 +334,37 @@ struct Q8Avx2Steps {
 template <class Len>
 using Q8Coder =
     typename std::conditional<std::is_same<Len, int64_t>::value, Q8Loops, Q8Avx2Steps>::type;
+#elif defined(__AVX512F__) && defined(__AVX512BW__)
+struct Q8Avx512Steps {
+  template <class Len>
+  static void decode(const int8_t *mq, const uint8_t *vq, Len len, float ms, float vs, float *m,
+                     float *v) {
+    static_assert(Len::value % 16 == 0, "whole blocks are made of 16-element steps");
+    const __m512 vms = _mm512_set1_ps(ms), vvs = _mm512_set1_ps(vs);
+    for (int64_t j = 0; j < len; j += 16)
+      q8_decode16_avx512(mq + j, vq + j, vms, vvs, m + j, v + j);
+  }
+  template <class Len>
+  static void encode(const float *m, const float *v, Len len, float mi, float vi, int8_t *mq,
+                     uint8_t *vq, uint32_t key, uint32_t j0) {
+    static_assert(Len::value % 16 == 0, "whole blocks are made of 16-element steps");
+    const __m512 vmi = _mm512_set1_ps(mi), vvi = _mm512_set1_ps(vi);
+    const uint32_t g = rules::kQ8Golden;
+    // key + (j0 + j) * golden for the 16 lanes, advanced by 16 * golden a step
+    __m512i idx = _mm512_add_epi32(
+        _mm512_set1_epi32(static_cast<int32_t>(key + j0 * g)),
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(static_cast<int32_t>(g))));
+    const __m512i step = _mm512_set1_epi32(static_cast<int32_t>(16 * g));
+    for (int64_t j = 0; j < len; j += 16) {
+      q8_encode16_avx512(m + j, v + j, vmi, vvi, mq + j, vq + j, idx);
+      idx = _mm512_add_epi32(idx, step);
+    }
+  }
+};
+template <class Len>
+using Q8Coder =
+    typename std::conditional<std::is_same<Len, int64_t>::value, Q8Loops, Q8Avx512Steps>::type;
 #else
 template <class Len>
 using Q8Coder = Q8Loops;

@@ -70,24 +70,15 @@ inline void lion_q8_block(const LionTensor &x, const LionConsts &a, int64_t lo, 
   float &scale = x.m_scale[lo / kQ8Block];
   const float ms = scale;
 #pragma omp simd
-  for (int64_t j = 0; j < n; ++j) {
-    const int32_t c = mq[j];
-    const uint32_t sign = static_cast<uint32_t>(c) & 0x80000000u;
-    const uint32_t mag = static_cast<uint32_t>((c ^ (c >> 31)) - (c >> 31));
-    mb[j] = bits_f32(f32_bits(Q8MCode::decode(mag) * ms) | sign);
-  }
+  for (int64_t j = 0; j < n; ++j) mb[j] = q8_decode_m(mq[j], ms);
   const float am = lion_loop<kDelta, true>(out, g, n, a, x.neg_lr, x.keep, LionF32View{mb});
   const float s = am < 1.17549435e-38f ? 0.0f : am;
   scale = s;
   const float inv = s > 0.0f ? 1.0f / s : 0.0f;
   const uint32_t key = x.q8_key, j0 = static_cast<uint32_t>(lo);
 #pragma omp simd
-  for (int64_t j = 0; j < n; ++j) {
-    const uint32_t r = rules::q8_round_bits(key, j0 + static_cast<uint32_t>(j));
-    const int32_t code = static_cast<int32_t>(Q8MCode::encode(std::fabs(mb[j] * inv), r));
-    const int32_t neg = static_cast<int32_t>(f32_bits(mb[j]) >> 31);
-    mq[j] = static_cast<int8_t>((code ^ -neg) + neg);
-  }
+  for (int64_t j = 0; j < n; ++j)
+    mq[j] = q8_encode_m(mb[j], inv, rules::q8_round_bits(key, j0 + static_cast<uint32_t>(j)));
 }
 
 // The chunk [lo, lo + len) of tensor x with float32 `out` and `g` (the chunk's own).
