@@ -187,6 +187,38 @@ def test_kernel_alone_runs_through_the_testing_helpers():
     assert dgc.dgc_kernel_alone(sizes, steps=2) > 0
 
 
+def test_host_floor_probe_moves_each_stream_as_declared(tmp_path):
+    """The bandwidth probe reads, updates and writes the streams it is given, and each
+    kernel's floor counts the bytes its docstring states."""
+    floor = module("benchmarks.host_floor")
+    assert {k: floor.floor_bytes(k) for k in floor.FLOORS} == {
+        "adam f32": 28, "adam bf16": 20, "adam int8": 16, "lion f32": 20, "lion bf16": 16,
+        "lion int8": 14, "lamb": 40, "dgc select": 20, "dgc momentum": 20}
+    probe = floor.build_probe(str(tmp_path))
+    n = 16385
+    run = floor.probe_call(probe, [[(4, floor.R), (4, floor.RW), (2, floor.RW), (4, floor.W)]],
+                           n, 2)
+    bufs = run.buffers[0]
+    bufs[3][:] = 0.0
+    run()
+    np.testing.assert_array_equal(bufs[0], 1.0)  # read only
+    np.testing.assert_array_equal(bufs[1][:n], 1.5)  # x * 0.5 + 1 on every element
+    np.testing.assert_array_equal(bufs[1][n:], 1.0)
+    np.testing.assert_array_equal(bufs[2][:(2 * n + 3) // 4], 1.5)  # 2 bytes an element
+    np.testing.assert_array_equal(bufs[3][:n], 1.0)
+
+
+def test_host_floor_reports_kernels_against_their_floors():
+    res = run_module("benchmarks.host_floor", "--size", "200000", "--rounds", "2", "--only",
+                     "adam f32", "lamb", timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = res.stdout.splitlines()
+    assert any(line.startswith("adam f32 ") for line in lines)
+    assert any(line.startswith("lamb ") for line in lines)
+    assert "  lamb / probe adam f32 = " in res.stdout
+    assert "1.00x the Adam-shaped pass" in res.stdout
+
+
 def test_override_kernel_restores_the_real_entry():
     from ms_optim import _native, testing
     real = _native.aot_func("ms_optim_adam_inplace")
