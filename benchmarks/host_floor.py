@@ -369,7 +369,8 @@ def main(argv=None):
         if num in med and den in med:
             r = med[num] / med[den] * (entries[den][1] / entries[num][1])
             verdict = "" if bar is None else "met" if r <= bar else "not met"
-            print(f"  {num} / {den} = {r:.3f}" + (f"   (bar <= {bar}: {verdict})" if verdict else ""))
+            judged = f"   (bar <= {bar}: {verdict})" if verdict else ""
+            print(f"  {num} / {den} = {r:.3f}{judged}")
     print("floors (the probe's passes):")
     for k in names:
         if k.startswith("probe "):
