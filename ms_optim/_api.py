@@ -16,6 +16,8 @@ rate is a list: a step past its last value raises ValueError.  From Python:
   1-D Tensor, for the optimizer or any group): the schedule would be
   silently discarded.
 """
+import functools
+import inspect
 import math
 import numbers
 
@@ -24,6 +26,10 @@ from mindspore import nn
 from mindspore.nn import Cell
 from mindspore import dtype as mstype
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
+
+from . import _checks
+
+_ALWAYS = object()  # in _REPR_OMITS: the argument is never shown
 
 
 def _fmt(value):
@@ -53,15 +59,57 @@ def _fmt(value):
     return type(value).__name__
 
 
+def _capturing(cls, init):
+    """`init` (an optimizer's own __init__) behind one binding of its arguments: an unknown
+    keyword raises the TypeError of ``_checks.check_keywords`` (naming the argument meant,
+    with the class's ``_KEYWORD_NAMES`` and ``_KEYWORD_NOTE``), and the arguments, defaults
+    applied, are kept in call order as ``self._arguments`` (``params`` left out) before
+    `init` runs, for ``repr`` (``_record_args``)."""
+    signature = inspect.signature(init)
+    valid = set(signature.parameters)
+
+    @functools.wraps(init)
+    def capture(self, *args, **kwargs):
+        unknown = {k: v for k, v in kwargs.items() if k not in valid}
+        _checks.check_keywords(cls._NAME, init, unknown, cls._KEYWORD_NAMES, cls._KEYWORD_NOTE)
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        object.__setattr__(self, "_arguments", {k: v for k, v in bound.arguments.items()
+                                                if k not in ("self", "params")})
+        init(self, *args, **kwargs)
+    return capture
+
+
 class OptimizerAPI:
-    """Mixin for the ms_optim optimizers (placed before ``nn.Optimizer`` in the bases)."""
+    """Mixin for the ms_optim optimizers (placed before ``nn.Optimizer`` in the bases).
+
+    A subclass's ``__init__`` is wrapped once, when the class is made (``_capturing``):
+    its arguments are bound and checked for unknown keywords before it runs, and kept
+    for ``repr``.  ``_REPR_OMITS`` names the arguments ``repr`` leaves out: always
+    (value ``_ALWAYS``), or when they have the given value."""
 
     _NAME = "Optimizer"
+    _KEYWORD_NAMES = None  # other APIs' keyword -> this optimizer's, for the hint
+    _KEYWORD_NOTE = ""
+    _REPR_OMITS = {}
 
-    def _record_args(self, params, **hyper):
-        """Keeps the constructor's hyper-parameters for ``repr`` and the group layout for
-        ``current_lr`` (call after ``nn.Optimizer.__init__``)."""
-        object.__setattr__(self, "_repr_args", tuple((k, _fmt(v)) for k, v in hyper.items()))
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _capturing(cls, cls.__dict__["__init__"])
+
+    def _record_args(self, params, values, **extra):
+        """Keeps the constructor's arguments for ``repr`` and the group layout for
+        ``current_lr`` (call after ``nn.Optimizer.__init__``).  `values`: the constructor's
+        ``locals()``, where its checks left each argument normalized under its own name;
+        the captured arguments are shown with those values, then `extra`, with
+        ``_REPR_OMITS`` left out."""
+        hyper = {k: values.get(k, v) for k, v in self._arguments.items()}
+        hyper.update(extra)
+        shown = tuple((k, _fmt(v)) for k, v in hyper.items()
+                      if k not in self._REPR_OMITS
+                      or (self._REPR_OMITS[k] is not _ALWAYS and v != self._REPR_OMITS[k]))
+        object.__setattr__(self, "_repr_args", shown)
         index = {id(p): i for i, p in enumerate(self._parameters)}
         firsts = ()
         if params and isinstance(params[0], dict):

@@ -5,7 +5,7 @@ from mindspore.graph.api import jit
 from mindspore.ops import functional as F
 
 from . import _checks, aot
-from ._api import OptimizerAPI
+from ._api import _ALWAYS, OptimizerAPI
 from ._state import BetaPowers, HostState
 from ._step import GraphHelpers, resolve_impl
 
@@ -161,12 +161,13 @@ class AdamOffload(OptimizerAPI, GraphHelpers, BetaPowers, HostState, nn.Optimize
     """
 
     _NAME = "AdamOffload"
+    # moment_dtype and adamw appear in repr only when they differ from the defaults
+    _REPR_OMITS = {"use_locking": _ALWAYS, "moment_dtype": "float32", "adamw": False}
 
     def __init__(self, params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
                  use_locking=False, use_nesterov=False, weight_decay=0.0, loss_scale=1.0,
-                 impl="auto", moment_dtype="float32", adamw=False, **kwargs):
+                 impl="auto", moment_dtype="float32", adamw=False):
         cls = self._NAME
-        _checks.check_keywords(cls, AdamOffload.__init__, kwargs)
         params = _checks.check_params(cls, params)
         learning_rate = _checks.check_learning_rate(cls, learning_rate)
         beta1 = _checks.check_open_unit(cls, "beta1", _checks.check_float(cls, "beta1", beta1))
@@ -182,13 +183,7 @@ class AdamOffload(OptimizerAPI, GraphHelpers, BetaPowers, HostState, nn.Optimize
         super().__init__(learning_rate, params, weight_decay, loss_scale)
         _checks.check_param_dtypes(cls, self._parameters, (mstype.float32, mstype.float16))
 
-        # moment_dtype and adamw appear in repr only when they differ from the defaults
-        extra = {} if moment_dtype == "float32" else {"moment_dtype": moment_dtype}
-        if adamw:
-            extra["adamw"] = True
-        self._record_args(params, learning_rate=learning_rate, beta1=beta1, beta2=beta2, eps=eps,
-                          use_nesterov=use_nesterov, weight_decay=weight_decay,
-                          loss_scale=loss_scale, impl=impl, **extra)
+        self._record_args(params, locals())
         self.impl = impl
         self.use_nesterov = use_nesterov
         self.moment_dtype = moment_dtype

@@ -194,13 +194,13 @@ class Lamb(OptimizerAPI, GraphHelpers, BetaPowers, nn.Optimizer):
     """
 
     _NAME = "Lamb"
+    _KEYWORD_NAMES = _MINDSPORE_NAMES
+    _KEYWORD_NOTE = " Lamb follows PaddlePaddle's names; MindSpore's nn.Lamb's differ."
 
     def __init__(self, params, learning_rate=0.001, lamb_weight_decay=0.01, beta1=0.9,
                  beta2=0.999, epsilon=1e-6, grad_clip=None, exclude_from_weight_decay_fn=None,
-                 always_adapt=False, loss_scale=1.0, impl="auto", **kwargs):
+                 always_adapt=False, loss_scale=1.0, impl="auto"):
         cls = self._NAME
-        _checks.check_keywords(cls, Lamb.__init__, kwargs, _MINDSPORE_NAMES,
-                               " Lamb follows PaddlePaddle's names; MindSpore's nn.Lamb's differ.")
         params = _checks.check_params(cls, params)
         learning_rate = _checks.check_learning_rate(cls, learning_rate)
         lamb_weight_decay = _checks.check_weight_decay(cls, lamb_weight_decay, "lamb_weight_decay")
@@ -221,11 +221,7 @@ class Lamb(OptimizerAPI, GraphHelpers, BetaPowers, nn.Optimizer):
         _checks.check_param_dtypes(cls, self._parameters, (mstype.float32,))
         self.loss_scale = loss_scale
 
-        self._record_args(params, learning_rate=learning_rate,
-                          lamb_weight_decay=lamb_weight_decay, beta1=beta1, beta2=beta2,
-                          epsilon=epsilon, grad_clip=grad_clip,
-                          exclude_from_weight_decay_fn=exclude_from_weight_decay_fn,
-                          always_adapt=always_adapt, loss_scale=loss_scale, impl=impl)
+        self._record_args(params, locals())
         self.impl = impl
         self.kernel_device = kernel_device(impl, cuda=True)
         self.grad_clip = grad_clip

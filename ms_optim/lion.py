@@ -134,11 +134,11 @@ class Lion(OptimizerAPI, GraphHelpers, HostState, nn.Optimizer):
     """
 
     _NAME = "Lion"
+    _REPR_OMITS = {"moment_dtype": "float32"}  # shown when it is not the default
 
     def __init__(self, params, learning_rate=1e-4, beta1=0.9, beta2=0.99, weight_decay=0.0,
-                 loss_scale=1.0, impl="auto", moment_dtype="float32", **kwargs):
+                 loss_scale=1.0, impl="auto", moment_dtype="float32"):
         cls = self._NAME
-        _checks.check_keywords(cls, Lion.__init__, kwargs)
         params = _checks.check_params(cls, params)
         learning_rate = _checks.check_learning_rate(cls, learning_rate)
         beta1 = _checks.check_open_unit(cls, "beta1", _checks.check_float(cls, "beta1", beta1))
@@ -149,9 +149,7 @@ class Lion(OptimizerAPI, GraphHelpers, HostState, nn.Optimizer):
         impl = resolve_impl(cls, impl, ("native", "delta"), "delta")
         super().__init__(learning_rate, params, weight_decay, loss_scale)
         _checks.check_param_dtypes(cls, self._parameters, (mstype.float32, mstype.float16))
-        extra = {} if moment_dtype == "float32" else {"moment_dtype": moment_dtype}
-        self._record_args(params, learning_rate=learning_rate, beta1=beta1, beta2=beta2,
-                          weight_decay=weight_decay, loss_scale=loss_scale, impl=impl, **extra)
+        self._record_args(params, locals())
         self.impl = impl
         self.moment_dtype = moment_dtype
         self._init_graph_helpers()

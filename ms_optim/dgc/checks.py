@@ -30,6 +30,11 @@ _CALL_DEPTH_BASE = 1000
 _call_depth_set = 0
 
 
+# warnings.warn's stacklevel of the code that called DGCMomentum(...): above this module's
+# function are the constructor and its argument capture (_api._capturing)
+_CALLER = 4
+
+
 def raise_call_depth(num_params):
     """Raises MindSpore's recursion limit to what the step's graph needs, never lowers it.
 
@@ -98,13 +103,15 @@ def warn_uncompressed(cls, parameters, is_compressed, bucketed=False, asked_dens
                "and check that path with)" if p.dtype == mstype.bfloat16 else
                "only float32 and float16 parameters are compressed")
         warnings.warn(f"{cls}: parameter '{p.name}' ({str(p.dtype).lower()}, {p.size} elements) "
-                      f"is exchanged dense on every step: {why}.", UserWarning, stacklevel=3)
+                      f"is exchanged dense on every step: {why}.", UserWarning,
+                      stacklevel=_CALLER)
     if parameters and not any(is_compressed) and not bucketed and not any(asked_dense):
         warnings.warn(f"{cls} compresses none of its {len(parameters)} parameter(s): only float32 "
                       f"and float16 parameters of {MIN_COMPRESSED_NUMEL} elements or more are "
                       f"compressed, and the largest here has {max(p.size for p in parameters)}. "
                       f"Every step is plain momentum with every gradient sent in full; use "
-                      f"mindspore.nn.Momentum for this network.", UserWarning, stacklevel=3)
+                      f"mindspore.nn.Momentum for this network.", UserWarning,
+                      stacklevel=_CALLER)
 
 
 def check_sparsity(cls, sparsity):
@@ -144,10 +151,13 @@ class Checked:
 
 def validate(cls, *, learning_rate, momentum, rampup_begin_step, rampup_step, sparsity,
              use_nesterov, local_grad_clip_norm, num_trainers, regularization, grad_clip,
-             weight_decay, loss_scale, impl, exchange, bucket_sparsity, lr_in_residuals):
-    """DGCMomentum's argument checks, in the order of its signature; returns a Checked.
+             weight_decay, loss_scale, impl, exchange, bucket_sparsity, lr_in_residuals,
+             dense_params):
+    """DGCMomentum's argument checks, in the order of its signature (every argument but
+    `params`, as the constructor captured them); returns a Checked.
 
-    `num_trainers` is checked against the world size later, once the optimizer knows it.
+    `num_trainers` is checked against the world size later, once the optimizer knows it,
+    and `dense_params` against the parameters' names (``dense_mask``).
     """
     learning_rate = _checks.check_learning_rate(cls, learning_rate)
     momentum = _checks.check_open_unit(

@@ -7,7 +7,7 @@ from mindspore.graph.api import jit
 from mindspore.ops import functional as F
 
 from .. import _checks
-from .._api import OptimizerAPI
+from .._api import _ALWAYS, OptimizerAPI
 from .._step import GraphHelpers, kernel_device
 from ..clip import ClipGradByNorm
 from ..dgc_plan import DGCPlan
@@ -220,22 +220,16 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, nn.Optimizer):
     """
 
     _NAME = "DGCMomentum"
+    _REPR_OMITS = {"num_trainers": _ALWAYS}  # checked against the world size, shown as nranks
 
     def __init__(self, params, learning_rate, momentum, rampup_begin_step, rampup_step=1,
                  sparsity=(0.999,), use_nesterov=False, local_grad_clip_norm=None,
                  num_trainers=None, regularization=None, grad_clip=None, weight_decay=0.0,
                  loss_scale=1.0, impl="auto", exchange="auto", bucket_sparsity=None,
-                 lr_in_residuals=False, dense_params=None, **kwargs):
+                 lr_in_residuals=False, dense_params=None):
         cls = self._NAME
-        _checks.check_keywords(cls, DGCMomentum.__init__, kwargs)
         params = _checks.check_params(cls, params)
-        checked = checks.validate(
-            cls, learning_rate=learning_rate, momentum=momentum,
-            rampup_begin_step=rampup_begin_step, rampup_step=rampup_step, sparsity=sparsity,
-            use_nesterov=use_nesterov, local_grad_clip_norm=local_grad_clip_norm,
-            num_trainers=num_trainers, regularization=regularization, grad_clip=grad_clip,
-            weight_decay=weight_decay, loss_scale=loss_scale, impl=impl, exchange=exchange,
-            bucket_sparsity=bucket_sparsity, lr_in_residuals=lr_in_residuals)
+        checked = checks.validate(cls, **self._arguments)
         (learning_rate, momentum, rampup_begin_step, rampup_step, sparsity, local_grad_clip_norm,
          num_trainers, weight_decay, loss_scale, impl, bucket_sparsity) = (
             checked.learning_rate, checked.momentum, checked.rampup_begin_step,
@@ -260,14 +254,7 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, nn.Optimizer):
                              f"{self.nranks} worker(s).")
         self.impl = impl
         self.kernel_device = kernel_device(impl, cuda=True)
-        self._record_args(params, learning_rate=learning_rate, momentum=momentum,
-                          rampup_begin_step=rampup_begin_step, rampup_step=rampup_step,
-                          sparsity=sparsity, use_nesterov=use_nesterov,
-                          local_grad_clip_norm=local_grad_clip_norm, regularization=regularization,
-                          grad_clip=grad_clip, weight_decay=weight_decay, loss_scale=loss_scale,
-                          impl=impl, exchange=exchange, bucket_sparsity=bucket_sparsity,
-                          lr_in_residuals=lr_in_residuals, dense_params=dense_params,
-                          nranks=self.nranks)
+        self._record_args(params, locals(), nranks=self.nranks)
         # impl="ops"'s per-parameter loops, and the bucket's, nest deeper than MindSpore's
         # default allows
         if impl == "ops" or bucket_sparsity is not None:

@@ -99,6 +99,22 @@ def test_no_deprecation_warning(info, capfd):
 
 
 @optimizers
+def test_constructor_signature_is_the_declared_one(info):
+    """The argument capture wraps __init__ without changing what help() and inspect show:
+    the declared arguments, no **kwargs; a positional call binds as declared."""
+    import inspect
+    cls = type(info.make(named_params()))
+    names = list(inspect.signature(cls.__init__).parameters)
+    assert names[:2] == ["self", "params"] and "kwargs" not in names
+    assert not any(p.kind is inspect.Parameter.VAR_KEYWORD
+                   for p in inspect.signature(cls).parameters.values())
+    opt = info.make(named_params(), learning_rate=0.25)
+    assert opt._arguments["learning_rate"] == 0.25
+    assert "params" not in opt._arguments
+    assert list(opt._arguments) == names[2:]
+
+
+@optimizers
 def test_repr_shows_hyper_parameters(info):
     case = info.repr_case
     opt = info.make(named_params(), **case.kwargs())
