@@ -256,16 +256,41 @@ class TorchAdam:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.version = self.proc.stdout.readline().strip()
         if not self.version:
+            self.close()
             raise RuntimeError(f"{python} could not run torch.optim.Adam(fused=True)")
 
     def __call__(self):
         self.proc.stdin.write("step\n")
         self.proc.stdin.flush()
-        return float(self.proc.stdout.readline())
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the torch process ended before its step")
+        return float(line)
 
     def close(self):
-        self.proc.stdin.close()
-        self.proc.wait()
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _time_rounds(entries, names, rounds):
+    """{name: seconds of each round}: every entry called once untimed (pages touched, code
+    warm), then once per round in a rotating order; an entry returning a float (the torch
+    process) reports its own time."""
+    times = {k: [] for k in names}
+    for k in names:
+        entries[k][0]()
+    for r in range(rounds):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            t0 = time.perf_counter()
+            inner = entries[k][0]()
+            t = time.perf_counter() - t0
+            times[k].append(inner if isinstance(inner, float) else t)
+    return times
 
 
 def main(argv=None):
@@ -287,6 +312,8 @@ def main(argv=None):
     parser.add_argument("--torch", metavar="PYTHON",
                         help="a Python with torch: time torch.optim.Adam(fused=True) beside")
     args = parser.parse_args(argv)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")  # the steps on the host, as bench_optimizers times them
     threads, _ = bench.thread_count()
     sizes, described = layout_sizes(args.layout, args.size)
     n = sum(sizes)
@@ -319,7 +346,6 @@ def main(argv=None):
             rows, touched = _capi_rows(n)
             entries["capi adam rows"] = (rows, touched, "adam f32")
         if args.steps is not None:
-            ms.set_context(mode=ms.GRAPH_MODE)
             ms_grads = bench.make_grads(sizes, 0)
             wanted = args.steps or ["AdamOffload", "Lion", "Lamb", "DGCMomentum", "nn.Adam"]
             for i, (name, factory) in enumerate(bench.OPTIMIZERS):
@@ -337,18 +363,11 @@ def main(argv=None):
             torch = TorchAdam(args.torch, sizes, threads)
             entries[TORCH] = (torch, n, "adam f32")
         names = list(entries)
-        times = {k: [] for k in names}
-        for k in names:  # untimed: pages touched, code warm
-            entries[k][0]()
-        for r in range(args.rounds):
-            order = names[r % len(names):] + names[:r % len(names)]
-            for k in order:
-                t0 = time.perf_counter()
-                inner = entries[k][0]()
-                t = time.perf_counter() - t0
-                times[k].append(inner if isinstance(inner, float) else t)
-        if torch is not None:
-            torch.close()
+        try:
+            times = _time_rounds(entries, names, args.rounds)
+        finally:
+            if torch is not None:
+                torch.close()
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"N = {n:,} float32 parameters ({described}), {threads} threads, "
           f"{args.rounds} rounds, kernels: {native_info()['isa']}")

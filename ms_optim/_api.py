@@ -62,9 +62,10 @@ def _fmt(value):
 def _capturing(cls, init):
     """`init` (an optimizer's own __init__) behind one binding of its arguments: an unknown
     keyword raises the TypeError of ``_checks.check_keywords`` (naming the argument meant,
-    with the class's ``_KEYWORD_NAMES`` and ``_KEYWORD_NOTE``), and the arguments, defaults
-    applied, are kept in call order as ``self._arguments`` (``params`` left out) before
-    `init` runs, for ``repr`` (``_record_args``)."""
+    with the class's ``_KEYWORD_NAMES`` and ``_KEYWORD_NOTE``), a missing or surplus
+    argument a TypeError naming the optimizer, and the arguments, defaults applied, are
+    kept in declaration order as ``self._arguments`` (``params`` left out) before `init`
+    runs, for ``repr`` (``_record_args``)."""
     signature = inspect.signature(init)
     valid = set(signature.parameters)
 
@@ -72,7 +73,10 @@ def _capturing(cls, init):
     def capture(self, *args, **kwargs):
         unknown = {k: v for k, v in kwargs.items() if k not in valid}
         _checks.check_keywords(cls._NAME, init, unknown, cls._KEYWORD_NAMES, cls._KEYWORD_NOTE)
-        bound = signature.bind(self, *args, **kwargs)
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"For '{cls._NAME}', {exc}.") from None
         bound.apply_defaults()
         object.__setattr__(self, "_arguments", {k: v for k, v in bound.arguments.items()
                                                 if k not in ("self", "params")})
@@ -92,11 +96,18 @@ class OptimizerAPI:
     _KEYWORD_NAMES = None  # other APIs' keyword -> this optimizer's, for the hint
     _KEYWORD_NOTE = ""
     _REPR_OMITS = {}
+    _arguments = {}
+    _lr_steps = None  # set by _record_args: the length of a learning-rate list
+    _lr_past_message = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if "__init__" in cls.__dict__:
-            cls.__init__ = _capturing(cls, cls.__dict__["__init__"])
+        init = cls.__dict__.get("__init__")
+        # a subclass (a user's) whose __init__ forwards **kwargs to ours is left as it is:
+        # the keywords it forwards are bound, checked and captured by the __init__ it calls
+        if init is not None and not any(p.kind is inspect.Parameter.VAR_KEYWORD
+                                        for p in inspect.signature(init).parameters.values()):
+            cls.__init__ = _capturing(cls, init)
 
     def _record_args(self, params, values, **extra):
         """Keeps the constructor's arguments for ``repr`` and the group layout for

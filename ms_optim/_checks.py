@@ -42,7 +42,7 @@ _OTHER_NAMES = {"lr": "learning_rate", "learningrate": "learning_rate", "nestero
 
 
 def check_keywords(cls, init, kwargs, names=None, note=""):
-    """TypeError for the first keyword argument that `init` (a constructor taking **kwargs)
+    """TypeError for the first keyword argument in `kwargs` that `init` (a constructor)
     does not take, naming the optimizer `cls` and the argument it most likely means: its own
     name in `names` (other APIs' names -> the constructor's, with `note`), a common other
     API's name, or the closest spelling."""

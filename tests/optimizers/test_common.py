@@ -115,6 +115,30 @@ def test_constructor_signature_is_the_declared_one(info):
 
 
 @optimizers
+def test_a_subclass_that_forwards_keywords_builds_and_a_missing_argument_is_named(info):
+    import inspect
+    base = type(info.make(named_params()))
+
+    class Forwarding(base):
+        def __init__(self, params, **kwargs):
+            super().__init__(params, **kwargs)
+
+    required = [n for n, p in inspect.signature(base).parameters.items()
+                if p.default is inspect.Parameter.empty and n != "params"]
+    kwargs = {n: 0.1 if n == "learning_rate" else 0.9 if n == "momentum" else 0
+              for n in required}
+    opt = Forwarding(named_params(), **{**kwargs, "learning_rate": 0.25})
+    assert opt._arguments["learning_rate"] == 0.25
+    with pytest.raises(TypeError, match=rf"^For '{info.name}', got an unexpected keyword "
+                                        r"argument 'lr'"):
+        Forwarding(named_params(), lr=0.1, **kwargs)
+    if required:
+        with pytest.raises(TypeError, match=rf"^For '{info.name}', missing a required "
+                                            rf"argument: '{required[0]}'"):
+            base(named_params())
+
+
+@optimizers
 def test_repr_shows_hyper_parameters(info):
     case = info.repr_case
     opt = info.make(named_params(), **case.kwargs())

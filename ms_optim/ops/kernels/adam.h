@@ -137,7 +137,8 @@ struct Bf16Codec {
 
 // One block of int8 moments: decode into float32 buffers, Adam over them (its
 // absmax found on the way), encode with the new scales.  n is kQ8Block as a
-// compile-time constant for whole blocks (no remainder loops, the AVX2 coders)
+// compile-time constant for whole blocks (no remainder loops, the AVX2 and
+// AVX-512 coders)
 // and an int64_t for a tensor's last, partial block.
 template <bool kDelta, class Len>
 inline void q8_block_step(const AdamTensor &x, int64_t lo, Len n, float *out, const float *g) {
