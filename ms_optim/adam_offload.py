@@ -230,9 +230,10 @@ class AdamOffload(OptimizerAPI, GraphHelpers, BetaPowers, HostState, nn.Optimize
             m_scale, v_scale = self.moment1_scale[lo:hi], self.moment2_scale[lo:hi]
             key = self.q8_key(b)
             if self.impl == "delta":
-                deltas = self.step_ops[b](*aot.arrange(
-                    self.step_order, m=m, v=v, m_scale=m_scale, v_scale=v_scale,
-                    grad=gradients[lo:hi], lr=lr_b, powers=powers, consts=self.consts, key=key))
+                deltas = aot.call(
+                    self.step_ops[b], self.step_order, m=m, v=v, m_scale=m_scale,
+                    v_scale=v_scale, grad=gradients[lo:hi], lr=lr_b, powers=powers,
+                    consts=self.consts, key=key)
                 if hi - lo == 1:
                     deltas = (deltas,)
                 for j in range(hi - lo):
@@ -244,10 +245,10 @@ class AdamOffload(OptimizerAPI, GraphHelpers, BetaPowers, HostState, nn.Optimize
                 wd_b = self.bucket_weight_decay(weight_decay, b, lo, hi)
                 if self.adamw:
                     wd_b = wd_b * self.inv_loss_scale
-                done = F.depend(done, self.step_ops[b](*aot.arrange(
-                    self.step_order, param=params[lo:hi], m=m, v=v, m_scale=m_scale,
-                    v_scale=v_scale, grad=gradients[lo:hi], lr=lr_b, wd=wd_b, powers=powers,
-                    consts=self.consts, key=key)))
+                done = F.depend(done, aot.call(
+                    self.step_ops[b], self.step_order, param=params[lo:hi], m=m, v=v,
+                    m_scale=m_scale, v_scale=v_scale, grad=gradients[lo:hi], lr=lr_b, wd=wd_b,
+                    powers=powers, consts=self.consts, key=key))
         return done
 
     def _adamw_decay(self, lr, weight_decay, i, param):

@@ -180,9 +180,9 @@ class Lion(OptimizerAPI, GraphHelpers, HostState, nn.Optimizer):
             key = self.q8_key(b)
             m, m_scale = self.moment[lo:hi], self.moment_scale[lo:hi]
             if self.impl == "delta":
-                steps = self.step_ops[b](*aot.arrange(
-                    self.step_order, m=m, m_scale=m_scale, grad=gradients[lo:hi], lr=lr_b,
-                    consts=self.consts, key=key))
+                steps = aot.call(
+                    self.step_ops[b], self.step_order, m=m, m_scale=m_scale,
+                    grad=gradients[lo:hi], lr=lr_b, consts=self.consts, key=key)
                 if hi - lo == 1:
                     steps = (steps,)
                 for j in range(hi - lo):
@@ -190,9 +190,10 @@ class Lion(OptimizerAPI, GraphHelpers, HostState, nn.Optimizer):
                                                             params[lo + j], steps[j]))
             else:
                 wd_b = self.bucket_weight_decay(weight_decay, b, lo, hi) * self.inv_loss_scale
-                done = F.depend(done, self.step_ops[b](*aot.arrange(
-                    self.step_order, param=params[lo:hi], m=m, m_scale=m_scale,
-                    grad=gradients[lo:hi], lr=lr_b, wd=wd_b, consts=self.consts, key=key)))
+                done = F.depend(done, aot.call(
+                    self.step_ops[b], self.step_order, param=params[lo:hi], m=m,
+                    m_scale=m_scale, grad=gradients[lo:hi], lr=lr_b, wd=wd_b,
+                    consts=self.consts, key=key))
         return done
 
     def _apply_delta(self, lr, weight_decay, i, param, step):

@@ -244,13 +244,14 @@ class ReplicaSync(nn.Cell):
         be stepped on as this run's (fails otherwise)."""
         digest = self.no_digest
         if self.nranks > 1:
-            digest = self.kinds_digest(*aot.arrange(self.digest_order, p=(saved_kinds,)))
+            digest = aot.call(self.kinds_digest, self.digest_order, p=(saved_kinds,))
         mine = ops.concat((self.signature, F.cast(step, mstype.int32).reshape(1), saved_world,
                            saved_rank, digest))
-        return self.check_op(*aot.arrange(
-            self.check_order, signatures=self.all_gather(mine) if self.nranks > 1 else mine,
-            width=self.width, world=ops.concat((saved_world, self.nranks_t)),
-            residuals=ops.concat((saved_kinds, self.kinds_t))))
+        return aot.call(
+            self.check_op, self.check_order,
+            signatures=self.all_gather(mine) if self.nranks > 1 else mine, width=self.width,
+            world=ops.concat((saved_world, self.nranks_t)),
+            residuals=ops.concat((saved_kinds, self.kinds_t)))
 
     def sync_params(self, params, after):
         """After `after`: compares a digest of every worker's parameters and, only
@@ -260,7 +261,7 @@ class ReplicaSync(nn.Cell):
             mine = ()
             for i in ids:
                 mine = mine + (params[i],)
-            digests = digests + (op(*aot.arrange(self.digest_order, p=mine)),)
+            digests = digests + (aot.call(op, self.digest_order, p=mine),)
         gathered = self.all_gather(F.depend(ops.concat(digests), after))
         rows = gathered.reshape(self.nranks, -1)
         done = after

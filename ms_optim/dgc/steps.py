@@ -66,15 +66,23 @@ class _Step(GraphHelpers, nn.Cell):
         self.consts = aot.consts("dgc", momentum=state.momentum,
                                      nesterov=state.use_nesterov)
 
+    def own(self, tensors):
+        """tensors[i] for this Cell's parameters `ids`, as a tuple, inside ``construct``:
+        a loop that grows the tuple over the constant ``self.ids``.  MindSpore compiles a
+        generator expression over a hundred tensors several times slower, and a call that
+        passes all the gradients costs about a second where it is compiled once per stage
+        branch (``BucketStep.local_native`` writes the loop itself)."""
+        out = ()
+        for i in self.ids:
+            out = out + (tensors[i],)
+        return out
+
     def lrs(self, lr):
         """The learning rates of the parameters, in their order (with group learning rates;
         else the one shared rate)."""
         if not self.is_group_lr:
             return lr
-        out = ()
-        for i in self.ids:
-            out = out + (lr[i],)
-        return out
+        return self.own(lr)
 
     def lr_at(self, lrs, j):
         """Parameter j's learning rate, from what ``lrs`` returned."""
@@ -102,17 +110,14 @@ class DenseMomentum(_Step):
     def construct(self, lr, grads):
         src = grads
         if self.nranks > 1:
-            dense = ()
-            for i in self.ids:
-                dense = dense + (grads[i],)
-            src = self.exchange(dense)
+            src = self.exchange(self.own(grads))
         lrs = self.lrs(lr)
         done = True
         for r, (lo, hi) in enumerate(self.run_bounds):
-            args = aot.arrange(self.run_order, param=self.params[lo:hi], u=self.us[lo:hi],
-                                   src=src, lr=self.bucket_values(lrs, lo, hi, self.is_group_lr),
-                                   consts=self.consts, gidx=self.run_gidx[r])
-            done = F.depend(done, self.run_ops[r](*args))
+            done = F.depend(done, aot.call(
+                self.run_ops[r], self.run_order, param=self.params[lo:hi], u=self.us[lo:hi],
+                src=src, lr=self.bucket_values(lrs, lo, hi, self.is_group_lr),
+                consts=self.consts, gidx=self.run_gidx[r]))
         for j, g in self.others:
             done = F.depend(done, self._momentum(j, lrs, src[g]))
         return done
@@ -189,10 +194,7 @@ class _SparseStep(_Step):
 
     def comp_grads(self, grads):
         """The compressed parameters' gradients, in their order."""
-        out = ()
-        for i in self.ids:
-            out = out + (grads[i],)
-        return out
+        return self.own(grads)
 
     def _apply_summed(self, j, lrs, G):
         """p -= lr * G for compressed parameter j, G the dense mean of every worker's
@@ -255,10 +257,9 @@ class NativeStep(_SparseStep):
         outs = ()
         for b in range(len(self.select_ranges)):
             lo, hi = self.select_ranges[b]
-            args = aot.arrange(order, u=self.us[lo:hi], v=self.v[lo:hi],
-                               grad=comp_grads[lo:hi], consts=self.consts,
-                               ks=self.select_ks[stage][b])
-            outs = outs + (stage_ops[stage][b](*args),)
+            outs = outs + (aot.call(stage_ops[stage][b], order, u=self.us[lo:hi],
+                                    v=self.v[lo:hi], grad=comp_grads[lo:hi], consts=self.consts,
+                                    ks=self.select_ks[stage][b]),)
         return outs
 
     def select(self, stage, grads):
@@ -280,9 +281,8 @@ class NativeStep(_SparseStep):
         val = None
         for b in range(len(self.select_ranges)):
             lo, hi = self.select_ranges[b]
-            args = aot.arrange(self.take_order, u=self.us[lo:hi], v=self.v[lo:hi], idx=idx,
-                               layout=self.take_layouts[stage][b])
-            part = self.take_ops[b](*args)
+            part = aot.call(self.take_ops[b], self.take_order, u=self.us[lo:hi],
+                            v=self.v[lo:hi], idx=idx, layout=self.take_layouts[stage][b])
             val = part if val is None else val + part
         return val
 
@@ -302,10 +302,10 @@ class NativeStep(_SparseStep):
         done = True
         for b in range(len(self.apply_ranges)):
             lo, hi = self.apply_ranges[b]
-            args = aot.arrange(self.apply_order, param=self.params[lo:hi], idx=idx_all,
-                               val=val_all, lr=self.bucket_values(lrs, lo, hi, self.is_group_lr),
-                               layout=self.apply_layouts[stage][b])
-            done = F.depend(done, self.apply_ops[b](*args))
+            done = F.depend(done, aot.call(
+                self.apply_ops[b], self.apply_order, param=self.params[lo:hi], idx=idx_all,
+                val=val_all, lr=self.bucket_values(lrs, lo, hi, self.is_group_lr),
+                layout=self.apply_layouts[stage][b]))
         return done
 
 
@@ -482,16 +482,17 @@ class BucketStep(_Step):
     def local_native(self, stage, exchange, grads, step):
         """This worker's (idx, val) by the kernels: one select op, or with shared indices
         one propose op, the exchange of indices and one take op; u and v masked in place."""
-        g = tuple(grads[i] for i in self.ids)
+        g = ()  # self.own(grads), written here: this method is compiled once per stage
+        for i in self.ids:
+            g = g + (grads[i],)
         if exchange in ("leader", "union"):
-            idx = self.propose_ops[stage](*aot.arrange(self.propose_order, u=self.us, v=self.v,
-                                                       grad=g, consts=self.consts))
+            idx = aot.call(self.propose_ops[stage], self.propose_order, u=self.us, v=self.v,
+                           grad=g, consts=self.consts)
             idx = self.shared_indices(exchange, idx, step)
             # an index proposed twice takes its value once (the kernel gives 0 after)
-            return idx, self.take_op(*aot.arrange(self.take_order, u=self.us, v=self.v,
-                                                  idx=idx))
-        return self.select_ops[stage](*aot.arrange(self.select_order, u=self.us, v=self.v,
-                                                   grad=g, consts=self.consts))
+            return idx, aot.call(self.take_op, self.take_order, u=self.us, v=self.v, idx=idx)
+        return aot.call(self.select_ops[stage], self.select_order, u=self.us, v=self.v, grad=g,
+                        consts=self.consts)
 
     def local_ops(self, stage, exchange, grads, step):
         """This worker's (idx, val) by MindSpore ops, u and v masked by assignment."""
@@ -510,7 +511,7 @@ class BucketStep(_Step):
         """Momentum correction of the bucket, on the concatenations of its parameters'
         u, v and gradients (one op per term, not per parameter): the new u and v,
         concatenated (assigned by ``mask``)."""
-        g = self.flat(tuple(grads[i] for i in self.ids))
+        g = self.flat(self.own(grads))
         u, v = self.flat(self.us), self.flat(self.v)
         if self.use_nesterov:
             next_u = self.momentum * (u + g)
@@ -545,9 +546,8 @@ class BucketStep(_Step):
         (`native`) or graph code per parameter."""
         lrs = self.lrs(lr)
         if self.native:
-            return self.apply_op(*aot.arrange(
-                self.apply_order, param=self.params, mean=mean,
-                lr=self.bucket_values(lrs, 0, len(self.ids), self.is_group_lr)))
+            return aot.call(self.apply_op, self.apply_order, param=self.params, mean=mean,
+                            lr=self.bucket_values(lrs, 0, len(self.ids), self.is_group_lr))
         if not self.is_group_lr:
             mean = lrs * mean
         done = True

@@ -44,13 +44,21 @@ def test_the_reported_signatures_hold_the_declared_slots_in_order():
     assert aot.first_index("ms_optim_adam_q8_delta", "grad", 3) == 12
 
 
-def test_arrange_puts_named_tensors_in_the_declared_order():
+def test_call_puts_named_tensors_in_the_declared_order():
     order = aot.call_order("ms_optim_dgc_apply_multi")
-    args = aot.arrange(order, layout="L", lr="r", val="V", idx="I", param=("p0", "p1"),
-                           unused="x")
+    args = aot.call(lambda *a: a, order, layout="L", lr="r", val="V", idx="I",
+                    param=("p0", "p1"), unused="x")
     assert args == ("p0", "p1", "I", "V", "r", "L")
     with pytest.raises(KeyError):
-        aot.arrange(order, param=("p0",), idx="I", val="V", lr="r")
+        aot.call(lambda *a: a, order, param=("p0",), idx="I", val="V", lr="r")
+
+
+def test_every_declaration_fits_the_slots_call_passes():
+    most = max(len(aot.call_order(e)) for e in testing.kernel_names())
+    assert most <= aot.MAX_SLOTS
+    order = tuple((f"s{i}", False) for i in range(aot.MAX_SLOTS))
+    assert aot.call(lambda *a: a, order, **{f"s{i}": i for i in range(aot.MAX_SLOTS)}) == tuple(
+        range(aot.MAX_SLOTS))
 
 
 def test_named_calls_reject_missing_unknown_and_uneven_slots():
