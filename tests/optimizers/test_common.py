@@ -247,7 +247,9 @@ def test_a_learning_rate_list_shorter_than_the_run_names_itself(info):
 
 # ------------------------------------------------------------ learning rate --
 
-@optimizers
+# one optimizer in the default tier (each case compiles a train step), all four in the slow one
+@pytest.mark.parametrize("info", [pytest.param(i, id=i.name, marks=() if i.name == "Lamb"
+                                               else pytest.mark.slow) for i in OPTIMIZERS])
 def test_a_learning_rate_list_shorter_than_a_compiled_run_names_itself(info):
     """Inside a compiled train step the list's lookup would fail with MindSpore's Gather
     message; get_lr's check raises first, naming the list."""

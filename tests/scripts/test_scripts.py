@@ -208,6 +208,7 @@ def test_host_floor_probe_moves_each_stream_as_declared(tmp_path):
     np.testing.assert_array_equal(bufs[3][:n], 1.0)
 
 
+@pytest.mark.slow
 def test_host_floor_reports_kernels_against_their_floors():
     res = run_module("benchmarks.host_floor", "--size", "200000", "--rounds", "2", "--only",
                      "adam f32", "lamb", timeout=300)
