@@ -152,13 +152,7 @@ class OptimizerAPI:
         # every call, their count, shapes and dtypes on the first.
         if args:
             self._check_python_gradients(args[0])
-        try:
-            return super().__call__(*args, **kwargs)
-        except RuntimeError:
-            exhausted = self._lr_exhausted()
-            if exhausted is None:
-                raise
-            raise exhausted from None
+        return super().__call__(*args, **kwargs)
 
     def _check_python_gradients(self, gradients):
         cls = self._NAME
@@ -184,15 +178,6 @@ class OptimizerAPI:
                    if isinstance(getattr(lr, "learning_rate", None), Parameter)
                    and lr.learning_rate.ndim == 1]
         return min(lengths) if lengths else None
-
-    def _lr_exhausted(self):
-        """After a failed step: the ValueError for a learning-rate list (or 1-D Tensor) that
-        the run has gone past, or None."""
-        if self._lr_steps is None:
-            return None
-        if int(self.global_step.asnumpy().reshape(-1)[0]) < self._lr_steps:
-            return None
-        return ValueError(self._lr_past_message)
 
     def get_lr(self):
         """``nn.Optimizer.get_lr``, after one check where a rate is a list (or 1-D Tensor):

@@ -192,10 +192,6 @@ class _SparseStep(_Step):
         idx_all, val_all = self.sparse_exchange(idxs, vals)
         return self.apply(stage, lrs, idx_all, val_all)
 
-    def comp_grads(self, grads):
-        """The compressed parameters' gradients, in their order."""
-        return self.own(grads)
-
     def _apply_summed(self, j, lrs, G):
         """p -= lr * G for compressed parameter j, G the dense mean of every worker's
         sparsified gradient (zero where no worker selected): the reference's rule, and
@@ -253,7 +249,7 @@ class NativeStep(_SparseStep):
         indices as the dense momentum takes it: MindSpore runs a step ten times slower when
         two in-place ops take the same gradient Parameters): the outputs, bucket by
         bucket, in the order of this worker's block of the fused buffer."""
-        comp_grads = self.comp_grads(grads)
+        comp_grads = self.own(grads)  # the compressed parameters' gradients
         outs = ()
         for b in range(len(self.select_ranges)):
             lo, hi = self.select_ranges[b]
