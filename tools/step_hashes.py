@@ -67,39 +67,29 @@ def _run(make, dtype="float32", steps=6):
     return _digest(params, _state(opt))
 
 
-def _adam(**kw):
-    def make(p):
-        import ms_optim
-        return ms_optim.AdamOffload(p, learning_rate=0.01, **kw)
+def _host_moment_configs(name, options):
+    """One configuration of optimizer `name` (AdamOffload or Lion, learning rate 0.01) per
+    moment storage, path and entry of `options` ((label, keywords) pairs)."""
+    def make(**kw):
+        def build(p):
+            import ms_optim
+            return getattr(ms_optim, name)(p, learning_rate=0.01, **kw)
+        return build
+
+    for md in ("float32", "bfloat16", "int8"):
+        for impl in ("native", "delta"):
+            for label, kw in options:
+                config(f"{name}-{md}-{impl}-{label}")(
+                    (lambda kw: lambda: _run(make(**kw)))(dict(moment_dtype=md, impl=impl, **kw)))
     return make
 
 
-for _md in ("float32", "bfloat16", "int8"):
-    for _impl in ("native", "delta"):
-        for _opts, _kw in (("plain", {}), ("nesterov_wd", dict(use_nesterov=True,
-                                                               weight_decay=0.01)),
-                           ("adamw", dict(adamw=True, weight_decay=0.01)),
-                           ("loss_scale", dict(loss_scale=4.0))):
-            config(f"AdamOffload-{_md}-{_impl}-{_opts}")(
-                (lambda kw: lambda: _run(_adam(moment_dtype=kw[0], impl=kw[1], **kw[2])))(
-                    (_md, _impl, _kw)))
+_adam = _host_moment_configs("AdamOffload", (
+    ("plain", {}), ("nesterov_wd", dict(use_nesterov=True, weight_decay=0.01)),
+    ("adamw", dict(adamw=True, weight_decay=0.01)), ("loss_scale", dict(loss_scale=4.0))))
 config("AdamOffload-float16-native")(lambda: _run(_adam(weight_decay=0.01), "float16"))
-
-
-def _lion(**kw):
-    def make(p):
-        import ms_optim
-        return ms_optim.Lion(p, learning_rate=0.01, **kw)
-    return make
-
-
-for _md in ("float32", "bfloat16", "int8"):
-    for _impl in ("native", "delta"):
-        for _opts, _kw in (("plain", {}), ("wd", dict(weight_decay=0.1)),
-                           ("loss_scale", dict(loss_scale=4.0))):
-            config(f"Lion-{_md}-{_impl}-{_opts}")(
-                (lambda kw: lambda: _run(_lion(moment_dtype=kw[0], impl=kw[1], **kw[2])))(
-                    (_md, _impl, _kw)))
+_host_moment_configs("Lion", (("plain", {}), ("wd", dict(weight_decay=0.1)),
+                              ("loss_scale", dict(loss_scale=4.0))))
 
 
 def _lamb(impl, clip):
