@@ -115,10 +115,15 @@ def warn_uncompressed(cls, parameters, is_compressed, bucketed=False, asked_dens
 
 
 def check_sparsity(cls, sparsity):
-    """The warm-up sparsities as a tuple of floats in [0, 1), non-decreasing."""
+    """The warm-up sparsities as a tuple of floats in [0, 1), non-decreasing, or "auto"."""
+    if isinstance(sparsity, str):
+        if sparsity != "auto":
+            raise ValueError(f"For '{cls}', the 'sparsity' must be \"auto\" or a list or tuple "
+                             f"of floats, but got {sparsity!r}.")
+        return sparsity
     if isinstance(sparsity, numbers.Real) or not isinstance(sparsity, (list, tuple)):
-        raise TypeError(f"For '{cls}', the 'sparsity' must be a list or tuple of floats, but got "
-                        f"{type(sparsity).__name__}.")
+        raise TypeError(f"For '{cls}', the 'sparsity' must be \"auto\" or a list or tuple of "
+                        f"floats, but got {type(sparsity).__name__}.")
     if not sparsity:
         raise ValueError(f"For '{cls}', the 'sparsity' must not be empty.")
     for s in sparsity:
@@ -140,7 +145,7 @@ class Checked:
     momentum: float
     rampup_begin_step: int
     rampup_step: int
-    sparsity: tuple
+    sparsity: object  # a tuple of floats, or "auto"
     local_grad_clip_norm: Optional[float]
     num_trainers: Optional[int]
     weight_decay: object  # a float or a Cell

@@ -13,14 +13,20 @@ from ..clip import ClipGradByNorm
 from ..dgc_plan import DGCPlan
 from ..regularizer import L1Decay, L2Decay
 from . import checks, wire
+from .auto import AutoSparsity
 from .checkpoints import (RANK_NAME, RESIDUAL_KIND_NAME, U_PREFIX, V_PREFIX, WORLD_SIZE_NAME,
                           refused_step, residual_kind)
 from .exchange import (DenseExchange, Exchanges, ReplicaSync, SharedExchange, SparseExchange,
                        check_stand_alone_in_graph, model_signature, require_stand_alone,
                        world_rank, world_size)
+from .density import SPARSITY_CHOICES
 from .grads import LocalGrads
 from .plan import applied_entries, momentum_group, stage_branches
-from .steps import BucketStep, DenseMomentum, NativeStep, OpsStep, StepState
+from .steps import BucketStep, DenseMomentum, NativeStep, OpsStep, ResidualFlush, StepState
+
+
+# construct's branch for the step on which sparsity="auto" leaves its probe for dense steps
+_FLUSH = -3
 
 
 def _residual(param, prefix, float32):
@@ -99,8 +105,12 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, nn.Optimizer):
         momentum (Union[float, int]): :math:`\mu`, in [0.0, 1.0).
         rampup_begin_step (int): The first step that compresses, >= 0.
         rampup_step (int, optional): Steps over which `sparsity` is spread, >= 1.  Default: ``1``.
-        sparsity (Union[list[float], tuple[float]], optional): The warm-up sparsities, in
-            [0.0, 1.0), non-decreasing; the last one holds afterwards.
+        sparsity (Union[list[float], tuple[float], str], optional): The warm-up sparsities,
+            in [0.0, 1.0), non-decreasing; the last one holds afterwards.  Or ``"auto"``:
+            from `rampup_begin_step` on, 3 dense steps and 3 at 0.999 are timed, and the
+            workers pick from ``SPARSITY_CHOICES`` the sparsity with the least modeled time
+            to accuracy, or stay dense where compression would not pay (with one worker,
+            every step is dense; `rampup_step` is not used; docs/dgc.md, "sparsity="auto"").
             Default: ``(0.999,)``.
         use_nesterov (bool, optional): Nesterov momentum.  Default: ``False``.
         local_grad_clip_norm (Union[float, int], optional): :math:`c`, > 0.  Default: ``None``.
@@ -160,8 +170,8 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, nn.Optimizer):
         TypeError: If `learning_rate` is not an int, float, Tensor, Iterable or
             LearningRateSchedule; `momentum`, `local_grad_clip_norm`, `loss_scale` or a
             `sparsity` entry not a float or an int (numpy's are taken, a bool is neither,
-            here and for the ints below); `sparsity` not a
-            list or tuple; `rampup_begin_step`, `rampup_step` or `num_trainers` not an
+            here and for the ints below); `sparsity` not ``"auto"``, a
+            list or a tuple; `rampup_begin_step`, `rampup_step` or `num_trainers` not an
             int; `use_nesterov` not a bool; `weight_decay` not a float, an int or a Cell;
             `grad_clip` not None or a ClipGradByNorm; `regularization` not None, L1Decay
             or L2Decay; `bucket_sparsity` not None, a float or an int; `lr_in_residuals`
@@ -171,7 +181,8 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, nn.Optimizer):
             ``"grad_centralization"``; `learning_rate` (or a group's ``"lr"``) is negative
             or not finite, a Tensor or numpy array of more than one dimension, or a
             sequence that is empty, nested or holds a negative or non-finite value;
-            `momentum` or a `sparsity` entry is not in [0.0, 1.0); `sparsity` is empty or
+            `momentum` or a `sparsity` entry is not in [0.0, 1.0); `sparsity` is a str other
+            than ``"auto"``, empty or
             decreases; `rampup_begin_step` < 0; `rampup_step` < 1; `local_grad_clip_norm`
             <= 0; `loss_scale` <= 0 or not finite; `weight_decay` < 0 or not finite;
             `num_trainers` < 1 or not the number of workers; `impl` or `exchange` is not
@@ -261,6 +272,10 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, nn.Optimizer):
             checks.raise_call_depth(len(self._parameters))
         self._init_graph_helpers()
         self.use_nesterov = use_nesterov
+        # sparsity="auto": a stage per choice, entered by the measured choice (auto.py)
+        auto = sparsity == "auto"
+        if auto:
+            sparsity, rampup_step = SPARSITY_CHOICES, 1
         self.rampup_begin_step, self.rampup_step, self.sparsity = (rampup_begin_step, rampup_step,
                                                                     sparsity)
         clip = grad_clip.clip_norm if grad_clip is not None else local_grad_clip_norm
@@ -328,6 +343,12 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, nn.Optimizer):
         self.l1_t = Tensor(self.l1, mstype.float32)
         self.l2_t = Tensor(self.l2, mstype.float32)
         self._build_exchanges(exchange)
+        self.auto = None
+        if auto and (self.comp_ids or self.bucket_ids):
+            self.auto = AutoSparsity(
+                rampup_begin_step, self.nranks,
+                [self._stats_at(s, 0, self.nranks)["wire_bytes"] for s in range(plan.stages)],
+                self._stats_at(None, 0, self.nranks)["wire_bytes"])
         self._build_steps(momentum)
 
     def _build_exchanges(self, exchange):
@@ -385,14 +406,22 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, nn.Optimizer):
         self.small_warmup = (momentum_step(self.small_ids, self.small_warmup_exchange)
                              if self.bucket_ids else self.dense_momentum)
         self.compresses = bool(self.comp_ids or self.bucket_ids)
-        self.has_warmup = self.compresses and self.rampup_begin_step > 0
+        self.has_warmup = self.compresses and (self.rampup_begin_step > 0
+                                               or self.auto is not None)
         # one op for every parameter before compression on one worker (MindSpore runs a step
         # ten times slower when two in-place ops take the same gradient Parameters)
         self.all_momentum = (momentum_step(range(len(self._parameters)), None)
                              if self.has_warmup and self.nranks == 1 else None)
+        # sparsity="auto" that chooses dense after its probe: the residuals flushed first
+        self.residual_flush = None
+        if self.auto is not None and self.auto.measures:
+            ids = self.comp_ids + self.bucket_ids
+            self.residual_flush = ResidualFlush(
+                state, ids, tuple(self.v) + tuple(self.bucket_v),
+                DenseExchange(self.nranks, [self._parameters[i].shape for i in ids] * 2))
         # whether a step has a branch to choose (warm-up or stage; the first step's check
         # of the workers' parameters): __call__ chooses it on the host
-        self.host_branches = (self.has_warmup or self.nranks > 1
+        self.host_branches = (self.has_warmup or self.nranks > 1 or self.auto is not None
                               or (self.compresses and len(self.stage_bounds) > 1))
 
     # ----------------------------------------------------------- reporting --
@@ -408,8 +437,17 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, nn.Optimizer):
         return [self._parameters[i].name for i in self.bucket_ids]
 
     def stage(self, step):
-        """Index into `sparsity` used at `step` (counted from 0), or None before compression."""
-        return self.plan.stage(step)
+        """Index into `sparsity` used at `step` (counted from 0), or None for a dense step
+        (before compression; with ``sparsity="auto"``, also when it chose dense or has not
+        chosen yet by `step`, and the index is into ``SPARSITY_CHOICES``)."""
+        if self.auto is None:
+            return self.plan.stage(step)
+        if not self.auto.measures or step < self.auto.probe_begin:  # one worker: dense
+            return None
+        if step < self.auto.choose_begin:
+            return self.auto.probe
+        choice = int(self.auto.choice.asnumpy().reshape(-1)[0])
+        return None if choice < 0 else choice
 
     def _plan_exchange(self, stage, workers):
         """How stage `stage`'s selections cross `workers` workers: the `exchange` asked
@@ -448,7 +486,13 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, nn.Optimizer):
             self._NAME, "workers", workers)
         if workers < 1:
             raise ValueError(f"For '{self._NAME}', the 'workers' must be >= 1, but got {workers}.")
-        stage = self.stage(step)
+        stats = self._stats_at(self.stage(step), step, workers)
+        if self.auto is not None:
+            stats["auto"] = self.auto.report()
+        return stats
+
+    def _stats_at(self, stage, step, workers):
+        """exchange_stats of `stage` (None: dense) at `step` among `workers` workers."""
         exchange = "dense" if stage is None else (
             self.stage_exchange[stage] if workers == self.nranks else
             self._plan_exchange(stage, workers))
@@ -501,7 +545,10 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, nn.Optimizer):
         the workers' parameters are compared first (step 0, several workers).  Without a
         warm-up (nothing compressed) every step takes the first stage's branch, as on the
         device."""
-        stage = self.plan.stage(step)
+        stage = self.stage(step) if self.auto is not None else self.plan.stage(step)
+        if (stage is None and self.residual_flush is not None
+                and step == self.auto.choose_begin):
+            return _FLUSH, False  # sparsity="auto" leaves the probe for dense steps
         if stage is None:
             stage = -1 if self.has_warmup else self.stage_bounds[0][0]
         return stage, self.nranks > 1 and step == 0
@@ -534,10 +581,19 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, nn.Optimizer):
             elif _first_step:
                 synced = self.replicas.sync_params(self._parameters, synced)
         grads = F.depend(grads, synced)
+        if self.auto is not None and self.auto.measures:
+            # sparsity="auto": the step's clock, read once the gradients are there and
+            # before they are exchanged; the choice made after the last probing step
+            best = self.auto.tick(step, grads)
+            grads = F.depend(grads, best)
+            done = self._auto_branch(_stage, step, lr, grads)
+            return F.depend(done, self.auto.update(step, F.depend(best, done)))
         if _stage is not None:  # the branch given by __call__
             if _stage < 0:
                 return self._warmup_step(lr, grads)
             return self._stage_step(_stage, step, lr, grads)
+        if self.auto is not None:  # one worker: dense
+            return self._warmup_step(lr, grads)
         if self.has_warmup:
             if step < self.rampup_begin_step:
                 done = self._warmup_step(lr, grads)
@@ -545,6 +601,32 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, nn.Optimizer):
                 done = self._compressing_step(step, lr, grads)
         else:
             done = self._compressing_step(step, lr, grads)
+        return done
+
+    def _auto_branch(self, _stage, step, lr, grads):
+        """sparsity="auto" with several workers: the branch given by __call__, or on the
+        device dense before the probe, the probe's stage, then the choice in
+        dgc_auto_choice (dense while it is not made)."""
+        if _stage is not None:
+            if _stage == _FLUSH:
+                return self._warmup_step(lr, F.depend(grads, self.residual_flush(lr)))
+            if _stage < 0:
+                return self._warmup_step(lr, grads)
+            return self._stage_step(_stage, step, lr, grads)
+        auto = self.auto
+        choice = auto.choice.reshape(()) * 1
+        if step < auto.probe_begin or (step >= auto.choose_begin and choice < 0):
+            if step == auto.choose_begin:
+                grads = F.depend(grads, self.residual_flush(lr))
+            done = self._warmup_step(lr, grads)
+        else:
+            stage = auto.probe_t
+            if step >= auto.choose_begin:
+                stage = choice
+            done = self.dense_momentum(lr, grads)
+            for s in range(len(self.sparsity)):
+                if stage == s:
+                    done = F.depend(done, self._compressed(s, step, lr, grads))
         return done
 
     def _warmup_step(self, lr, grads):

@@ -564,3 +564,31 @@ class BucketStep(_Step):
         rows = self.all_gather(ops.concat((F.cast(idx, mstype.float32), val)))
         rows = rows.reshape(self.nranks, 2 * k)
         return F.cast(rows[:, :k], mstype.int32).reshape(-1), rows[:, k:].reshape(-1)
+
+
+class ResidualFlush(_Step):
+    """Compression left for dense steps (``sparsity="auto"`` that chose dense after its
+    probe): each compressed and bucketed parameter applies the mean of the workers'
+    residuals v, ``p -= lr * mean(v)`` (the selections they still hold, at the rate of the
+    step, 1 for learning-rate-scaled residuals), v is set to zero, and u becomes the mean
+    of the workers' u, so every worker continues from one state."""
+
+    def __init__(self, state, ids, vs, exchange):
+        super().__init__(state, ids)
+        self.vs = tuple(vs)  # per parameter of `ids`, its v
+        self.exchange = exchange  # a DenseExchange of the parameters' shapes, twice
+
+    def construct(self, lr):
+        lrs = self.lrs(lr)
+        means = self.exchange(self.vs + self.us)  # one AllReduce of both
+        n = len(self.ids)
+        done = True
+        for j in range(n):
+            p, u, v = self.params[j], self.us[j], self.vs[j]
+            mean_u = means[n + j]
+            step = F.cast(self.lr_at(lrs, j), mstype.float32) * means[j]
+            done = F.depend(done, F.assign(p, F.cast(F.cast(p, mstype.float32) - step,
+                                                     F.dtype(p))))
+            done = F.depend(done, F.assign(v, ops.zeros_like(v)))
+            done = F.depend(done, F.assign(u, mean_u))
+        return done

@@ -18,6 +18,9 @@ Modes:
   state_mismatch rank 1 holds another optimizer state (--case world: saved by another
                  number of workers; kinds: other residual kinds): the step must fail on
                  both workers
+  auto           sparsity="auto": a network trained with TrainOneStepCell past the choice,
+                 saved after it and resumed, and known gradients straight into the
+                 optimizer; writes rank<r>.npz (parameters, choices, exchange_stats)
   save           train 6 steps, save DIR/saved<N>/rank<r>.ckpt (N workers)
   resume         load --ckpt (with {rank}), train 3 more steps; the model is written to
                  DIR/rank<r>.npz
@@ -25,6 +28,7 @@ Modes:
 Each worker writes DIR/rank<r>.txt with "ok" or the error it saw.
 """
 import argparse
+import contextlib
 import os
 import sys
 
@@ -32,9 +36,11 @@ import numpy as np
 
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn
+from mindspore.ops import functional as F
 from mindspore.communication import get_group_size, get_rank, init
 
 import ms_optim
+from ms_optim.dgc import auto
 from tests.helpers import cosine_lrs
 from tests.nets import WideNet
 
@@ -276,6 +282,87 @@ def mode_state_mismatch(rank, nranks, out, case):
     return f"{seen}\nglobal_step {int(opt.global_step.asnumpy()[0])}"
 
 
+def forced_decide(self, best):
+    """In place of AutoSparsity.decide (forced): the choice in self.forced, whatever the
+    measurements (the measurements still gathered, as the real rule's)."""
+    return F.depend(self.forced, best)
+
+
+@contextlib.contextmanager
+def forced(opt, choice):
+    """`opt` (sparsity="auto") chooses `choice` (an index into SPARSITY_CHOICES, or -1:
+    dense) while its graphs compile in the block; None: what it measures."""
+    if choice is None:
+        yield
+        return
+    opt.auto.forced = Tensor(np.array([choice], np.int32))
+    measured, auto.AutoSparsity.decide = auto.AutoSparsity.decide, forced_decide
+    try:
+        yield
+    finally:
+        auto.AutoSparsity.decide = measured
+
+
+def auto_run(rank, nranks, start, stop, force=None, ckpt_load=None, ckpt_save=None):
+    """Steps [start, stop) of TrainOneStepCell with sparsity="auto" (rampup_begin_step 1:
+    dense steps 1-3, the probe 4-6, the choice from step 7), choosing `force` (an index
+    into SPARSITY_CHOICES, or -1: dense) when given; returns the optimizer and the
+    parameters."""
+    ms.set_seed(0)
+    net = make_net()
+    opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.05, momentum=0.9,
+                               rampup_begin_step=1, sparsity="auto")
+    cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(
+        sparse=True, reduction="mean")), opt)
+    cell.set_train()
+    if ckpt_load:
+        ms.load_param_into_net(cell, ms.load_checkpoint(ckpt_load))
+    x, y = shard(rank, nranks)
+    with forced(opt, force):
+        for t in range(start, stop):
+            if ckpt_save and t == ckpt_save[0]:
+                ms.save_checkpoint(cell, ckpt_save[1])
+            lo = (t * 32) % len(x)
+            cell(Tensor(x[lo:lo + 32]), Tensor(y[lo:lo + 32]))
+    return opt, [p.asnumpy() for p in net.trainable_params()]
+
+
+# mode_auto's runs: name -> the forced choice (None: the measured one)
+AUTO_RUNS = {"measured": None, "dense": -1, "sparse": 2}
+
+
+def mode_auto(rank, nranks, out):
+    arrays = {}
+    for name, force in AUTO_RUNS.items():
+        path = os.path.join(out, f"auto_{name}_rank{rank}.ckpt")
+        opt, straight = auto_run(rank, nranks, 0, 12, force, ckpt_save=(9, path))
+        resumed_opt, resumed = auto_run(rank, nranks, 9, 12, force, ckpt_load=path)
+        stats = opt.exchange_stats(11)["auto"]
+        arrays.update({f"{name}_straight{i}": a for i, a in enumerate(straight)})
+        arrays.update({f"{name}_resumed{i}": a for i, a in enumerate(resumed)})
+        arrays.update({f"{name}_u{i}": u.asnumpy() for i, u in enumerate(opt.u)})
+        arrays.update({f"{name}_v{i}": v.asnumpy() for i, v in enumerate(opt.v)})
+        arrays[f"{name}_choice"] = opt.auto.choice.asnumpy()
+        arrays[f"{name}_resumed_choice"] = resumed_opt.auto.choice.asnumpy()
+        arrays[f"{name}_stages"] = np.array([-1 if s is None else s
+                                             for s in map(opt.stage, range(12))])
+        arrays[f"{name}_sampled"] = np.array([stats["dense_step_s"] is not None,
+                                              stats["probe_step_s"] is not None])
+    # from Python, on known gradients: the branch chosen on the host
+    for name, force in (("host_dense", -1), ("host_sparse", 2)):
+        params = make_params(seed=0)
+        opt = ms_optim.DGCMomentum(params, learning_rate=0.05, momentum=0.9,
+                                   rampup_begin_step=0, sparsity="auto")
+        with forced(opt, force):
+            for t in range(9):
+                opt(tuple(Tensor(g) for g in known_grads(rank, t)))
+        arrays.update({f"{name}_param{i}": p.asnumpy() for i, p in enumerate(params)})
+        arrays.update({f"{name}_u{i}": u.asnumpy() for i, u in enumerate(opt.u)})
+        arrays[f"{name}_choice"] = opt.auto.choice.asnumpy()
+    np.savez(os.path.join(out, f"rank{rank}.npz"), **arrays)
+    return "ok"
+
+
 def mode_save(rank, nranks, out):
     folder = os.path.join(out, f"saved{nranks}")
     os.makedirs(folder, exist_ok=True)
@@ -302,7 +389,7 @@ def mode_resume_refused(rank, nranks, out, ckpt):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", required=True,
-                        choices=["exchange", "shared", "data_parallel", "mismatch", "step_mismatch",
+                        choices=["exchange", "shared", "auto", "data_parallel", "mismatch", "step_mismatch",
                                  "state_mismatch", "save", "resume", "resume_refused"])
     parser.add_argument("--out", required=True)
     parser.add_argument("--ckpt", help="resume: the checkpoint to load, {rank} for the rank")

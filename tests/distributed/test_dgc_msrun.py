@@ -334,3 +334,50 @@ def test_resume_at_another_world_size(saved_at_4, tmp_path, workers):
     for key in models[0].files:  # the parameters stay identical on every worker
         for other in models[1:]:
             np.testing.assert_array_equal(models[0][key], other[key], err_msg=key)
+
+
+@pytest.fixture(scope="module")
+def auto_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dgc_auto")
+    _msrun_ok("auto", out)
+    return _arrays(out, 2)
+
+
+@pytest.mark.parametrize("run", sorted(worker.AUTO_RUNS))
+def test_auto_sparsity_same_choice_on_every_worker_and_resumes(auto_run, run):
+    """sparsity="auto" in a compiled train step: dense steps 1-3 (and step 0), the probe at
+    the sparsest choice on steps 4-6, then the choice (measured, or forced dense or 0.98):
+    the same on both workers, kept through a checkpoint, replicas identical."""
+    a, b = auto_run
+    forced = worker.AUTO_RUNS[run]
+    choice = int(a[f"{run}_choice"][0])
+    assert int(b[f"{run}_choice"][0]) == choice
+    assert int(a[f"{run}_resumed_choice"][0]) == choice
+    if forced is not None:
+        assert choice == forced
+    probe = len(dgc.density.SPARSITY_CHOICES) - 1
+    assert a[f"{run}_stages"].tolist() == [-1] * 4 + [probe] * 3 + [choice] * 5
+    assert a[f"{run}_sampled"].all()  # a dense and a probing step measured
+    for key in a.files:
+        if key.startswith(f"{run}_straight"):
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+            np.testing.assert_array_equal(a[key], a[key.replace("straight", "resumed")],
+                                          err_msg=key)
+    if choice < 0:  # leaving the probe flushed the residuals: one state on both workers
+        for key in a.files:
+            if key.startswith(f"{run}_u"):
+                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+        assert not a[f"{run}_v0"].any()
+    else:
+        assert not np.array_equal(a[f"{run}_u0"], b[f"{run}_u0"])  # each its own residuals
+
+
+@pytest.mark.parametrize("run", ["host_dense", "host_sparse"])
+def test_auto_sparsity_from_python_keeps_replicas_identical(auto_run, run):
+    a, b = auto_run
+    for key in a.files:
+        if key.startswith(f"{run}_param"):
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    assert int(a[f"{run}_choice"][0]) == int(b[f"{run}_choice"][0])
+    compressed_u_equal = np.array_equal(a[f"{run}_u0"], b[f"{run}_u0"])
+    assert compressed_u_equal == (run == "host_dense")

@@ -140,6 +140,14 @@ struct Slot {
 // A 64-bit digest of K tensors of one dtype.
 #define MSOPT_AOT_DIGEST(IN, OUT) IN(p, kEach) OUT(digest, kOne)
 
+// A step's clock (DGCMomentum's sparsity="auto"): clock float64[1 + S], updated
+// in place, holds the last reading and the least interval recorded per slot;
+// slot int32[1] says where the interval since the last reading goes (-1:
+// nowhere); after orders the reading after a tensor; best float32[S] returns
+// the least intervals (0: none yet).
+#define MSOPT_AOT_STEP_CLOCK(IN, OUT) \
+  IN(clock, kOne) IN(slot, kOne) IN(after, kOne) OUT(best, kOne)
+
 // Every kernel: its exported entry and its list.
 #define MSOPT_AOT_KERNELS(X)                                   \
   X(ms_optim_adam_inplace, MSOPT_AOT_ADAM_INPLACE)             \
@@ -163,7 +171,8 @@ struct Slot {
   X(ms_optim_dgc_bucket_apply, MSOPT_AOT_DGC_BUCKET_APPLY)     \
   X(ms_optim_dgc_momentum, MSOPT_AOT_DGC_MOMENTUM)             \
   X(ms_optim_check_replicas, MSOPT_AOT_CHECK_REPLICAS)         \
-  X(ms_optim_digest, MSOPT_AOT_DIGEST)
+  X(ms_optim_digest, MSOPT_AOT_DIGEST)                         \
+  X(ms_optim_step_clock, MSOPT_AOT_STEP_CLOCK)
 
 // sig::<entry>: the slot ids (sig::ms_optim_lamb::grad, ...), kSlots, and
 // kSpec, the slots in order.
