@@ -1,6 +1,8 @@
 """DGCMomentum: Deep Gradient Compression (Lin et al., ICLR 2018) for MindSpore.
 
-- ``optimizer``: ``DGCMomentum``: its arguments, state, reports and ``construct``;
+- ``optimizer``: ``DGCMomentum``: its arguments, state and ``construct``;
+- ``reports``: what it reports of itself (``compressed_params``, ``stage``,
+  ``exchange_stats``);
 - ``checks``: what the constructor checks (``validate``), and the recursion limit;
 - ``grads``: the maps over a worker's gradients before the exchange;
 - ``plan``: the step's op-level plans, refined from ``ms_optim.dgc_plan.DGCPlan``
@@ -11,7 +13,9 @@
 - ``checkpoints``: ``resize_checkpoints``, one step's per-worker checkpoints converted
   for another number of workers;
 - ``density``: ``choose_sparsity``, the densest sparsity whose exchange fits a share of
-  the step on a given link.
+  the step on a given link;
+- ``auto``: ``sparsity="auto"``, the run's own steps timed and the sparsity chosen from
+  them, or dense.
 """
 from .checkpoints import resize_checkpoints
 from .density import choose_sparsity
