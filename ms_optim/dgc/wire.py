@@ -7,15 +7,17 @@ host sends ``WIRE_FACTOR`` times what a bandwidth-optimal ring needs, for
 AllReduce and AllGather alike; a Broadcast's root sends the buffer to each other
 worker, which sends it on once.
 ``choose_sparse_exchange`` picks, per warm-up stage, the collective that sends
-fewer bytes, and ``exchange_stats`` adds up what one worker sends at a step.
+fewer bytes (from 4 workers on, the union of shared indices among them), and ``exchange_stats`` adds up what one worker sends at a step.
 No MindSpore here: the optimizer feeds these functions its sizes.
 
 Examples:
     >>> from ms_optim.dgc import wire
     >>> wire.allreduce_wire_bytes(1000, 4), wire.allgather_wire_bytes(1000, 4)
     (3000.0, 6000.0)
-    >>> wire.choose_sparse_exchange(selected=249, elements=1000, nranks=4)
+    >>> wire.choose_sparse_exchange(selected=249, elements=1000, nranks=2)
     'allgather'
+    >>> wire.choose_sparse_exchange(selected=249, elements=1000, nranks=4)  # shared indices
+    'union'
     >>> s = wire.exchange_stats(step=5, stage=0, sparsity=0.75, workers=2, exchange="allgather",
     ...                         selected=250, small_elements=10, compressed_elements=1000,
     ...                         signature_bytes=28)
@@ -32,6 +34,12 @@ WIRE_FACTOR = 2.0
 FLOAT32_BYTES = 4  # a dense or sparsified gradient's element on the wire
 INDEX_BYTES = 4  # an int32 index
 SPARSE_ENTRY_BYTES = INDEX_BYTES + FLOAT32_BYTES
+# exchange="auto" considers the union of shared indices from this many workers on: the
+# exact exchange's bytes per host grow with the workers (5.99x from 2 to 8 hosts for the
+# link experiment's MLP), the union's stay near flat (1.78x), and its accuracy stayed
+# within 0.22 points of the exact exchange's at 2, 4 and 8 hosts (benchmarks/README.md,
+# "DGC across 2, 4 and 8 hosts"); at 2 and 3 workers it saves little
+UNION_FROM_WORKERS = 4
 
 EXCHANGES = ("auto", "allgather", "allreduce", "leader", "union")
 
@@ -56,16 +64,25 @@ def choose_sparse_exchange(selected, elements, nranks):
     """'allgather' of the `selected` entries (index + value) or 'allreduce' of the
     `elements` float32 of the sparsified gradient: whichever sends fewer bytes
     for `nranks` workers (with the model above: gather while selected * nranks
-    < elements).  Both give the same sum; ties go to the AllReduce."""
+    < elements).  Both give the same sum; ties go to the AllReduce.  From
+    ``UNION_FROM_WORKERS`` workers on, 'union' (each worker's
+    ``max(1, selected // nranks)`` proposals, the values at all of them summed) when
+    it sends fewer bytes than both."""
     gather = allgather_wire_bytes(SPARSE_ENTRY_BYTES * selected, nranks)
     reduce = allreduce_wire_bytes(FLOAT32_BYTES * elements, nranks)
-    return "allgather" if nranks < 2 or gather < reduce else "allreduce"
+    exact = "allgather" if nranks < 2 or gather < reduce else "allreduce"
+    if nranks >= UNION_FROM_WORKERS:
+        proposed = nranks * max(1, selected // nranks)
+        if sparse_part("union", proposed, elements, nranks)[2] < min(gather, reduce):
+            return "union"
+    return exact
 
 
 def stage_exchange(choice, selected, elements, nranks):
     """How a stage's selections cross `nranks` workers: `choice` ('allgather',
     'allreduce', 'leader' or 'union', DGCMomentum's `exchange`), or for 'auto' the cheaper
-    of the two exact ones (``choose_sparse_exchange``)."""
+    of the two exact ones, or from ``UNION_FROM_WORKERS`` workers the union where it is
+    cheaper still (``choose_sparse_exchange``)."""
     if choice != "auto":
         return choice
     return choose_sparse_exchange(selected, elements, nranks)

@@ -101,23 +101,33 @@ def test_exchange_chosen_per_stage_for_the_world_size():
     comp = 130 * 129 + 20000
     small = 21
     assert opt.exchange_stats(9)["exchange"] == "dense"
-    # Paddle's warning: 32 workers gathering 25% each would send 8x the dense gradient
+    # Paddle's warning: 32 workers gathering 25% each would send 8x the dense gradient; the
+    # union sends each worker's 131 + 156 proposals (k // 32 of k = 4192 and 5000) as
+    # indices and the values at all 32 workers' proposals
     first = opt.exchange_stats(10, workers=32)
-    assert first["exchange"] == "allreduce" and first["bytes"] == 4 * (comp + small)
+    applied = 32 * (4192 // 32 + 5000 // 32)
+    assert first["exchange"] == "union" and first["selected"] == applied == 9184
+    assert first["bytes"] == 4 * small + 4 * applied // 32 + 4 * applied
     assert opt.exchange_stats(10, workers=2)["exchange"] == "allgather"
     by_workers = {n: [opt.exchange_stats(10 + 20 * s, workers=n)["exchange"] for s in range(5)]
-                  for n in (2, 8, 32, 512)}
+                  for n in (2, 3, 8, 32, 512)}
     assert by_workers[2] == ["allgather"] * 5
-    assert by_workers[8] == ["allreduce", "allgather", "allgather", "allgather", "allgather"]
-    assert by_workers[32] == ["allreduce", "allreduce", "allgather", "allgather", "allgather"]
-    assert by_workers[512] == ["allreduce"] * 4 + ["allgather"]
+    # 3 workers, the exact exchanges only: gathering the 9192 entries at 0.75 (8 * 9192 *
+    # 2 * 2 = 294144 bytes) costs less than all-reducing the 36770 floats (4 * 36770 * 2 *
+    # 2 * 2/3 = 392213)
+    assert by_workers[3] == ["allgather"] * 5
+    # from 4 workers the union of shared indices, which sends fewer bytes at every stage
+    assert by_workers[8] == by_workers[32] == by_workers[512] == ["union"] * 5
     last = opt.exchange_stats(500, workers=4)
     k = [int(130 * 129 * 0.001), int(20000 * 0.001)]
-    assert last["selected"] == sum(k)
+    assert last["exchange"] == "union"
+    assert last["selected"] == sum(4 * (kj // 4) for kj in k) == sum(k)  # 16 and 20
     # three signature values, the step, the state's world size and rank and digest of
-    # residual kinds, gathered every step
+    # residual kinds, gathered every step; each worker's quarter of the indices gathered
+    # (2 (N-1) b) and the values at all of them all-reduced (1.5 * 2 B)
     control = 8 * 4
-    assert last["wire_bytes"] == round(1.5 * 2 * 4 * small + 2 * 3 * control + 2 * 3 * 8 * sum(k))
+    assert last["wire_bytes"] == round(1.5 * 2 * 4 * small + 2 * 3 * control
+                                       + 2 * 3 * 4 * sum(k) // 4 + 1.5 * 2 * 4 * sum(k))
     assert last["dense_wire_bytes"] == round(1.5 * 2 * 4 * (comp + small))
     one = opt.exchange_stats(500)
     assert one["workers"] == 1 and one["wire_bytes"] == 0

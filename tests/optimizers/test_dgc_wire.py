@@ -55,10 +55,10 @@ def test_collectives_by_hand():
 
 
 @pytest.mark.parametrize("selected, elements, nranks, expected", [
-    (249, 1000, 4, "allgather"),   # 8 * 249 * 6 = 11952 < 4 * 1000 * 3 = 12000
-    (250, 1000, 4, "allreduce"),   # a tie goes to the AllReduce
+    (333, 1000, 3, "allgather"),   # 8 * 333 * 4 = 10656 < 4 * 1000 * 4 * 2/3 = 10666.7
+    (334, 1000, 3, "allreduce"),
     (499, 1000, 2, "allgather"),   # 16 * 499 < 8 * 1000
-    (500, 1000, 2, "allreduce"),
+    (500, 1000, 2, "allreduce"),   # a tie goes to the AllReduce
     (999, 1000, 1, "allgather"),   # one worker sends nothing: the gather
 ])
 def test_cheaper_exchange(selected, elements, nranks, expected):
@@ -66,6 +66,22 @@ def test_cheaper_exchange(selected, elements, nranks, expected):
     assert wire.stage_exchange("auto", selected, elements, nranks) == expected
     assert wire.stage_exchange("allgather", selected, elements, nranks) == "allgather"
     assert wire.stage_exchange("allreduce", selected, elements, nranks) == "allreduce"
+
+
+@pytest.mark.parametrize("selected, elements, nranks, expected", [
+    # 62 proposals each, 248 in all: 4 * 62 index bytes gathered (2 * 3 * 248 = 1488) and
+    # 4 * 248 value bytes all-reduced (3 * 992 = 2976), 4464 against a gather's 11952
+    (249, 1000, 4, "union"),
+    # every element selected: 6000 + 12000 against the AllReduce's 12000
+    (1000, 1000, 4, "allreduce"),
+    # one entry: each of the 4 workers still proposes one (24 + 48 bytes), the gather 48
+    (1, 1000, 4, "allgather"),
+    (249, 1000, 8, "union"),
+])
+def test_union_from_four_workers(selected, elements, nranks, expected):
+    assert wire.UNION_FROM_WORKERS == 4
+    assert wire.choose_sparse_exchange(selected, elements, nranks) == expected
+    assert wire.stage_exchange("auto", selected, elements, nranks) == expected
 
 
 def _stats(exchange, selected, workers, stage=1, sparsity=0.99):
@@ -109,6 +125,7 @@ def test_agrees_with_dgc_momentum():
 
     import ms_optim
     from ms_optim import dgc_plan
+    from ms_optim.dgc.plan import applied_entries
 
     shapes = [(130, 129), (20000,), (7, 3)]
     sparsity = [0.75, 0.9375, 0.984375, 0.996, 0.999]
@@ -119,14 +136,16 @@ def test_agrees_with_dgc_momentum():
     for step in (0, 9, 10, 40, 75, 200):
         for workers in (1, 2, 4, 32):
             stage = dgc_plan.stage_index(step, 10, 100, len(sparsity))
-            selected = 0 if stage is None else sum(
-                dgc_plan.selected_k(n, sparsity[stage]) for n in COMPRESSED)
+            ks = [] if stage is None else [dgc_plan.selected_k(n, sparsity[stage])
+                                           for n in COMPRESSED]
             exchange = "dense" if stage is None else wire.choose_sparse_exchange(
-                selected, sum(COMPRESSED), workers)
+                sum(ks), sum(COMPRESSED), workers)
+            selected = 0 if stage is None else applied_entries(ks, exchange, workers)
             expected = wire.exchange_stats(
                 step=step, stage=stage, sparsity=None if stage is None else sparsity[stage],
                 workers=workers, exchange=exchange, selected=selected, small_elements=SMALL,
                 compressed_elements=sum(COMPRESSED), signature_bytes=SIGNATURE_BYTES)
             assert opt.exchange_stats(step, workers=workers) == expected
-    assert opt.exchange_stats(10, workers=32)["exchange"] == "allreduce"  # 0.75
-    assert opt.exchange_stats(200, workers=32)["exchange"] == "allgather"  # 0.999
+    assert opt.exchange_stats(10, workers=2)["exchange"] == "allgather"  # 0.75
+    assert opt.exchange_stats(10, workers=32)["exchange"] == "union"
+    assert opt.exchange_stats(200, workers=32)["exchange"] == "union"  # 0.999
