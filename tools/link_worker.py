@@ -62,6 +62,15 @@ RECIPES = {
             "sparsity": [0.98]},
     "dgc-90": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
                "sparsity": [0.9]},
+    # the run measures its dense and sparse steps and picks the sparsity, or stays dense
+    "dgc-auto": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "sparsity": "auto"},
+    # fixed sparsities of SPARSITY_CHOICES not named above (the best in hindsight)
+    "dgc-95": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
+               "sparsity": [0.95]},
+    "dgc-99": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
+               "sparsity": [0.99]},
+    "dgc-995": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
+                "sparsity": [0.995]},
     # the recipe with the classifier (the last weight) all-reduced dense
     "dgc-head": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
                  "sparsity": [0.98], "dense_params": "classifier"},

@@ -44,6 +44,7 @@ import time
 _RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
 _DELAY_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
+UNSHAPED = "unshaped"  # --rate: no tbf, the link moves what the veth and the cores can
 TBF_LATENCY = "20ms"  # tbf queue limit, in time at `rate`: deep enough that TCP reaches the rate
 GSO_MAX = 65536       # a veth hands tbf GSO packets up to 64 KiB; a smaller bucket splits them
 
@@ -57,7 +58,10 @@ class NetlabError(RuntimeError):
 
 
 def parse_rate(text):
-    """'1gbit', '100mbit', '10gbit', '500kbit' -> bits per second (tc's units)."""
+    """'1gbit', '100mbit', '10gbit', '500kbit' -> bits per second (tc's units);
+    'unshaped' -> None (the veth's own rate)."""
+    if text.strip().lower() == UNSHAPED:
+        return None
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?bit)", text.strip().lower())
     if not m or float(m.group(1)) <= 0:
         raise ValueError(f"rate {text!r}: expected a positive number and one of "
@@ -99,6 +103,8 @@ def tbf_burst(rate_bps):
     12-24 Gbit/s, so 10gbit is close to what 2 cores can push.  A larger bucket
     only lets more of each step's first bytes through at veth speed.
     """
+    if rate_bps is None:  # unshaped
+        return None
     return max(int(rate_bps / 8 / kernel_hz()), GSO_MAX)
 
 
@@ -194,10 +200,15 @@ class Lab:
             self._shape(self.switch, port)
 
     def _shape(self, ns, dev):
-        """tbf on `dev`'s egress, under a netem root when a delay is asked for."""
+        """tbf on `dev`'s egress, under a netem root when a delay is asked for (unshaped:
+        netem alone, or nothing)."""
+        tc = ["tc", "-n", ns, "qdisc", "add", "dev", dev]
+        if self.rate_bps is None:
+            if self.delay_ms > 0:
+                _run(tc + ["root", "handle", "1:", "netem", "delay", self.delay])
+            return
         tbf = ["tbf", "rate", self.rate, "burst", str(tbf_burst(self.rate_bps)),
                "latency", TBF_LATENCY]
-        tc = ["tc", "-n", ns, "qdisc", "add", "dev", dev]
         if self.delay_ms > 0:
             _run(tc + ["root", "handle", "1:", "netem", "delay", self.delay])
             _run(tc + ["parent", "1:1", "handle", "10:"] + tbf)
@@ -290,9 +301,10 @@ class Lab:
     def describe(self):
         """One line: hosts, link, addresses."""
         link = "a bridge" if self.switch else "a veth pair"
-        return (f"{len(self.hosts)} hosts over {link}, {self.rate} per direction, delay "
-                f"{self.delay}, tbf burst {tbf_burst(self.rate_bps)} B, subnet {self.subnet}, "
-                f"tag {self.tag}")
+        shaping = ("unshaped" if self.rate_bps is None else
+                   f"{self.rate} per direction, tbf burst {tbf_burst(self.rate_bps)} B")
+        return (f"{len(self.hosts)} hosts over {link}, {shaping}, delay {self.delay}, subnet "
+                f"{self.subnet}, tag {self.tag}")
 
 
 def _kill_group(proc):
@@ -385,7 +397,8 @@ def add_lab_arguments(parser):
     parser.add_argument("--hosts", type=int, default=2,
                         help="number of hosts (>= 2; more than 2 are joined by a bridge)")
     parser.add_argument("--rate", default="1gbit",
-                        help="link rate per direction, tc units (1gbit, 100mbit, 10gbit)")
+                        help="link rate per direction, tc units (1gbit, 100mbit, 10gbit), or "
+                             "unshaped")
     parser.add_argument("--delay", default="0ms",
                         help="one-way delay added by netem on every egress (0ms: none)")
 

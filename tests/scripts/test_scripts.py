@@ -501,3 +501,13 @@ def test_link_recipes_send_the_named_weights_dense(run):
     assert [p.name for p, d in zip(params, opt.asked_dense) if d] == dense
     assert opt.compressed_params == [n for n in ("0.weight", "2.weight") if n not in dense]
     assert list(opt.sparsity) == worker.RECIPES[run]["sparsity"]
+
+
+def test_lab_rates():
+    """tools/netlab.py's --rate: tc's units, or unshaped (no tbf, no bucket)."""
+    from tools import netlab
+    assert netlab.parse_rate("1gbit") == 1e9 and netlab.parse_rate("100mbit") == 1e8
+    assert netlab.parse_rate("unshaped") is None and netlab.tbf_burst(None) is None
+    assert netlab.tbf_burst(1e8) >= netlab.GSO_MAX
+    with pytest.raises(ValueError, match="rate 'fast'"):
+        netlab.parse_rate("fast")
