@@ -223,13 +223,14 @@ def run_job(lab, run, steps, out, *, model="big", data="digits", eval_every=10, 
 # ---------------------------------------------------------------- analysis --
 
 def last_stage_steps(result):
-    """Indices into the step log from the first step at the last sparsity stage (all steps
-    for a dense run; [] if a DGC run never got there)."""
-    sparsity = result["sparsity"]
+    """Indices into the step log of the run's last steps at one sparsity stage: from the
+    first step after the last change of stage (all steps for a dense run; for
+    sparsity="auto", the steps of its choice)."""
     stages = result["steps_log"]["stage"]
-    if sparsity is None:
+    if result["sparsity"] is None or not stages:
         return list(range(len(stages)))
-    return [i for i, s in enumerate(stages) if s == len(sparsity) - 1]
+    changes = [i for i in range(1, len(stages)) if stages[i] != stages[i - 1]]
+    return list(range(changes[-1] if changes else 0, len(stages)))
 
 
 def median_at(values, idx):

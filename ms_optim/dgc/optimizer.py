@@ -349,7 +349,8 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, ExchangeReports, nn.Op
             self.auto = AutoSparsity(
                 rampup_begin_step, self.nranks,
                 [self._stats_at(s, 0, self.nranks)["wire_bytes"] for s in range(plan.stages)],
-                self._stats_at(None, 0, self.nranks)["wire_bytes"])
+                self._stats_at(None, 0, self.nranks)["wire_bytes"],
+                sum(p.size for p in self._parameters))
         self._build_steps(momentum)
 
     def _build_exchanges(self, exchange):
@@ -494,12 +495,12 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, ExchangeReports, nn.Op
                 synced = self.replicas.sync_params(self._parameters, synced)
         grads = F.depend(grads, synced)
         if self.auto is not None and self.auto.measures:
-            # sparsity="auto": the step's clock, read once the gradients are there and
-            # before they are exchanged; the choice made after the last probing step
-            best = self.auto.tick(step, grads)
-            grads = F.depend(grads, best)
+            # sparsity="auto": the step's clock, read once the gradients are there and at
+            # the end of the update (with the link's chunk); the choice made on the last
+            # probing step
+            grads = F.depend(grads, self.auto.start(step, grads))
             done = self._auto_branch(_stage, step, lr, grads)
-            return F.depend(done, self.auto.update(step, F.depend(best, done)))
+            return F.depend(done, self.auto.update(step, self.auto.end(step, done)))
         if _stage is not None:  # the branch given by __call__
             if _stage < 0:
                 return self._warmup_step(lr, grads)

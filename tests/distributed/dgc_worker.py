@@ -305,7 +305,7 @@ def forced(opt, choice):
 
 def auto_run(rank, nranks, start, stop, force=None, ckpt_load=None, ckpt_save=None):
     """Steps [start, stop) of TrainOneStepCell with sparsity="auto" (rampup_begin_step 1:
-    dense steps 1-3, the probe 4-6, the choice from step 7), choosing `force` (an index
+    step 0 dense, the probe on steps 1-3, the choice from step 4), choosing `force` (an index
     into SPARSITY_CHOICES, or -1: dense) when given; returns the optimizer and the
     parameters."""
     ms.set_seed(0)
@@ -346,8 +346,8 @@ def mode_auto(rank, nranks, out):
         arrays[f"{name}_resumed_choice"] = resumed_opt.auto.choice.asnumpy()
         arrays[f"{name}_stages"] = np.array([-1 if s is None else s
                                              for s in map(opt.stage, range(12))])
-        arrays[f"{name}_sampled"] = np.array([stats["dense_step_s"] is not None,
-                                              stats["probe_step_s"] is not None])
+        arrays[f"{name}_sampled"] = np.array([stats[key] is not None for key in (
+            "compute_s", "probe_exchange_s", "chunk_small_s", "chunk_large_s")])
     # from Python, on known gradients: the branch chosen on the host
     for name, force in (("host_dense", -1), ("host_sparse", 2)):
         params = make_params(seed=0)

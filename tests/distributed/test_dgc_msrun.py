@@ -345,9 +345,9 @@ def auto_run(tmp_path_factory):
 
 @pytest.mark.parametrize("run", sorted(worker.AUTO_RUNS))
 def test_auto_sparsity_same_choice_on_every_worker_and_resumes(auto_run, run):
-    """sparsity="auto" in a compiled train step: dense steps 1-3 (and step 0), the probe at
-    the sparsest choice on steps 4-6, then the choice (measured, or forced dense or 0.98):
-    the same on both workers, kept through a checkpoint, replicas identical."""
+    """sparsity="auto" in a compiled train step: step 0 dense (rampup_begin_step 1), the
+    probe at the sparsest choice on steps 1-3, then the choice (measured, or forced dense or
+    0.98): the same on both workers, kept through a checkpoint, replicas identical."""
     a, b = auto_run
     forced = worker.AUTO_RUNS[run]
     choice = int(a[f"{run}_choice"][0])
@@ -356,8 +356,8 @@ def test_auto_sparsity_same_choice_on_every_worker_and_resumes(auto_run, run):
     if forced is not None:
         assert choice == forced
     probe = len(dgc.density.SPARSITY_CHOICES) - 1
-    assert a[f"{run}_stages"].tolist() == [-1] * 4 + [probe] * 3 + [choice] * 5
-    assert a[f"{run}_sampled"].all()  # a dense and a probing step measured
+    assert a[f"{run}_stages"].tolist() == [-1] + [probe] * 3 + [choice] * 8
+    assert a[f"{run}_sampled"].all()  # compute, the probe's exchange, the link's two chunks
     for key in a.files:
         if key.startswith(f"{run}_straight"):
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
