@@ -359,11 +359,9 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, ExchangeReports, nn.Op
         self.shared_exchange = SharedExchange(self.nranks)
         self.dense_exchange = DenseExchange(self.nranks, [shapes[i] for i in self.dense_ids])
         self.warmup_exchange = DenseExchange(self.nranks, [shapes[i] for i in self.comp_ids])
-        # before compression the bucket's parameters are small ones: one fused AllReduce
-        # with the others
-        self.small_ids = tuple(sorted(self.dense_ids + self.bucket_ids))
-        self.small_warmup_exchange = DenseExchange(self.nranks,
-                                                   [shapes[i] for i in self.small_ids])
+        # before compression (and when sparsity="auto" stays dense) every gradient crosses
+        # in one fused AllReduce
+        self.all_exchange = DenseExchange(self.nranks, shapes)
         self.exchange = exchange
         self.stage_exchange = tuple(self._plan_exchange(s, self.nranks)
                                     for s in range(len(self.sparsity)))
@@ -404,16 +402,14 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, ExchangeReports, nn.Op
             return DenseMomentum(state, group, exchange)
 
         self.dense_momentum = momentum_step(self.dense_ids, self.dense_exchange)
-        self.warmup_momentum = momentum_step(self.comp_ids, self.warmup_exchange)
-        self.small_warmup = (momentum_step(self.small_ids, self.small_warmup_exchange)
-                             if self.bucket_ids else self.dense_momentum)
         self.compresses = bool(self.comp_ids or self.bucket_ids)
         self.has_warmup = self.compresses and (self.rampup_begin_step > 0
                                                or self.auto is not None)
-        # one op for every parameter before compression on one worker (MindSpore runs a step
-        # ten times slower when two in-place ops take the same gradient Parameters)
-        self.all_momentum = (momentum_step(range(len(self._parameters)), None)
-                             if self.has_warmup and self.nranks == 1 else None)
+        # every parameter in one op before compression, their gradients in one AllReduce
+        # (on one worker: MindSpore runs a step ten times slower when two in-place ops take
+        # the same gradient Parameters)
+        self.all_momentum = (momentum_step(range(len(self._parameters)), self.all_exchange)
+                             if self.has_warmup else None)
         # sparsity="auto" that chooses dense after its probe: the residuals flushed first
         self.residual_flush = None
         if self.auto is not None and self.auto.measures:
@@ -544,10 +540,7 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, ExchangeReports, nn.Op
 
     def _warmup_step(self, lr, grads):
         """Before rampup_begin_step: dense momentum for every parameter."""
-        if self.nranks == 1:
-            return self.all_momentum(lr, grads)
-        done = self.small_warmup(lr, grads)
-        return F.depend(done, self.warmup_momentum(lr, grads))
+        return self.all_momentum(lr, grads)
 
     def _compressing_step(self, step, lr, grads):
         """From rampup_begin_step on: dense momentum for the small parameters, and the
