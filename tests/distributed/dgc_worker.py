@@ -83,24 +83,57 @@ def shard(rank, nranks, n=512):
     return x[rank::nranks], y[rank::nranks]
 
 
-def train_net(rank, nranks, start, stop, seed, ckpt_load=None, ckpt_save=None):
-    """Steps [start, stop) of TrainOneStepCell on this worker's shard, saving a checkpoint
-    before step `ckpt_save[0]` when asked; returns parameters, u and v."""
+def forced_decide(self, best):
+    """In place of AutoSparsity.decide (forced): the choice in self.forced, whatever the
+    measurements (the measurements still gathered, as the real rule's)."""
+    return F.depend(self.forced, best)
+
+
+@contextlib.contextmanager
+def forced(opt, choice):
+    """`opt` (sparsity="auto") chooses `choice` (an index into SPARSITY_CHOICES, or -1:
+    dense) while its graphs compile in the block; None: what it measures."""
+    if choice is None:
+        yield
+        return
+    opt.auto.forced = Tensor(np.array([choice], np.int32))
+    measured, auto.AutoSparsity.decide = auto.AutoSparsity.decide, forced_decide
+    try:
+        yield
+    finally:
+        auto.AutoSparsity.decide = measured
+
+
+def train_cell(rank, nranks, start, stop, seed, settings, ckpt_load=None, ckpt_save=None,
+               force=None):
+    """Steps [start, stop) of TrainOneStepCell with DGCMomentum(**settings) on this worker's
+    shard, saving a checkpoint before step `ckpt_save[0]` when asked (with sparsity="auto",
+    the choice `force` when given); returns the optimizer and the network."""
     ms.set_seed(seed)
     net = make_net()
     opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.05, momentum=0.9,
-                               rampup_begin_step=2, rampup_step=4, sparsity=[0.9, 0.999])
+                               **settings)
     cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(
         sparse=True, reduction="mean")), opt)
     cell.set_train()
     if ckpt_load:
         ms.load_param_into_net(cell, ms.load_checkpoint(ckpt_load))
     x, y = shard(rank, nranks)
-    for t in range(start, stop):
-        if ckpt_save and t == ckpt_save[0]:
-            ms.save_checkpoint(cell, ckpt_save[1])
-        lo = (t * 32) % len(x)
-        cell(Tensor(x[lo:lo + 32]), Tensor(y[lo:lo + 32]))
+    with forced(opt, force):
+        for t in range(start, stop):
+            if ckpt_save and t == ckpt_save[0]:
+                ms.save_checkpoint(cell, ckpt_save[1])
+            lo = (t * 32) % len(x)
+            cell(Tensor(x[lo:lo + 32]), Tensor(y[lo:lo + 32]))
+    return opt, net
+
+
+def train_net(rank, nranks, start, stop, seed, ckpt_load=None, ckpt_save=None):
+    """train_cell with a warm-up (dense steps 0-1, 0.9, then 0.999 from step 4); returns
+    parameters, u and v."""
+    opt, net = train_cell(rank, nranks, start, stop, seed,
+                          dict(rampup_begin_step=2, rampup_step=4, sparsity=[0.9, 0.999]),
+                          ckpt_load, ckpt_save)
     state = [p.asnumpy() for p in net.trainable_params()]
     return state + [u.asnumpy() for u in opt.u] + [v.asnumpy() for v in opt.v]
 
@@ -282,66 +315,36 @@ def mode_state_mismatch(rank, nranks, out, case):
     return f"{seen}\nglobal_step {int(opt.global_step.asnumpy()[0])}"
 
 
-def forced_decide(self, best):
-    """In place of AutoSparsity.decide (forced): the choice in self.forced, whatever the
-    measurements (the measurements still gathered, as the real rule's)."""
-    return F.depend(self.forced, best)
-
-
-@contextlib.contextmanager
-def forced(opt, choice):
-    """`opt` (sparsity="auto") chooses `choice` (an index into SPARSITY_CHOICES, or -1:
-    dense) while its graphs compile in the block; None: what it measures."""
-    if choice is None:
-        yield
-        return
-    opt.auto.forced = Tensor(np.array([choice], np.int32))
-    measured, auto.AutoSparsity.decide = auto.AutoSparsity.decide, forced_decide
-    try:
-        yield
-    finally:
-        auto.AutoSparsity.decide = measured
-
-
-def auto_run(rank, nranks, start, stop, force=None, ckpt_load=None, ckpt_save=None):
-    """Steps [start, stop) of TrainOneStepCell with sparsity="auto" (rampup_begin_step 1:
-    step 0 dense, the probe on steps 1-3, the choice from step 4), choosing `force` (an index
+def auto_run(rank, nranks, start, stop, force=None, ckpt_load=None, ckpt_save=None, **extra):
+    """train_cell with sparsity="auto" (rampup_begin_step 1: step 0 dense, the probe on
+    steps 1-3, the choice from step 4) and the settings `extra`, choosing `force` (an index
     into SPARSITY_CHOICES, or -1: dense) when given; returns the optimizer and the
     parameters."""
-    ms.set_seed(0)
-    net = make_net()
-    opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.05, momentum=0.9,
-                               rampup_begin_step=1, sparsity="auto")
-    cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(
-        sparse=True, reduction="mean")), opt)
-    cell.set_train()
-    if ckpt_load:
-        ms.load_param_into_net(cell, ms.load_checkpoint(ckpt_load))
-    x, y = shard(rank, nranks)
-    with forced(opt, force):
-        for t in range(start, stop):
-            if ckpt_save and t == ckpt_save[0]:
-                ms.save_checkpoint(cell, ckpt_save[1])
-            lo = (t * 32) % len(x)
-            cell(Tensor(x[lo:lo + 32]), Tensor(y[lo:lo + 32]))
+    opt, net = train_cell(rank, nranks, start, stop, 0,
+                          dict(rampup_begin_step=1, sparsity="auto", **extra), ckpt_load,
+                          ckpt_save, force)
     return opt, [p.asnumpy() for p in net.trainable_params()]
 
 
 # mode_auto's runs: name -> the forced choice (None: the measured one)
-AUTO_RUNS = {"measured": None, "dense": -1, "sparse": 2}
+AUTO_RUNS = {"measured": None, "dense": -1, "sparse": 2, "sparse_ops": 2, "dense_bucket": -1}
+# and their settings beyond sparsity="auto"
+AUTO_SETTINGS = {"sparse_ops": dict(impl="ops"), "dense_bucket": dict(bucket_sparsity=0.9)}
 
 
 def mode_auto(rank, nranks, out):
     arrays = {}
     for name, force in AUTO_RUNS.items():
         path = os.path.join(out, f"auto_{name}_rank{rank}.ckpt")
-        opt, straight = auto_run(rank, nranks, 0, 12, force, ckpt_save=(9, path))
-        resumed_opt, resumed = auto_run(rank, nranks, 9, 12, force, ckpt_load=path)
+        extra = AUTO_SETTINGS.get(name, {})
+        opt, straight = auto_run(rank, nranks, 0, 12, force, ckpt_save=(9, path), **extra)
+        resumed_opt, resumed = auto_run(rank, nranks, 9, 12, force, ckpt_load=path, **extra)
         stats = opt.exchange_stats(11)["auto"]
         arrays.update({f"{name}_straight{i}": a for i, a in enumerate(straight)})
         arrays.update({f"{name}_resumed{i}": a for i, a in enumerate(resumed)})
         arrays.update({f"{name}_u{i}": u.asnumpy() for i, u in enumerate(opt.u)})
         arrays.update({f"{name}_v{i}": v.asnumpy() for i, v in enumerate(opt.v)})
+        arrays.update({f"{name}_bucket_v{i}": v.asnumpy() for i, v in enumerate(opt.bucket_v)})
         arrays[f"{name}_choice"] = opt.auto.choice.asnumpy()
         arrays[f"{name}_resumed_choice"] = resumed_opt.auto.choice.asnumpy()
         arrays[f"{name}_stages"] = np.array([-1 if s is None else s

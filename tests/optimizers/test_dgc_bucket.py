@@ -171,6 +171,16 @@ def test_a_bucket_of_one_parameter_selecting_one_entry(impl):
     assert np.count_nonzero(opt.bucket_v[0].asnumpy()) == 4  # one of 5 taken each step
 
 
+def exact_exchange(opt, step, workers):
+    """opt.exchange_stats at `step` among `workers` with the union left out of "auto"."""
+    from ms_optim.dgc import wire
+    union_from, wire.UNION_FROM_WORKERS = wire.UNION_FROM_WORKERS, workers + 1
+    try:
+        return opt.exchange_stats(step, workers=workers)
+    finally:
+        wire.UNION_FROM_WORKERS = union_from
+
+
 def test_exchange_stats_count_the_bucket():
     opt = ms_optim.DGCMomentum(_params(), learning_rate=0.1, momentum=0.9, rampup_begin_step=3,
                                rampup_step=8, sparsity=WARMUP, bucket_sparsity=0.9)
@@ -184,9 +194,14 @@ def test_exchange_stats_count_the_bucket():
     assert last["bucket_bytes"] == 8 * k and last["dense_part_bytes"] == 0
     assert last["bytes"] == 8 * (16 + 20) + 8 * k
     assert last["dense_bytes"] == 4 * (numel + large)
-    # among 16 workers, gathering k entries from each costs more than the dense bucket
+    # among 16 workers gathering k entries from each costs more than the dense bucket, and
+    # the union of shared indices less than both: each worker's k // 16 indices, and the
+    # values at every worker's
     wide = opt.exchange_stats(100, workers=16)
-    assert wide["bucket_exchange"] == "allreduce" and wide["bucket_bytes"] == 4 * numel
+    applied = 16 * (k // 16)
+    assert wide["bucket_exchange"] == "union" and wide["bucket_selected"] == applied
+    assert wide["bucket_bytes"] == 4 * applied // 16 + 4 * applied
+    assert exact_exchange(opt, 100, 16)["bucket_exchange"] == "allreduce"
     # the same dict without a bucket: the small parameters dense
     plain = ms_optim.DGCMomentum(_params(), learning_rate=0.1, momentum=0.9, rampup_begin_step=3,
                                  rampup_step=8, sparsity=WARMUP).exchange_stats(100)
