@@ -13,7 +13,7 @@ from ..clip import ClipGradByNorm
 from ..dgc_plan import DGCPlan
 from ..regularizer import L1Decay, L2Decay
 from . import checks
-from .auto import AutoSparsity
+from .auto import MEASURING, AutoSparsity
 from .checkpoints import (RANK_NAME, RESIDUAL_KIND_NAME, U_PREFIX, V_PREFIX, WORLD_SIZE_NAME,
                           refused_step, residual_kind)
 from .exchange import (DenseExchange, Exchanges, ReplicaSync, SharedExchange, SparseExchange,
@@ -108,10 +108,11 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, ExchangeReports, nn.Op
         rampup_step (int, optional): Steps over which `sparsity` is spread, >= 1.  Default: ``1``.
         sparsity (Union[list[float], tuple[float], str], optional): The warm-up sparsities,
             in [0.0, 1.0), non-decreasing; the last one holds afterwards.  Or ``"auto"``:
-            from `rampup_begin_step` on, 3 dense steps and 3 at 0.999 are timed, and the
-            workers pick from ``SPARSITY_CHOICES`` the sparsity with the least modeled time
-            to accuracy, or stay dense where compression would not pay (with one worker,
-            every step is dense; `rampup_step` is not used; docs/dgc.md, "sparsity="auto"").
+            from `rampup_begin_step` on, 3 steps at 0.999 time the compute, the exchange
+            and the link, and the workers pick from ``SPARSITY_CHOICES`` the sparsity with
+            the least modeled time to accuracy, or stay dense where compression would not
+            pay (with one worker, every step is dense; `rampup_step` is not used;
+            docs/dgc.md, "sparsity="auto"").
             Default: ``(0.999,)``.
         use_nesterov (bool, optional): Nesterov momentum.  Default: ``False``.
         local_grad_clip_norm (Union[float, int], optional): :math:`c`, > 0.  Default: ``None``.
@@ -456,7 +457,9 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, ExchangeReports, nn.Op
         device."""
         stage = self.stage(step) if self.auto is not None else self.plan.stage(step)
         if (stage is None and self.residual_flush is not None
-                and step == self.auto.choose_begin):
+                and step >= self.auto.choose_begin and (
+                    step == self.auto.choose_begin
+                    or int(self.auto.choice.asnumpy().reshape(-1)[0]) == MEASURING)):
             return _FLUSH, False  # sparsity="auto" leaves the probe for dense steps
         if stage is None:
             stage = -1 if self.has_warmup else self.stage_bounds[0][0]
@@ -518,15 +521,15 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, ExchangeReports, nn.Op
         dgc_auto_choice (dense while it is not made)."""
         if _stage is not None:
             if _stage == _FLUSH:
-                return self._warmup_step(lr, F.depend(grads, self.residual_flush(lr)))
+                return self._warmup_step(lr, self._leave_probe(lr, grads))
             if _stage < 0:
                 return self._warmup_step(lr, grads)
             return self._stage_step(_stage, step, lr, grads)
         auto = self.auto
         choice = auto.choice.reshape(()) * 1
         if step < auto.probe_begin or (step >= auto.choose_begin and choice < 0):
-            if step == auto.choose_begin:
-                grads = F.depend(grads, self.residual_flush(lr))
+            if step >= auto.choose_begin and (step == auto.choose_begin or choice == MEASURING):
+                grads = self._leave_probe(lr, grads)
             done = self._warmup_step(lr, grads)
         else:
             stage = auto.probe_t
@@ -537,6 +540,13 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, ExchangeReports, nn.Op
                 if stage == s:
                     done = F.depend(done, self._compressed(s, step, lr, grads))
         return done
+
+    def _leave_probe(self, lr, grads):
+        """sparsity="auto" goes dense: the residuals flushed (steps.ResidualFlush) and the
+        choice set to dense, once; also for a state that never chose (saved by a run
+        without "auto") resumed past the probe, which steps dense from there."""
+        done = F.depend(self.residual_flush(lr), F.assign(self.auto.choice, self.auto.dense_t))
+        return F.depend(grads, done)
 
     def _warmup_step(self, lr, grads):
         """Before rampup_begin_step: dense momentum for every parameter."""

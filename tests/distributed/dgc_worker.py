@@ -105,26 +105,33 @@ def forced(opt, choice):
 
 
 def train_cell(rank, nranks, start, stop, seed, settings, ckpt_load=None, ckpt_save=None,
-               force=None):
+               force=None, host=False):
     """Steps [start, stop) of TrainOneStepCell with DGCMomentum(**settings) on this worker's
-    shard, saving a checkpoint before step `ckpt_save[0]` when asked (with sparsity="auto",
-    the choice `force` when given); returns the optimizer and the network."""
+    shard (`host`: the optimizer called from Python on the gradients instead), saving a
+    checkpoint before step `ckpt_save[0]` when asked (with sparsity="auto", the choice
+    `force` when given); returns the optimizer and the network."""
     ms.set_seed(seed)
     net = make_net()
     opt = ms_optim.DGCMomentum(net.trainable_params(), learning_rate=0.05, momentum=0.9,
                                **settings)
-    cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(
-        sparse=True, reduction="mean")), opt)
+    loss = nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True,
+                                                                 reduction="mean"))
+    cell = nn.TrainOneStepCell(loss, opt)
     cell.set_train()
     if ckpt_load:
         ms.load_param_into_net(cell, ms.load_checkpoint(ckpt_load))
+    grad_fn = ms.value_and_grad(loss, None, opt.parameters)
     x, y = shard(rank, nranks)
     with forced(opt, force):
         for t in range(start, stop):
             if ckpt_save and t == ckpt_save[0]:
                 ms.save_checkpoint(cell, ckpt_save[1])
             lo = (t * 32) % len(x)
-            cell(Tensor(x[lo:lo + 32]), Tensor(y[lo:lo + 32]))
+            batch = Tensor(x[lo:lo + 32]), Tensor(y[lo:lo + 32])
+            if host:
+                opt(grad_fn(*batch)[1])
+            else:
+                cell(*batch)
     return opt, net
 
 
@@ -351,6 +358,19 @@ def mode_auto(rank, nranks, out):
                                              for s in map(opt.stage, range(12))])
         arrays[f"{name}_sampled"] = np.array([stats[key] is not None for key in (
             "compute_s", "probe_exchange_s", "chunk_small_s", "chunk_large_s")])
+    # a state saved by a run at a fixed sparsity, resumed past the probe: dense from there,
+    # the residuals flushed, in a compiled step and from Python
+    path = os.path.join(out, f"fixed_rank{rank}.ckpt")
+    train_cell(rank, nranks, 0, 10, 0, dict(rampup_begin_step=1, sparsity=[0.98]),
+               ckpt_save=(9, path))
+    for name, host in (("from_fixed", False), ("from_fixed_host", True)):
+        opt, net = train_cell(rank, nranks, 9, 12, 0, dict(rampup_begin_step=1, sparsity="auto"),
+                              ckpt_load=path, host=host)
+        arrays.update({f"{name}_straight{i}": p.asnumpy()
+                       for i, p in enumerate(net.trainable_params())})
+        arrays.update({f"{name}_u{i}": u.asnumpy() for i, u in enumerate(opt.u)})
+        arrays.update({f"{name}_v{i}": v.asnumpy() for i, v in enumerate(opt.v)})
+        arrays[f"{name}_choice"] = opt.auto.choice.asnumpy()
     # from Python, on known gradients: the branch chosen on the host
     for name, force in (("host_dense", -1), ("host_sparse", 2)):
         params = make_params(seed=0)

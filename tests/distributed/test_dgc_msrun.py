@@ -385,3 +385,17 @@ def test_auto_sparsity_from_python_keeps_replicas_identical(auto_run, run):
     assert int(a[f"{run}_choice"][0]) == int(b[f"{run}_choice"][0])
     compressed_u_equal = np.array_equal(a[f"{run}_u0"], b[f"{run}_u0"])
     assert compressed_u_equal == (run == "host_dense")
+
+
+@pytest.mark.parametrize("run", ["from_fixed", "from_fixed_host"])
+def test_auto_sparsity_resumed_from_a_fixed_sparsity_steps_dense(auto_run, run):
+    """A state saved by DGCMomentum(sparsity=[0.98]) at step 9, loaded by a sparsity="auto"
+    run past its probe (steps 1-3): it never chose, so it steps dense from there, after
+    flushing the residuals; the workers stay identical."""
+    a, b = auto_run
+    assert int(a[f"{run}_choice"][0]) == int(b[f"{run}_choice"][0]) == -1
+    for key in a.files:
+        if key.startswith((f"{run}_straight", f"{run}_u")):
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+        if key.startswith(f"{run}_v"):
+            assert not a[key].any(), key
