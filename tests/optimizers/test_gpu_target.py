@@ -75,9 +75,13 @@ def test_dgc_runs_the_cuda_kernels_for_the_compressed_parameters(gpu_target, exc
             for op in stage_ops:
                 _cuda_entry(op, "ms_optim_dgc_propose_multi")
     assert step.shares == (exchange == "union")
-    # the bucket of small parameters and the dense momentum: graph code, no native op
+    # the bucket of small parameters and the dense momentum (also of every parameter before
+    # compression): graph code, no native op
     assert not opt.bucket_step.native
-    for momentum in (opt.dense_momentum, opt.warmup_momentum):
+    warm = ms_optim.DGCMomentum(_net().trainable_params(),
+                                **dict(DGC_BASE, exchange=exchange, rampup_begin_step=2),
+                                bucket_sparsity=0.9)
+    for momentum in (opt.dense_momentum, warm.all_momentum):
         assert momentum.run_ops == ()
 
 
