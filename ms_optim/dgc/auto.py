@@ -83,7 +83,6 @@ class AutoSparsity(nn.Cell):
 
     def __init__(self, begin, nranks, stage_bytes, dense_bytes, dense_elements):
         super().__init__()
-        self.nranks = nranks
         self.measures = nranks > 1
         self.probe = len(SPARSITY_CHOICES) - 1
         self.probe_t = Tensor(self.probe, mstype.int32)
@@ -116,6 +115,20 @@ class AutoSparsity(nn.Cell):
             self.chunk_reduce = ops.AllReduce()
             self.chunks = tuple(Tensor(np.zeros(n, np.float32)) for n in self.chunk_elements)
             self.chunk_slots = tuple(Tensor(np.array([s], np.int32)) for s in (_CHUNK1, _CHUNK2))
+
+    def branch(self, step):
+        """The branch of `step` as the host sees it, with one read of the choice: (the
+        index into SPARSITY_CHOICES, or None for a dense step; whether the step leaves the
+        probe for dense steps, its residuals flushed: the first step after a dense choice,
+        or any step past the probe of a state that never chose)."""
+        if not self.measures or step < self.probe_begin:  # one worker: dense
+            return None, False
+        if step < self.choose_begin:
+            return self.probe, False
+        choice = int(self.choice.asnumpy().reshape(-1)[0])
+        if choice >= 0:
+            return choice, False
+        return None, step == self.choose_begin or choice == MEASURING
 
     def _slot(self, step, slot, first, last):
         """`slot` (a scalar int32 Tensor of shape [1]) for steps first..last, else none."""

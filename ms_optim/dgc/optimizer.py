@@ -455,12 +455,12 @@ class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, ExchangeReports, nn.Op
         the workers' parameters are compared first (step 0, several workers).  Without a
         warm-up (nothing compressed) every step takes the first stage's branch, as on the
         device."""
-        stage = self.stage(step) if self.auto is not None else self.plan.stage(step)
-        if (stage is None and self.residual_flush is not None
-                and step >= self.auto.choose_begin and (
-                    step == self.auto.choose_begin
-                    or int(self.auto.choice.asnumpy().reshape(-1)[0]) == MEASURING)):
-            return _FLUSH, False  # sparsity="auto" leaves the probe for dense steps
+        if self.auto is None:
+            stage = self.plan.stage(step)
+        else:
+            stage, leaves_probe = self.auto.branch(step)
+            if leaves_probe:
+                return _FLUSH, False  # sparsity="auto" leaves the probe for dense steps
         if stage is None:
             stage = -1 if self.has_warmup else self.stage_bounds[0][0]
         return stage, self.nranks > 1 and step == 0

@@ -25,12 +25,7 @@ class ExchangeReports:
         chosen yet by `step`, and the index is into ``SPARSITY_CHOICES``)."""
         if self.auto is None:
             return self.plan.stage(step)
-        if not self.auto.measures or step < self.auto.probe_begin:  # one worker: dense
-            return None
-        if step < self.auto.choose_begin:
-            return self.auto.probe
-        choice = int(self.auto.choice.asnumpy().reshape(-1)[0])
-        return None if choice < 0 else choice
+        return self.auto.branch(step)[0]
 
     def _plan_exchange(self, stage, workers):
         """How stage `stage`'s selections cross `workers` workers: the `exchange` asked

@@ -7,7 +7,8 @@ host sends ``WIRE_FACTOR`` times what a bandwidth-optimal ring needs, for
 AllReduce and AllGather alike; a Broadcast's root sends the buffer to each other
 worker, which sends it on once.
 ``choose_sparse_exchange`` picks, per warm-up stage, the collective that sends
-fewer bytes (from 4 workers on, the union of shared indices among them), and ``exchange_stats`` adds up what one worker sends at a step.
+fewer bytes (from 4 workers on, the union of shared indices among them), and
+``exchange_stats`` adds up what one worker sends at a step.
 No MindSpore here: the optimizer feeds these functions its sizes.
 
 Examples:
@@ -72,6 +73,7 @@ def choose_sparse_exchange(selected, elements, nranks):
     reduce = allreduce_wire_bytes(FLOAT32_BYTES * elements, nranks)
     exact = "allgather" if nranks < 2 or gather < reduce else "allreduce"
     if nranks >= UNION_FROM_WORKERS:
+        # dgc_plan.union_k per worker, written here: this module imports nothing
         proposed = nranks * max(1, selected // nranks)
         if sparse_part("union", proposed, elements, nranks)[2] < min(gather, reduce):
             return "union"
