@@ -177,7 +177,7 @@ def _adam_alone(sizes, grads, moment_dtype="float32"):
     for lo, hi in aot.buckets([0] * len(sizes)):
         scale_slots = dict(m_scale=m_scale[lo:hi], v_scale=v_scale[lo:hi],
                            key=np.array([1, lo], np.int32)) if scaled else {}
-        calls.append(prepare_kernel(aot.adam_entry(False, scaled), param=p[lo:hi],
+        calls.append(prepare_kernel(aot.host_step_entry("adam", False, scaled), param=p[lo:hi],
                                     m=m[lo:hi], v=v[lo:hi], grad=grads[lo:hi],
                                     done=np.zeros(1, np.float32), **scale_slots, **hyper))
     return lambda: [c() for c in calls]

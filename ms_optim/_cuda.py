@@ -2,7 +2,7 @@
 
 The library is built at install time where nvcc is found (setup.py).  Its
 entries take MindSpore's AOT arguments with device pointers and the CUDA
-stream, and share the CPU library's declarations (``ops/aot/signatures.h``):
+stream, and share the CPU library's declarations (``ops/core/contract.h``):
 on a GPU device target the optimizers build their ops on them
 (``ms_optim.aot.native_op(..., device="GPU")``).
 

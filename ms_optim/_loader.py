@@ -15,7 +15,7 @@ import threading
 AOT_ARGTYPES = [ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
                 ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_char_p),
                 ctypes.c_void_p, ctypes.c_void_p]
-# What a library reports of its failures and of its AOT kernels (ops/aot/signatures.h
+# What a library reports of its failures and of its AOT kernels (ops/core/contract.h
 # declares them): ops/core/errors.cpp and ops/aot/call.cpp, linked into the CPU and the CUDA
 # library alike.
 REPORT_SIGNATURES = {

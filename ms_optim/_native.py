@@ -141,7 +141,7 @@ def aot_kernels():
 
 def aot_signature(entry):
     """The tensors AOT kernel `entry` takes, as the library declares them
-    (ops/aot/signatures.h): a string like ``"param:each m:each lr wd -> done"``.
+    (ops/core/contract.h): a string like ``"param:each m:each lr wd -> done"``.
     ValueError for an unknown entry."""
     raw = lib().msopt_aot_signature(entry.encode())
     if raw is None:

@@ -1,6 +1,6 @@
 """A native kernel's tensors by slot name, without MindSpore.
 
-The library reports each AOT kernel's declaration (``ops/aot/signatures.h``) as
+The library reports each AOT kernel's declaration (``ops/core/contract.h``) as
 text, e.g. ``"param:each m:each lr wd -> done"``.  ``parse`` reads it into
 ``Slot`` tuples; ``flat_arrays`` turns tensors given by slot name into the flat
 list a direct call takes (inputs, then outputs).  ``ms_optim.aot`` builds

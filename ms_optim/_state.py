@@ -39,13 +39,13 @@ class HostState:
             Parameter(initializer("zeros", shape(p), dtype), name=f"{prefix}.{p.name}")
             for p in self._parameters)
 
-    def _init_host_step(self, moment_dtype, names, make_op, entry, delta):
+    def _init_host_step(self, moment_dtype, names, rule, delta):
         """The host step's state and ops: a moment Parameter per parameter for each of
         `names` (stored as `moment_dtype`: the first name takes aot.moment_storage's m
         dtype, the second its v dtype), with int8 scales ``<name>_scale``; the buckets of
-        parameters of one dtype, one op each (``make_op(k, dtype, delta, moment_dtype)``)
-        called in the order of ``entry(delta, scaled)``; each bucket's first position (the
-        int8 rounding key's); and the per-bucket weight decay."""
+        parameters of one dtype, one op each of host-moment kernel `rule`
+        (``aot.host_step_op``), called in its entry's order; each bucket's first position
+        (the int8 rounding key's); and the per-bucket weight decay."""
         m_dtype, v_dtype, self.scaled = aot.moment_storage(moment_dtype)
         block = aot.q8_block() if self.scaled else None
         for name, dtype in zip(names, (m_dtype, v_dtype)):
@@ -58,9 +58,10 @@ class HostState:
         # int8: each bucket's first parameter's position, with global_step the key of its
         # codes' stochastic rounding (docs/algorithms.md §1.1; unused otherwise)
         self.q8_first = tuple(Tensor(np.array([lo], np.int32)) for lo, _ in self.buckets)
-        self.step_ops = tuple(make_op(hi - lo, self._parameters[lo].dtype, delta, moment_dtype)
+        self.step_ops = tuple(aot.host_step_op(rule, hi - lo, self._parameters[lo].dtype, delta,
+                                               moment_dtype)
                               for lo, hi in self.buckets)
-        self.step_order = aot.call_order(entry(delta, self.scaled))
+        self.step_order = aot.call_order(aot.host_step_entry(rule, delta, self.scaled))
         self._init_bucket_decay(self.buckets)
 
     def q8_key(self, b):

@@ -199,8 +199,7 @@ class AdamOffload(OptimizerAPI, GraphHelpers, BetaPowers, HostState, nn.Optimize
                        else aot.consts("adam", **fields))
         # AdamW's decay is not scaled by the loss scale (nn.Optimizer stores wd * loss_scale)
         self.inv_loss_scale = 1.0 / loss_scale
-        self._init_host_step(moment_dtype, ("moment1", "moment2"), aot.adam_op, aot.adam_entry,
-                             impl == "delta")
+        self._init_host_step(moment_dtype, ("moment1", "moment2"), "adam", impl == "delta")
 
     def host_state_nbytes(self):
         """Bytes of optimizer state in host memory: the moments, their scales (int8) and

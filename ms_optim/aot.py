@@ -3,24 +3,25 @@
 Four things live here and nowhere else:
 
 - **Calls by name.**  Which tensors a kernel takes, and in which order, is
-  declared once, in ``ops/aot/signatures.h``; the library reports it
-  (``signature(entry)``).  An op is built with each slot's dtype given by name
-  (``native_op``), and called with its tensors given by name (``call``,
-  ``arrange_arrays``): a missing or unknown name is a ValueError, and no
-  argument order is written on this side.
+  declared once, with its constants, in ``ops/core/contract.h``; the library
+  reports it (``signature(entry)``).  An op is built with each slot's dtype
+  given by name (``native_op``), and called with its tensors given by name
+  (``call``, ``arrange_arrays``): a missing or unknown name is a ValueError,
+  and no argument order is written on this side.
 - **Constants layouts.**  A kernel's fixed hyper-parameters travel as one
   float32 tensor whose layout is a C++ struct declared by a list of field
-  names in ``ops/core/contract.h``, the one place they are written: the
-  library reports the list (``msopt_consts_layout``), and
-  ``consts(kernel, **values)`` builds the tensor by name from it (a missing or
-  unknown name is a ValueError).
+  names in the same file, the one place they are written: the library reports
+  the list (``msopt_consts_layout``), and ``consts(kernel, **values)`` builds
+  the tensor by name from it (a missing or unknown name is a ValueError).
 - **Bucketing** (``buckets``), on the model of apex's ``multi_tensor_apply``:
   the parameters are cut into runs of at most ``MAX_TENSORS`` (of one dtype
   where a kernel's inputs must share it), and each run is stepped by one
   multi-tensor op; the bucket of small parameters (``bucket_sparsity``) is one
   op whatever its size.  A MindSpore kernel launch
   costs more than a small parameter's update (benchmarks/README.md#where-a-steps-time-goes).
-- **The op factories**: one function per native kernel, returning a
+- **The op builders**: ``host_step_op`` for every host-moment step kernel (Adam,
+  Lion: each slot's dtype follows from its role, so a new such kernel needs no
+  builder), and one function for each other native kernel, returning a
   ``mindspore.ops.Custom`` pinned to the host CPU (``_custom_op``); those of
   Lamb and its sum of squares and of DGC's select, propose, take and apply take
   ``device="GPU"`` for the CUDA library's entry of the same declaration (ops/cuda/).
@@ -211,54 +212,38 @@ def moment_storage(moment_dtype):
             "int8": (mstype.int8, mstype.uint8, True)}[moment_dtype]
 
 
-def adam_op(k, dtype, delta, moment_dtype="float32"):
-    """Multi-tensor Adam step over `k` parameters of `dtype` (float32 or float16), moments
-    stored as `moment_dtype` (MOMENT_DTYPES; ops/aot/aot_adam.cpp).  Its entry (in place,
-    or delta; int8 moments add the m_scale, v_scale and key slots) is ``adam_entry``'s."""
-    mt, vt, scaled = moment_storage(moment_dtype)
-    f32 = mstype.float32
-    dtypes = dict(m=mt, v=vt, grad=dtype, lr=f32, powers=f32, consts=f32)
-    if scaled:
-        dtypes.update(m_scale=f32, v_scale=f32, key=mstype.int32)
-    return _host_step_op(adam_entry(delta, scaled), k, dtype, delta, dtypes)
+def host_step_entry(rule, delta, scaled):
+    """The entry of host-moment step kernel `rule` ("adam", "lion"; ops/aot/aot_<rule>.cpp):
+    ``ms_optim_<rule>[_q8]_<inplace|delta>``, int8 (scaled) moments or not."""
+    return f"ms_optim_{rule}{'_q8' if scaled else ''}_{'delta' if delta else 'inplace'}"
 
 
-def _host_step_op(entry, k, dtype, delta, dtypes):
-    """The op of a host-moment step kernel (Adam, Lion) over `k` parameters of `dtype`, its
-    state slots' dtypes in `dtypes`: in place (param, wd -> done) or delta (-> one step per
-    parameter, shaped and typed as its gradient)."""
+# A host step's slots by role: the parameter's dtype for param, grad and delta, the moment
+# storage's for m and v, int32 for key, float32 for every other slot (scales, rates, consts,
+# done).
+_HOST_STEP_INT32 = ("key",)
+
+
+def host_step_op(rule, k, dtype, delta, moment_dtype="float32"):
+    """The multi-tensor op of host-moment step kernel `rule` ("adam", "lion") over `k`
+    parameters of `dtype` (float32 or float16), moments stored as `moment_dtype`
+    (MOMENT_DTYPES): in place (-> done) or delta (-> one step per parameter, shaped and typed
+    as its gradient).  Every slot's dtype comes from its role in the entry's declaration
+    (``host_step_entry``), so a new host-moment kernel needs no builder of its own."""
+    m_dtype, v_dtype, scaled = moment_storage(moment_dtype)
+    entry = host_step_entry(rule, delta, scaled)
+    by_role = dict(param=dtype, grad=dtype, delta=dtype, m=m_dtype, v=v_dtype)
+    dtypes = {s.name: by_role.get(s.name, mstype.int32 if s.name in _HOST_STEP_INT32
+                                  else mstype.float32)
+              for s in signature(entry)}
     if delta:
         g = first_index(entry, "grad", k)
-        return native_op(entry, k, {**dtypes, "delta": dtype}, inplace=True,
+        return native_op(entry, k, dtypes, inplace=True,
                          out_shape=lambda *shapes: tuple(shapes[g:g + k]) if k > 1 else shapes[g],
                          out_dtype=lambda *dts: tuple(dts[g:g + k]) if k > 1 else dts[g])
     f32 = mstype.float32
-    return native_op(entry, k, {**dtypes, "param": dtype, "wd": f32, "done": f32}, inplace=True,
+    return native_op(entry, k, dtypes, inplace=True,
                      out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32)
-
-
-def adam_entry(delta, scaled):
-    """The Adam kernel entry: delta or in place, int8 (scaled) moments or not."""
-    return f"ms_optim_adam{'_q8' if scaled else ''}_{'delta' if delta else 'inplace'}"
-
-
-# ------------------------------------------------------------------ Lion --
-
-def lion_entry(delta, scaled):
-    """The Lion kernel entry: delta or in place, int8 (scaled) moment or not."""
-    return f"ms_optim_lion{'_q8' if scaled else ''}_{'delta' if delta else 'inplace'}"
-
-
-def lion_op(k, dtype, delta, moment_dtype="float32"):
-    """Multi-tensor Lion step over `k` parameters of `dtype` (float32 or float16), its moment
-    stored as `moment_dtype` (MOMENT_DTYPES; ops/aot/aot_lion.cpp); the entry is
-    ``lion_entry``'s."""
-    mt, _, scaled = moment_storage(moment_dtype)
-    f32 = mstype.float32
-    dtypes = dict(m=mt, grad=dtype, lr=f32, consts=f32)
-    if scaled:
-        dtypes.update(m_scale=f32, key=mstype.int32)
-    return _host_step_op(lion_entry(delta, scaled), k, dtype, delta, dtypes)
 
 
 # ------------------------------------------------------------------ Lamb --

@@ -158,8 +158,7 @@ class Lion(OptimizerAPI, GraphHelpers, HostState, nn.Optimizer):
         self.consts = aot.consts("lion", beta1=beta1, beta2=beta2,
                                  inv_scale=1.0 / loss_scale if impl == "native" else 1.0)
         self.inv_loss_scale = 1.0 / loss_scale
-        self._init_host_step(moment_dtype, ("moment",), aot.lion_op, aot.lion_entry,
-                             impl == "delta")
+        self._init_host_step(moment_dtype, ("moment",), "lion", impl == "delta")
 
     def host_state_nbytes(self):
         """Bytes of optimizer state in host memory: the moment and its scales (int8)."""

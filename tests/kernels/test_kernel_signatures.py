@@ -1,4 +1,4 @@
-"""The declaration of each native kernel's tensors (ops/aot/signatures.h), as the
+"""The declaration of each native kernel's tensors (ops/core/contract.h), as the
 library reports it and as every call is assembled from it; the error codes and
 messages of the adapters, and last_native_error()."""
 import ctypes

@@ -79,10 +79,10 @@ def _call(states, grads, lr, wd, t, inv_scale, delta, first=0):
         named.update(m_scale=[s.scale for _, s in states], key=np.array([t, first], np.int32))
     if delta:
         outs = [np.full(g.size, 7, g.dtype) for g in grads]
-        testing.call_kernel(aot.lion_entry(True, scaled), **named, delta=outs)
+        testing.call_kernel(aot.host_step_entry("lion", True, scaled), **named, delta=outs)
         return outs
     done = np.ones(1, np.float32)
-    testing.call_kernel(aot.lion_entry(False, scaled), param=[p for p, _ in states], wd=wd,
+    testing.call_kernel(aot.host_step_entry("lion", False, scaled), param=[p for p, _ in states], wd=wd,
                         **named, done=done)
     assert done[0] == 0
     return None
@@ -193,7 +193,7 @@ def _one_call(kind, delta=False):
     ("int8", True, "key", None, np.zeros(3, np.int32), "MSOPT_ERR_SIZE", r"^key must have 2"),
 ])
 def test_kernel_rejects_bad_arguments(kind, delta, slot, index, bad, code, message):
-    rejects_one_bad(aot.lion_entry(delta, kind == "int8"), lambda: _one_call(kind, delta), slot,
+    rejects_one_bad(aot.host_step_entry("lion", delta, kind == "int8"), lambda: _one_call(kind, delta), slot,
                     index, bad, code, message)
 
 

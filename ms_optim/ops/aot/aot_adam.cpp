@@ -1,7 +1,7 @@
 // MindSpore AOT adapters for AdamOffload: multi-tensor ops, one call steps K
 // parameters (a MindSpore kernel launch per parameter costs more than a small
 // parameter's update: benchmarks/README.md#where-a-steps-time-goes).  The
-// tensors each takes are declared in aot/signatures.h.
+// tensors each takes are declared in core/contract.h.
 //
 // ms_optim_adam_inplace: param, m, v, grad, lr, wd, powers, consts -> done
 //   param/grad   float32 or float16 (all alike)
@@ -10,8 +10,8 @@
 //   wd           float32[1] or float32[K]: weight decay, added as wd * p to the
 //                still loss-scaled gradient (MindSpore's order); 0 = none; with
 //                consts.decoupled, AdamW's decay of the direction instead
-//   powers       float32[2]: contract.h Powers (beta1^t, beta2^t of this step)
-//   consts       float32[5]: contract.h AdamConsts, or float32[6]: AdamExtConsts
+//   powers       float32[2]: Powers (beta1^t, beta2^t of this step)
+//   consts       float32[5]: AdamConsts, or float32[6]: AdamExtConsts
 //   done         float32[1]
 // Updates param, m and v in place in one pass.
 //

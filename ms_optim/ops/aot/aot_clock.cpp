@@ -2,7 +2,7 @@
 // DGCMomentum's sparsity="auto" measures its own steps inside a compiled train
 // step: one reading per step, at the same point of the step's graph, and the
 // interval since the previous reading recorded as a sample of the step that
-// ended.  The tensors it takes are declared in aot/signatures.h.
+// ended.  The tensors it takes are declared in core/contract.h.
 //
 // clock float64[1 + S] (a Parameter, updated in place): clock[0] the last
 // reading in seconds of the monotonic clock (<= 0: none), clock[1 + s] the

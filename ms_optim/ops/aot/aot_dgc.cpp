@@ -1,6 +1,6 @@
 // MindSpore AOT adapters for DGC (docs/algorithms.md §3) and plain top-k selection.
 // k is the length of the index output (static per compiled graph).  The
-// tensors each takes are declared in aot/signatures.h.
+// tensors each takes are declared in core/contract.h.
 #include <omp.h>
 
 #include <algorithm>

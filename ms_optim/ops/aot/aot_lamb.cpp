@@ -1,6 +1,6 @@
 // MindSpore AOT adapters for Lamb (PaddlePaddle's rule, docs/algorithms.md §2) and
 // the squared-norm reduction used by global-norm gradient clipping.  The
-// tensors each takes are declared in aot/signatures.h.
+// tensors each takes are declared in core/contract.h.
 //
 // ms_optim_lamb is a multi-tensor op: one call steps K parameters, so a
 // network with hundreds of parameters costs one MindSpore kernel launch, not
@@ -10,8 +10,8 @@
 //   wd       float32[1] or float32[K]: decoupled weight decay, 0 = excluded
 //   gscale   float32 scalar: multiplies every gradient (1/loss_scale, times a
 //            global-norm clip factor)
-//   powers   float32[2]: contract.h Powers (beta1^t, beta2^t of this step)
-//   consts   float32[7]: contract.h LambConsts
+//   powers   float32[2]: Powers (beta1^t, beta2^t of this step)
+//   consts   float32[7]: LambConsts
 //   ratios   (output) float32[K], the trust ratio applied to each parameter
 #include <algorithm>
 #include <cmath>

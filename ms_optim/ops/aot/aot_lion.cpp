@@ -1,12 +1,12 @@
 // MindSpore AOT adapters for Lion: multi-tensor ops, one call steps K
-// parameters.  The tensors each takes are declared in aot/signatures.h.
+// parameters.  The tensors each takes are declared in core/contract.h.
 //
 // ms_optim_lion_inplace: param, m, grad, lr, wd, consts -> done
 //   param/grad   float32 or float16 (all alike)
 //   m            float32, or all bfloat16
 //   lr, wd       float32[1] (shared) or float32[K] (per parameter); wd is the
 //                decoupled decay, p * (1 - lr * wd)
-//   consts       float32[3]: contract.h LionConsts
+//   consts       float32[3]: LionConsts
 //   done         float32[1]
 // Updates param and m in place in one pass.
 //

@@ -2,7 +2,7 @@
 // that every worker holds the same model, step and state before anything is
 // exchanged (ms_optim_check_replicas), and the digest of the parameters it
 // compares (ms_optim_digest).  The tensors each takes are declared in
-// aot/signatures.h.
+// core/contract.h.
 #include <cstdint>
 #include <cstdio>
 

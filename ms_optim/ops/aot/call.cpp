@@ -171,7 +171,7 @@ int run_aot(const char *entry, const Slot *spec, int slots, const AotArgs &args,
 
 }  // namespace msopt
 
-// The tensors kernel `entry` takes, as aot/signatures.h declares them
+// The tensors kernel `entry` takes, as core/contract.h declares them
 // ("param:each m:each ... lr wd -> done"); NULL for an unknown entry.
 MSOPT_API const char *msopt_aot_signature(const char *entry) {
   if (entry == nullptr) return nullptr;

@@ -1,5 +1,5 @@
 // One AOT kernel call, its tensors resolved from the kernel's declaration
-// (aot/signatures.h), and the checks every adapter writes its conditions with.
+// (core/contract.h, bound by aot/signatures.h), and the checks every adapter writes its conditions with.
 //
 //   MSOPT_AOT_ENTRY(ms_optim_lamb, lamb_body)
 // exports ms_optim_lamb with MindSpore's AOT ABI

@@ -1,5 +1,5 @@
 // What the CPU library declares of its AOT kernels to the Python side: their
-// entries (aot/signatures.h) and their constants layouts (core/contract.h).
+// entries and their constants layouts (core/contract.h).
 // The tensors of one entry are msopt_aot_signature (aot/call.cpp, shared with the
 // CUDA library).
 #include <cstring>

@@ -1,5 +1,5 @@
 // CUDA entries of DGC that read the exchanged buffers (docs/algorithms.md §3),
-// with the CPU library's names and declarations (aot/signatures.h):
+// with the CPU library's names and declarations (core/contract.h):
 //
 //   ms_optim_dgc_take_multi     v at shared indices, then masking there;
 //   ms_optim_dgc_apply_multi    p -= lr * scatter_add(every block's values) / R.

@@ -1,5 +1,5 @@
 // CUDA entries of DGC's local step (docs/algorithms.md §3), with the CPU
-// library's names and declarations (aot/signatures.h); the entries that read
+// library's names and declarations (core/contract.h); the entries that read
 // the exchanged buffers are cuda/dgc_exchange.cu's:
 //
 //   ms_optim_dgc_select_multi   residual update of u and v (rules::dgc_accumulate),

@@ -1,5 +1,5 @@
 // CUDA entries of Lamb (PaddlePaddle's rule, docs/algorithms.md §2), with the
-// CPU library's names and declarations (aot/signatures.h):
+// CPU library's names and declarations (core/contract.h):
 //
 //   ms_optim_lamb   multi-tensor Lamb, both passes: the moments and the
 //                   direction r (rules::moments, rules::lamb_direction) with the
