@@ -1,7 +1,8 @@
 """The native build of ms_optim (metadata: pyproject.toml).
 
-The native sources in ms_optim/ops/ (core/: rules, loops, ISA dispatch;
-kernels/: the kernels; aot/: the MindSpore adapters; capi/: the C library) are
+The native sources in ms_optim/ops/ (core/: rules, loops, declarations;
+kernels/: the kernels, their tables and ISA dispatch; aot/: the MindSpore
+adapters; capi/: the C library) are
 compiled at install time into one shared library, ms_optim/libms_optim.so,
 loaded by MindSpore's AOT custom ops and by ctypes.  The kernels are compiled
 three times (kernels/isa_scalar.cpp, isa_avx2.cpp, isa_avx512.cpp), each with its

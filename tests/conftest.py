@@ -40,7 +40,7 @@ def pytest_collection_modifyitems(config, items):
         items[:] = fast
 
 
-# What each instruction set needs of the CPU, as ms_optim/ops/core/dispatch.cpp checks it.
+# What each instruction set needs of the CPU, as ms_optim/ops/kernels/dispatch.cpp checks it.
 ISA_CPU_FLAGS = {
     "scalar": (),
     "avx2": ("avx2", "fma", "f16c"),

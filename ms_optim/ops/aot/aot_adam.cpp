@@ -30,7 +30,7 @@
 #include "aot/call.h"
 #include "aot/checks.h"
 #include "core/contract.h"
-#include "core/kernels.h"
+#include "kernels/table.h"
 #include "core/rules.h"
 
 namespace msopt {

@@ -14,7 +14,7 @@
 #include "aot/call.h"
 #include "aot/checks.h"
 #include "core/contract.h"
-#include "core/kernels.h"
+#include "kernels/table.h"
 #include "kernels/topk.h"
 
 namespace msopt {

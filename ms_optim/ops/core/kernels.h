@@ -1,11 +1,7 @@
-// ms_optim native kernels: the declarations every translation unit shares.
-//
-// The math lives in the kernels/ headers (kernels/table_impl.h defines the
-// table), compiled once per instruction set (kernels/isa_scalar.cpp, isa_avx2.cpp,
-// isa_avx512.cpp) into its own namespace.  The dispatcher (core/dispatch.cpp)
-// picks one table of function pointers at run time from the CPU's features.
-// Both the MindSpore AOT adapters (aot/aot_*.cpp) and the plain C ABI call
-// kernels only through that table.
+// What every native kernel shares, whatever its instruction set: the element
+// types, the storage of compact moments, candidate gathering for top-k, and the
+// threads.  The kernels themselves, their per-call types and the table of one
+// instruction set's kernels are kernels/table.h's.
 //
 // No MindSpore or Python headers here or in any kernel source.
 #pragma once
@@ -13,25 +9,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/contract.h"
-
 namespace msopt {
 
 // IEEE binary16 stored as raw bits.
 using half_bits = uint16_t;
-
-// Per-call hyper-parameters of one Adam step.  `lr_t` already carries the bias
-// correction, lr * sqrt(1 - beta2^t) / (1 - beta1^t), as in MindSpore.
-struct AdamArgs {
-  float lr_t;
-  float beta1;
-  float beta2;
-  float eps;
-  float weight_decay;  // added as wd * p to the (still loss-scaled) gradient
-  float inv_scale;     // 1 / loss_scale, applied after the decay (MindSpore order)
-  bool nesterov;
-  bool decoupled;      // AdamW (nn.AdamWeightDecay): p -= lr_t * (direction + wd * p)
-};
 
 // How a multi-tensor Adam call stores its moments (docs/algorithms.md §1.1).
 //   kF32:  m, v float32
@@ -43,62 +24,6 @@ constexpr int64_t kQ8Block = 256;
 // The small-float codes of the int8 moments: magnitude / absmax with these exponent and
 // mantissa bits (m: sign + 7 bits, v: 8 bits).
 constexpr int kQ8MExp = 4, kQ8MMan = 3, kQ8VExp = 5, kQ8VMan = 3;
-
-// One tensor of a multi-tensor Adam call.  `out` is the parameter (updated in
-// place) or the delta buffer; `out` and `g` are float32 or float16 (half_bits)
-// as the call says, m and v as its Moments say.  Each tensor has its own
-// hyper-parameters (learning rate and weight decay come per parameter with groups).
-struct AdamTensor {
-  void *out;
-  void *m;
-  void *v;
-  const void *g;
-  int64_t n;
-  AdamArgs a;
-  float *m_scale = nullptr;  // kQ8: (n + kQ8Block - 1) / kQ8Block absmax scales
-  float *v_scale = nullptr;
-  uint32_t q8_key = 0;  // kQ8: rules::q8_tensor_key of the step and the parameter
-};
-
-// One tensor of a multi-tensor Lion call (rules::lion_direction, lion_apply).
-// `out` is the parameter (updated in place) or the delta buffer, float32 or
-// float16 as the call says; m is stored as the call's Moments say (kQ8: int8
-// codes with m_scale, as Adam's m).
-struct LionTensor {
-  void *out;
-  void *m;
-  const void *g;
-  int64_t n;
-  float neg_lr;              // -lr
-  float keep;                // rules::lion_keep(lr, wd); 1 without decay
-  float *m_scale = nullptr;  // kQ8: (n + kQ8Block - 1) / kQ8Block absmax scales
-  uint32_t q8_key = 0;       // kQ8: rules::q8_tensor_key of the step and the parameter
-};
-
-// Hyper-parameters of one Lamb step shared by the tensors of one call
-// (PaddlePaddle's rule, docs/algorithms.md §2): the kernel's constants as
-// declared (contract.h LambConsts: beta1, beta2, eps, clip_norm, the value clip
-// clip_lo / clip_hi, -inf / +inf when not clipping, always_adapt), and what
-// this step adds to them.
-struct LambArgs {
-  LambConsts k;
-  float inv_bc1;       // 1 / (1 - beta1^t)
-  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
-  float grad_scale;    // multiplies the gradient: 1/loss_scale (times a global-norm clip factor)
-};
-
-// One tensor of a Lamb call: p, m, v updated in place, the trust ratio applied
-// written to *ratio.
-struct LambTensor {
-  float *p;
-  float *m;
-  float *v;
-  const float *g;
-  int64_t n;
-  float lr;
-  float weight_decay;  // 0 for excluded parameters (then no trust ratio unless always_adapt)
-  float *ratio;
-};
 
 // Candidate gathering for exact top-k selection: every index i whose magnitude
 // key (core/radix.h: |x_i| as an integer, a NaN above +inf) is at least
@@ -114,88 +39,10 @@ struct Gather {
   int64_t counts[kMaxThreads];
 };
 
-// One tensor of DGC's dense momentum step (KernelTable::dgc_momentum): u, p
-// updated in place.  p is float32, or float16 (`half`) updated in float32 and
-// rounded once; u and g are float32.
-struct DgcDenseTensor {
-  void *p;
-  bool half;
-  float *u;
-  const float *g;
-  int64_t n;
-  float lr;
-};
-
-// One instruction set's kernels.
-struct KernelTable {
-  const char *isa;
-  // One Adam step on `count` tensors (one MindSpore op for many parameters):
-  // all their elements, taken as one range, split once over the threads in
-  // one parallel region.  delta: write the step to `out` (decay not applied:
-  // the caller did it); otherwise update the parameter in place.  half:
-  // `out` and `g` are float16.  Compact moments are decoded to float32 in
-  // chunks, stepped, and encoded again in the same pass; with kQ8 the threads'
-  // shares are whole blocks, so the bits do not depend on the thread count.
-  void (*adam_multi)(const AdamTensor *tensors, int64_t count, bool delta, bool half,
-                     Moments moments);
-  // One Lamb step on `count` tensors (a multi-tensor kernel: one MindSpore op
-  // for many parameters).  Per tensor with a trust ratio (weight decay or
-  // always_adapt), two passes: pass one updates m, v in place, writes the
-  // update direction into scratch and sums p^2 and r^2 in double; pass two
-  // applies p -= lr * ratio * r, ratio = ||p|| / ||r||
-  // (rules::lamb_trust_ratio).  A tensor without one (ratio 1) takes one pass.
-  // A tensor of lamb_team_min(...) elements or more is split over the threads
-  // (they meet at barriers); every other one runs whole on one thread, several
-  // threads at once, taken in the order given.  scratch holds
-  // lamb_scratch_floats(...) floats.  (Keeping r moves 4 more bytes per
-  // element than recomputing it from p, m, v in pass two, but saves a square
-  // root and a division; measured inside MindSpore, keeping it is faster.)
-  void (*lamb_f32)(const LambTensor *tensors, int64_t count, const LambArgs &a, float *scratch);
-  // Gathers the indices whose magnitude key reaches g->threshold_key.
-  void (*gather_abs_f32)(const float *x, int64_t n, Gather *g);
-  // sum(x^2) accumulated in double.
-  double (*sumsq_f32)(const float *x, int64_t n);
-  void (*f16_to_f32)(const half_bits *src, float *dst, int64_t n);
-  void (*f32_to_f16)(const float *src, half_bits *dst, int64_t n);
-  // DGC's dense momentum on `count` tensors (rules::dgc_dense_momentum, then
-  // p -= lr * step), in one parallel region: tensors of kParallelMin elements
-  // or more split over the threads, smaller ones whole, handed out dynamically.
-  void (*dgc_momentum)(const DgcDenseTensor *tensors, int64_t count, float momentum,
-                       bool nesterov);
-  // DGC over [lo, hi), on the calling thread: u, v updated in place by the
-  // momentum correction (rules.h), and the indices whose key of v_new reaches
-  // g->threshold_key gathered into the slots of omp_get_thread_num() (a team may be running).
-  void (*dgc_accumulate_range_f32)(float *u, float *v, const float *grad, int64_t lo,
-                                   int64_t hi, float momentum, bool nesterov, Gather *g);
-  // One Lion step on `count` tensors, every element taken as one range split
-  // once over the threads (as adam_multi; kQ8 shares are whole blocks).
-  // delta: write -lr * sign to `out` (the caller applies the decay); otherwise
-  // update the parameter in place.  half: `out` and `g` are float16.
-  // `a` is the kernel's constants as declared (contract.h LionConsts).
-  void (*lion_multi)(const LionTensor *tensors, int64_t count, const LionConsts &a, bool delta,
-                     bool half, Moments moments);
-};
-
-namespace scalar { extern const KernelTable kTable; }
-namespace avx2 { extern const KernelTable kTable; }
-namespace avx512 { extern const KernelTable kTable; }
-
-// The table chosen for this process (best supported ISA, or MS_OPTIM_ISA).
-const KernelTable &kernels();
-
 // Elements below which a kernel stays on the calling thread.
 constexpr int64_t kParallelMin = 1 << 15;
 
 // Threads the kernels use: OpenMP's maximum, capped at kMaxThreads.
 int kernel_threads();
-
-// The size from which KernelTable::lamb_f32 splits a tensor over the threads:
-// kParallelMin, or 1/nthreads of the call's elements if larger (a smaller
-// tensor is balanced by the others).
-int64_t lamb_team_min(int64_t total, int nthreads);
-
-// Scratch floats KernelTable::lamb_f32 needs for these tensors: the largest
-// tensor split over the threads, or one slice per thread for the others.
-int64_t lamb_scratch_floats(const LambTensor *tensors, int64_t count);
 
 }  // namespace msopt

@@ -3,7 +3,7 @@
 // The loops live in kernels/ps_kernels_impl.h, compiled once per instruction
 // set by kernels/isa_scalar.cpp / isa_avx2.cpp / isa_avx512.cpp into that ISA's
 // namespace; the per-element math is core/rules.h.  ps_kernels() returns the table
-// of the ISA that msopt::kernels() uses (dispatch.cpp chooses one entry that
+// of the ISA that msopt::kernels() uses (kernels/dispatch.cpp chooses one entry that
 // holds both), so MS_OPTIM_ISA and msopt_select_isa switch both together.  Every kernel works on one contiguous range on the
 // calling thread; capi/capi.cpp splits work between OpenMP threads.
 //
@@ -71,7 +71,7 @@ namespace scalar { extern const PsTable kPsTable; }
 namespace avx2 { extern const PsTable kPsTable; }
 namespace avx512 { extern const PsTable kPsTable; }
 
-// The table of the instruction set msopt::kernels() uses (dispatch.cpp).
+// The table of the instruction set msopt::kernels() uses (kernels/dispatch.cpp).
 const PsTable &ps_kernels();
 
 }  // namespace msopt

@@ -5,7 +5,7 @@
 // defined by each kernels/isa_*.cpp unit).
 #pragma once
 #ifndef MSOPT_ISA_NS
-#error "define MSOPT_ISA_NS before including kernels/adam.h"
+#error "kernels/adam.h is included by kernels/table.h, in an instruction set's unit"
 #endif
 
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/kernels.h"
+#include "core/kernels.h"  // the per-call types: kernels/table.h, which includes this file
 #include "core/loops_impl.h"
 #include "core/multi_tensor.h"
 #include "core/rules.h"

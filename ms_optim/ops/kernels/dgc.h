@@ -5,7 +5,7 @@
 // defined by each kernels/isa_*.cpp unit).
 #pragma once
 #ifndef MSOPT_ISA_NS
-#error "define MSOPT_ISA_NS before including kernels/dgc.h"
+#error "kernels/dgc.h is included by kernels/table.h, in an instruction set's unit"
 #endif
 
 #include <omp.h>
@@ -14,7 +14,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/kernels.h"
+#include "core/kernels.h"  // the per-call types: kernels/table.h, which includes this file
 #include "core/multi_tensor.h"
 #include "core/radix.h"
 #include "core/rules.h"

@@ -4,7 +4,7 @@
 // defined by each kernels/isa_*.cpp unit).
 #pragma once
 #ifndef MSOPT_ISA_NS
-#error "define MSOPT_ISA_NS before including kernels/lamb.h"
+#error "kernels/lamb.h is included by kernels/table.h, in an instruction set's unit"
 #endif
 
 #include <omp.h>
@@ -17,7 +17,7 @@
 #include <immintrin.h>
 #endif
 
-#include "core/kernels.h"
+#include "core/kernels.h"  // the per-call types: kernels/table.h, which includes this file
 #include "core/loops_impl.h"
 #include "core/rules.h"
 #include "kernels/threading.h"

@@ -6,14 +6,14 @@
 // kernels/isa_*.cpp unit).
 #pragma once
 #ifndef MSOPT_ISA_NS
-#error "define MSOPT_ISA_NS before including kernels/lion.h"
+#error "kernels/lion.h is included by kernels/table.h, in an instruction set's unit"
 #endif
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
-#include "core/kernels.h"
+#include "core/kernels.h"  // the per-call types: kernels/table.h, which includes this file
 #include "core/multi_tensor.h"
 #include "core/rules.h"
 #include "kernels/adam_codecs.h"

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "core/common.h"
-#include "core/kernels.h"
+#include "kernels/table.h"
 #include "core/radix.h"
 #include "core/rules.h"
 

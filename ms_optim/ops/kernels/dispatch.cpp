@@ -10,7 +10,7 @@
 #include <string>
 
 #include "core/common.h"
-#include "core/kernels.h"
+#include "kernels/table.h"
 #include "core/ps_kernels.h"
 
 namespace msopt {
