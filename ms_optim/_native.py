@@ -150,9 +150,9 @@ def aot_signature(entry):
 
 
 def consts_layout(kernel):
-    """The field names of `kernel`'s constants ("adam", "lamb", "lion", "dgc", "powers"), in
-    the order ops/core/contract.h declares them, as the library reports them; ValueError
-    for an unknown kernel."""
+    """The field names of `kernel`'s constants (a name of MSOPT_CONSTS_LAYOUTS, e.g.
+    "lamb"), in the order ops/core/contract.h declares them, as the library reports them;
+    ValueError for an unknown kernel."""
     raw = lib().msopt_consts_layout(kernel.encode())
     if raw is None:
         raise ValueError(f"no constants layout named {kernel!r}")

@@ -1,4 +1,4 @@
-"""Optimizer state shared by the host-moment optimizers (AdamOffload, Lion) and Lamb."""
+"""Optimizer state shared by the host-moment optimizers (AdamOffload and the like) and Lamb."""
 import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, ops
 from mindspore import dtype as mstype

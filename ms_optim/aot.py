@@ -19,9 +19,9 @@ Four things live here and nowhere else:
   multi-tensor op; the bucket of small parameters (``bucket_sparsity``) is one
   op whatever its size.  A MindSpore kernel launch
   costs more than a small parameter's update (benchmarks/README.md#where-a-steps-time-goes).
-- **The op builders**: ``host_step_op`` for every host-moment step kernel (Adam,
-  Lion: each slot's dtype follows from its role, so a new such kernel needs no
-  builder), and one function for each other native kernel, returning a
+- **The op builders**: ``host_step_op`` for every host-moment step kernel (one
+  whose moments live on the host, as AdamOffload's: each slot's dtype follows
+  from its role, so a new such kernel needs no builder), and one function for each other native kernel, returning a
   ``mindspore.ops.Custom`` pinned to the host CPU (``_custom_op``); those of
   Lamb and its sum of squares and of DGC's select, propose, take and apply take
   ``device="GPU"`` for the CUDA library's entry of the same declaration (ops/cuda/).
@@ -213,7 +213,7 @@ def moment_storage(moment_dtype):
 
 
 def host_step_entry(rule, delta, scaled):
-    """The entry of host-moment step kernel `rule` ("adam", "lion"; ops/aot/aot_<rule>.cpp):
+    """The entry of host-moment step kernel `rule` (e.g. "adam"; ops/aot/aot_<rule>.cpp):
     ``ms_optim_<rule>[_q8]_<inplace|delta>``, int8 (scaled) moments or not."""
     return f"ms_optim_{rule}{'_q8' if scaled else ''}_{'delta' if delta else 'inplace'}"
 
@@ -225,7 +225,7 @@ _HOST_STEP_INT32 = ("key",)
 
 
 def host_step_op(rule, k, dtype, delta, moment_dtype="float32"):
-    """The multi-tensor op of host-moment step kernel `rule` ("adam", "lion") over `k`
+    """The multi-tensor op of host-moment step kernel `rule` (e.g. "adam") over `k`
     parameters of `dtype` (float32 or float16), moments stored as `moment_dtype`
     (MOMENT_DTYPES): in place (-> done) or delta (-> one step per parameter, shaped and typed
     as its gradient).  Every slot's dtype comes from its role in the entry's declaration

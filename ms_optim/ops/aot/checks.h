@@ -28,7 +28,7 @@ inline int check_dgc_layout(const AotCall &c, int layout) {
   return kOk;
 }
 
-// A host-moment step (Adam, Lion): grad0 float32 or float16 (*half), and each
+// A host-moment step (Adam and the like): grad0 float32 or float16 (*half), and each
 // tensor of `out` (the parameters, or the delta outputs) and `grad` that type.
 inline int check_host_step_data(const AotCall &c, int out, int grad, bool delta, bool *half) {
   *half = c.is(grad, "float16");

@@ -8,7 +8,7 @@
 #include "core/common.h"
 #include "core/contract.h"
 
-// The constants layout of an AOT kernel ("adam", "lion", "lamb", "dgc", "powers"):
+// The constants layout of an AOT kernel (a name of MSOPT_CONSTS_LAYOUTS, e.g. "lamb"):
 // its field names space-separated, in order (contract.h); NULL for an unknown name.
 MSOPT_API const char *msopt_consts_layout(const char *kernel) {
   if (kernel == nullptr) return nullptr;

@@ -98,7 +98,7 @@ static_assert(SmallFloat<4, 3>::kTopCode == 120 && SmallFloat<5, 3>::kTopCode ==
 using Q8MCode = SmallFloat<kQ8MExp, kQ8MMan>;
 using Q8VCode = SmallFloat<kQ8VExp, kQ8VMan>;
 
-// One element's codes, the rules every int8 loop of Adam and Lion goes through
+// One element's codes, the rules every int8 moment loop goes through
 // (the AVX2 and AVX-512 steps below are the same bits, 32 or 16 at a time).
 // m: value(|c|) * scale with c's sign; v: value(c) * scale.
 inline float q8_decode_m(int8_t code, float scale) {
