@@ -1,16 +1,13 @@
 """AdamOffload: Adam whose moments live and are computed on the host CPU."""
-from mindspore import nn
-from mindspore import dtype as mstype
-from mindspore.graph.api import jit
 from mindspore.ops import functional as F
 
 from . import _checks, aot
-from ._api import _ALWAYS, OptimizerAPI
-from ._state import BetaPowers, HostState
-from ._step import GraphHelpers, resolve_impl
+from ._base import _ALWAYS
+from ._host import HostMomentOptimizer
+from ._step import resolve_impl
 
 
-class AdamOffload(OptimizerAPI, GraphHelpers, BetaPowers, HostState, nn.Optimizer):
+class AdamOffload(HostMomentOptimizer):
     r"""Adam whose moments live in host memory and are updated there by a native CPU kernel.
 
     The API and the update rule of MindSpore's (deprecated) ``nn.AdamOffload``.  Each step,
@@ -161,6 +158,9 @@ class AdamOffload(OptimizerAPI, GraphHelpers, BetaPowers, HostState, nn.Optimize
     """
 
     _NAME = "AdamOffload"
+    RULE = "adam"
+    MOMENTS = ("moment1", "moment2")
+    POWERS = True
     # moment_dtype and adamw appear in repr only when they differ from the defaults
     _REPR_OMITS = {"use_locking": _ALWAYS, "moment_dtype": "float32", "adamw": False}
 
@@ -180,26 +180,17 @@ class AdamOffload(OptimizerAPI, GraphHelpers, BetaPowers, HostState, nn.Optimize
         weight_decay = _checks.check_weight_decay(cls, weight_decay)
         loss_scale = _checks.check_loss_scale(cls, loss_scale)
         impl = resolve_impl(cls, impl, ("native", "delta"), "delta")
-        super().__init__(learning_rate, params, weight_decay, loss_scale)
-        _checks.check_param_dtypes(cls, self._parameters, (mstype.float32, mstype.float16))
-
-        self._record_args(params, locals())
-        self.impl = impl
-        self.use_nesterov = use_nesterov
-        self.moment_dtype = moment_dtype
-        self.adamw = adamw
-        self._init_beta_powers(beta1, beta2)
-        self._init_graph_helpers()
-        # The native kernel divides by the loss scale itself (after the decay,
-        # as scale_grad would); on the delta path the device does both first.
+        # The native kernel divides by the loss scale itself (after the decay, as scale_grad
+        # would); on the delta path the device does both first.
         fields = dict(beta1=beta1, beta2=beta2, eps=eps,
                       inv_scale=1.0 / loss_scale if impl == "native" else 1.0,
                       nesterov=use_nesterov)
-        self.consts = (aot.consts("adam_ext", decoupled=1, **fields) if adamw
-                       else aot.consts("adam", **fields))
-        # AdamW's decay is not scaled by the loss scale (nn.Optimizer stores wd * loss_scale)
-        self.inv_loss_scale = 1.0 / loss_scale
-        self._init_host_step(moment_dtype, ("moment1", "moment2"), "adam", impl == "delta")
+        consts = (aot.consts("adam_ext", decoupled=1, **fields) if adamw
+                  else aot.consts("adam", **fields))
+        self._build(params, locals(), learning_rate, weight_decay, loss_scale, impl,
+                    moment_dtype, consts, decoupled=adamw, betas=(beta1, beta2))
+        self.use_nesterov = use_nesterov
+        self.adamw = adamw
 
     def host_state_nbytes(self):
         """Bytes of optimizer state in host memory: the moments, their scales (int8) and
@@ -208,49 +199,6 @@ class AdamOffload(OptimizerAPI, GraphHelpers, BetaPowers, HostState, nn.Optimize
                  + tuple(self.moment2_scale) + (self.beta1_power, self.beta2_power))
         return sum(int(p.nbytes) for p in state)
 
-    @jit(backend="ms_backend")  # compiled in PyNative too, as MindSpore's optimizers
-    def construct(self, gradients):
-        params = self._parameters
-        gradients = self.flatten_gradients(self.check_gradients(gradients))
-        if self.impl == "delta":
-            if not self.adamw:
-                gradients = self.decay_weight(gradients)
-            gradients = self.scale_grad(gradients)
-        lr = self.get_lr()
-        weight_decay = self.get_weight_decay()
-        self.assignadd(self.global_step, self.global_step_increase_tensor)
-        beta1_power, beta2_power = self._advance_beta_powers()
-        powers = self.concat((beta1_power, beta2_power))
-        done = True
-        for b, (lo, hi) in enumerate(self.buckets):
-            lr_b = self.bucket_values(lr, lo, hi, self.is_group_lr)
-            # the scales are read only by the int8 kernels' order (empty otherwise)
-            m, v = self.moment1[lo:hi], self.moment2[lo:hi]
-            m_scale, v_scale = self.moment1_scale[lo:hi], self.moment2_scale[lo:hi]
-            key = self.q8_key(b)
-            if self.impl == "delta":
-                deltas = aot.call(
-                    self.step_ops[b], self.step_order, m=m, v=v, m_scale=m_scale,
-                    v_scale=v_scale, grad=gradients[lo:hi], lr=lr_b, powers=powers,
-                    consts=self.consts, key=key)
-                if hi - lo == 1:
-                    deltas = (deltas,)
-                for j in range(hi - lo):
-                    step = deltas[j]
-                    if self.adamw and self.decay_flags[lo + j] and self.exec_weight_decay:
-                        step = step - self._adamw_decay(lr, weight_decay, lo + j, params[lo + j])
-                    done = F.depend(done, F.assign_add(params[lo + j], step))
-            else:
-                wd_b = self.bucket_weight_decay(weight_decay, b, lo, hi)
-                if self.adamw:
-                    wd_b = wd_b * self.inv_loss_scale
-                done = F.depend(done, aot.call(
-                    self.step_ops[b], self.step_order, param=params[lo:hi], m=m, v=v,
-                    m_scale=m_scale, v_scale=v_scale, grad=gradients[lo:hi], lr=lr_b, wd=wd_b,
-                    powers=powers, consts=self.consts, key=key))
-        return done
-
-    def _adamw_decay(self, lr, weight_decay, i, param):
-        """The delta path's AdamW decay of parameter i, lr * wd * p, on the device."""
-        lr_i, wd_i = self.decoupled_decay_at(lr, weight_decay, i)
-        return F.cast(lr_i * wd_i, F.dtype(param)) * param
+    def _apply_delta(self, param, step, lr, wd):
+        """AdamW's delta-path update on the device: p + (step - lr * wd * p)."""
+        return F.assign_add(param, step - F.cast(lr * wd, F.dtype(param)) * param)

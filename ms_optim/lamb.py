@@ -1,15 +1,14 @@
 """Lamb with PaddlePaddle's semantics: a fused native CPU kernel and a portable ops path."""
 import numpy as np
-from mindspore import Tensor, nn, ops
+from mindspore import Tensor, ops
 from mindspore import dtype as mstype
 from mindspore.graph.api import jit
 from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
 from . import _checks, aot
-from ._api import OptimizerAPI
-from ._state import BetaPowers
-from ._step import GraphHelpers, kernel_device, resolve_impl
+from ._base import Optimizer
+from ._step import kernel_device, resolve_impl
 from .clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, check_grad_clip
 
 
@@ -44,7 +43,7 @@ def _run_ops(head, lr, weight_decay, decay_flag, param, m, v, grad):
 _MINDSPORE_NAMES = {"weight_decay": "lamb_weight_decay", "eps": "epsilon"}
 
 
-class Lamb(OptimizerAPI, GraphHelpers, BetaPowers, nn.Optimizer):
+class Lamb(Optimizer):
     r"""LAMB (You et al., 2019) with PaddlePaddle's ``paddle.optimizer.Lamb`` semantics.
 
     Each step, for every parameter :math:`w` with gradient :math:`g` (divided by

@@ -1,16 +1,12 @@
 """Lion: the sign of an interpolated momentum, its one moment on the host CPU."""
-from mindspore import nn
-from mindspore import dtype as mstype
-from mindspore.graph.api import jit
 from mindspore.ops import functional as F
 
 from . import _checks, aot
-from ._api import OptimizerAPI
-from ._state import HostState
-from ._step import GraphHelpers, resolve_impl
+from ._host import HostMomentOptimizer
+from ._step import resolve_impl
 
 
-class Lion(OptimizerAPI, GraphHelpers, HostState, nn.Optimizer):
+class Lion(HostMomentOptimizer):
     r"""Lion (Chen et al., 2023, "Symbolic Discovery of Optimization Algorithms"), its moment
     in host memory, updated there by a native CPU kernel.
 
@@ -134,6 +130,8 @@ class Lion(OptimizerAPI, GraphHelpers, HostState, nn.Optimizer):
     """
 
     _NAME = "Lion"
+    RULE = "lion"
+    MOMENTS = ("moment",)
     _REPR_OMITS = {"moment_dtype": "float32"}  # shown when it is not the default
 
     def __init__(self, params, learning_rate=1e-4, beta1=0.9, beta2=0.99, weight_decay=0.0,
@@ -147,59 +145,19 @@ class Lion(OptimizerAPI, GraphHelpers, HostState, nn.Optimizer):
         weight_decay = _checks.check_weight_decay(cls, weight_decay)
         loss_scale = _checks.check_loss_scale(cls, loss_scale)
         impl = resolve_impl(cls, impl, ("native", "delta"), "delta")
-        super().__init__(learning_rate, params, weight_decay, loss_scale)
-        _checks.check_param_dtypes(cls, self._parameters, (mstype.float32, mstype.float16))
-        self._record_args(params, locals())
-        self.impl = impl
-        self.moment_dtype = moment_dtype
-        self._init_graph_helpers()
         # the native kernel divides by the loss scale itself; on the delta path the device
-        # does it first.  The decay is decoupled: nn.Optimizer stores wd * loss_scale.
-        self.consts = aot.consts("lion", beta1=beta1, beta2=beta2,
-                                 inv_scale=1.0 / loss_scale if impl == "native" else 1.0)
-        self.inv_loss_scale = 1.0 / loss_scale
-        self._init_host_step(moment_dtype, ("moment",), "lion", impl == "delta")
+        # does it first.
+        consts = aot.consts("lion", beta1=beta1, beta2=beta2,
+                            inv_scale=1.0 / loss_scale if impl == "native" else 1.0)
+        self._build(params, locals(), learning_rate, weight_decay, loss_scale, impl,
+                    moment_dtype, consts, decoupled=True)
 
     def host_state_nbytes(self):
         """Bytes of optimizer state in host memory: the moment and its scales (int8)."""
         return sum(int(p.nbytes) for p in tuple(self.moment) + tuple(self.moment_scale))
 
-    @jit(backend="ms_backend")  # compiled in PyNative too, as MindSpore's optimizers
-    def construct(self, gradients):
-        params = self._parameters
-        gradients = self.flatten_gradients(self.check_gradients(gradients))
-        if self.impl == "delta":
-            gradients = self.scale_grad(gradients)
-        lr = self.get_lr()
-        weight_decay = self.get_weight_decay()
-        self.assignadd(self.global_step, self.global_step_increase_tensor)
-        done = True
-        for b, (lo, hi) in enumerate(self.buckets):
-            lr_b = self.bucket_values(lr, lo, hi, self.is_group_lr)
-            key = self.q8_key(b)
-            m, m_scale = self.moment[lo:hi], self.moment_scale[lo:hi]
-            if self.impl == "delta":
-                steps = aot.call(
-                    self.step_ops[b], self.step_order, m=m, m_scale=m_scale,
-                    grad=gradients[lo:hi], lr=lr_b, consts=self.consts, key=key)
-                if hi - lo == 1:
-                    steps = (steps,)
-                for j in range(hi - lo):
-                    done = F.depend(done, self._apply_delta(lr, weight_decay, lo + j,
-                                                            params[lo + j], steps[j]))
-            else:
-                wd_b = self.bucket_weight_decay(weight_decay, b, lo, hi) * self.inv_loss_scale
-                done = F.depend(done, aot.call(
-                    self.step_ops[b], self.step_order, param=params[lo:hi], m=m,
-                    m_scale=m_scale, grad=gradients[lo:hi], lr=lr_b, wd=wd_b,
-                    consts=self.consts, key=key))
-        return done
-
-    def _apply_delta(self, lr, weight_decay, i, param, step):
-        """The delta path's update of parameter i on its device: p * (1 - lr * wd) + step
-        where it decays (the native kernel's rule, rules::lion_apply), else p + step."""
-        if not (self.decay_flags[i] and self.exec_weight_decay):
-            return F.assign_add(param, step)
-        lr_i, wd_i = self.decoupled_decay_at(lr, weight_decay, i)
-        keep = F.cast(1.0 - lr_i * wd_i, F.dtype(param))
+    def _apply_delta(self, param, step, lr, wd):
+        """The delta path's update on the device: p * (1 - lr * wd) + step, the native
+        kernel's rule (rules::lion_apply)."""
+        keep = F.cast(1.0 - lr * wd, F.dtype(param))
         return F.assign(param, param * keep + step)

@@ -31,7 +31,7 @@ _call_depth_set = 0
 
 
 # warnings.warn's stacklevel of the code that called DGCMomentum(...): above this module's
-# function are the constructor and its argument capture (_api._capturing)
+# function are the constructor and its argument capture (_base._capturing)
 _CALLER = 4
 
 

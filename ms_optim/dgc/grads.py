@@ -67,7 +67,7 @@ def _fold_lr(one, lr, folded):
 
 class LocalGrads:
     """DGCMomentum's graph code over this worker's gradients, before the exchange (a
-    mixin placed before ``nn.Optimizer``)."""
+    mixin of the optimizer)."""
 
     def _local_grads(self, gradients, weight_decay):
         """This worker's gradients in the one preprocessing order (_step.py): a widened

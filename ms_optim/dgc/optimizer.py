@@ -1,14 +1,14 @@
 """The DGCMomentum optimizer: its arguments, state and step."""
 import numpy as np
-from mindspore import Parameter, ParameterTuple, Tensor, context, mutable, nn
+from mindspore import Parameter, ParameterTuple, Tensor, context, mutable
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
 from mindspore.graph.api import jit
 from mindspore.ops import functional as F
 
 from .. import _checks
-from .._api import _ALWAYS, OptimizerAPI
-from .._step import GraphHelpers, kernel_device
+from .._base import _ALWAYS, Optimizer
+from .._step import kernel_device
 from ..clip import ClipGradByNorm
 from ..dgc_plan import DGCPlan
 from ..regularizer import L1Decay, L2Decay
@@ -41,7 +41,7 @@ def _residual(param, prefix, float32):
     return out
 
 
-class DGCMomentum(OptimizerAPI, GraphHelpers, LocalGrads, ExchangeReports, nn.Optimizer):
+class DGCMomentum(Optimizer, LocalGrads, ExchangeReports):
     r"""Momentum SGD with Deep Gradient Compression (PaddlePaddle's ``DGCMomentumOptimizer``).
 
     Each worker sends only the largest ``1 - sparsity`` fraction of its accumulated

@@ -1,4 +1,11 @@
-"""Python-side helpers shared by the optimizers: learning rate access and repr.
+"""The base class of every ms_optim optimizer (``Optimizer``): construction, learning-rate
+access, repr, and the graph-side helpers of a step.
+
+A subclass's ``__init__`` is bound once, when the class is made: unknown keywords are
+refused with one hint, a missing argument names the optimizer, and the arguments are kept
+for ``repr`` (``_record_args``).  Inside ``construct``, ``check_gradients``,
+``bucket_values``, ``map_params`` and ``unscale_and_clip`` (``_step.GraphHelpers``) and the
+beta powers (``_init_beta_powers``, ``_advance_beta_powers``) are the shared pieces.
 
 ``get_lr()`` is MindSpore's ``nn.Optimizer.get_lr`` (called inside
 ``construct``; it returns the rate as graph values), with one check where the
@@ -23,11 +30,13 @@ import numbers
 
 from mindspore import Parameter, Tensor
 from mindspore import nn
+from mindspore.common.initializer import initializer
 from mindspore.nn import Cell
 from mindspore import dtype as mstype
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
 from . import _checks
+from ._step import GraphHelpers
 
 _ALWAYS = object()  # in _REPR_OMITS: the argument is never shown
 
@@ -84,8 +93,8 @@ def _capturing(cls, init):
     return capture
 
 
-class OptimizerAPI:
-    """Mixin for the ms_optim optimizers (placed before ``nn.Optimizer`` in the bases).
+class Optimizer(GraphHelpers, nn.Optimizer):
+    """The base of the ms_optim optimizers (an ``nn.Optimizer``).
 
     A subclass's ``__init__`` is wrapped once, when the class is made (``_capturing``):
     its arguments are bound and checked for unknown keywords before it runs, and kept
@@ -141,6 +150,23 @@ class OptimizerAPI:
         args = ", ".join(f"{k}={v}" for k, v in getattr(self, "_repr_args", ()))
         sep = ", " if args else ""
         return f"{self._NAME}({args}{sep}params={len(self._parameters)})"
+
+    # ------------------------------------------------------------ beta powers --
+
+    def _init_beta_powers(self, beta1, beta2):
+        """beta1^t and beta2^t kept in Parameters (checkpointed), advanced once per step."""
+        self.beta1 = Tensor([beta1], mstype.float32)
+        self.beta2 = Tensor([beta2], mstype.float32)
+        self.beta1_power = Parameter(initializer(1, [1], mstype.float32), name="beta1_power")
+        self.beta2_power = Parameter(initializer(1, [1], mstype.float32), name="beta2_power")
+
+    def _advance_beta_powers(self):
+        """The powers for this step (t = 1 on the first), stored for the next."""
+        beta1_power = self.beta1_power * self.beta1
+        self.beta1_power = beta1_power
+        beta2_power = self.beta2_power * self.beta2
+        self.beta2_power = beta2_power
+        return beta1_power, beta2_power
 
     # --------------------------------------------------------------- a step --
 
@@ -199,7 +225,7 @@ class OptimizerAPI:
 
     def current_lr(self):
         """The learning rate of the next step: a float, or one float per group when
-        parameter groups set their own 'lr' (see ms_optim._api)."""
+        parameter groups set their own 'lr' (see ms_optim._base)."""
         if self.is_group_lr:
             return [self._lr_value(self.learning_rate[i], self.global_step)
                     for i in self._group_firsts]
@@ -207,7 +233,7 @@ class OptimizerAPI:
 
     def set_lr(self, value):
         """Sets a fixed learning rate for every parameter and group from the next step on
-        (see ms_optim._api)."""
+        (see ms_optim._base)."""
         cls = self._NAME
         if not isinstance(value, numbers.Real) or isinstance(value, bool):
             raise TypeError(f"For '{cls}', set_lr() takes a float or an int, but got "
