@@ -19,7 +19,8 @@ import numpy as np
 
 from benchmarks.layouts import resnet50_sizes
 from examples.common.cli import positive_int
-from ms_optim import aot, dgc_plan
+from ms_optim import aot
+from ms_optim.dgc import schedule
 from ms_optim.testing import call_kernel, prepare_kernel
 
 SPARSITY = 0.999
@@ -30,7 +31,7 @@ LR = 1e-3
 def _step_calls(sizes, seed, grads=None):
     """The kernel calls of one step, as a list of (entry, tensors by slot name); `grads`
     (float32 arrays of `sizes`) default to random ones of the scale the bench uses."""
-    plan = dgc_plan.DGCPlan(sizes, [True] * len(sizes), (SPARSITY,), 0, 1)
+    plan = schedule.DGCPlan(sizes, [True] * len(sizes), (SPARSITY,), 0, 1)
     rng = np.random.default_rng(seed)
     params = [rng.standard_normal(n, dtype=np.float32) for n in sizes]
     if grads is None:

@@ -350,7 +350,7 @@ def topk_abs(x, k):
 # DGC's schedule (PaddlePaddle's DGCMomentumOptimizer): a parameter of at least
 # DGC_MIN_NUMEL elements is compressed; the warm-up spreads the sparsities evenly over
 # rampup_step steps from rampup_begin_step on, and the last one holds after.  Written here
-# apart from ms_optim.dgc_plan, which the optimizer uses, so that a mistake in either shows
+# apart from ms_optim.dgc.schedule, which the optimizer uses, so that a mistake in either shows
 # as a disagreement in the tests.
 DGC_MIN_NUMEL = 16384
 

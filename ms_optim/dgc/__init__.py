@@ -5,8 +5,9 @@
   ``exchange_stats``);
 - ``checks``: what the constructor checks (``validate``), and the recursion limit;
 - ``grads``: the maps over a worker's gradients before the exchange;
-- ``plan``: the step's op-level plans, refined from ``ms_optim.dgc_plan.DGCPlan``
-  (which stays plain Python beside the numpy reference that shares it);
+- ``schedule``: ``DGCPlan``, which parameters are compressed, their k per warm-up stage
+  and the stage of a step, plain Python (the numpy reference writes its own);
+- ``plan``: the step's op-level plans, refined from ``DGCPlan``;
 - ``steps``: the step's Cells, where every native DGC kernel is built and called;
 - ``exchange``: what crosses the workers;
 - ``wire``: the bytes on the wire and ``exchange_stats``' arithmetic, plain Python;

@@ -26,7 +26,7 @@ import numpy as np
 import mindspore as ms
 
 from .. import _checks
-from ..dgc_plan import MIN_COMPRESSED_NUMEL
+from .schedule import MIN_COMPRESSED_NUMEL
 
 WORLD_SIZE_NAME = "dgc_world_size"
 RANK_NAME = "dgc_rank"

@@ -12,7 +12,7 @@ from mindspore import dtype as mstype
 from .. import _checks
 from .._step import resolve_impl
 from ..clip import ClipGradByNorm, check_grad_clip
-from ..dgc_plan import MIN_COMPRESSED_NUMEL
+from .schedule import MIN_COMPRESSED_NUMEL
 from ..regularizer import L1Decay, L2Decay
 from .wire import EXCHANGES
 

@@ -20,7 +20,7 @@ Examples:
 import numbers
 
 from .. import _checks
-from ..dgc_plan import DGCPlan
+from .schedule import DGCPlan
 from . import checks, wire
 from .plan import applied_entries
 

@@ -10,7 +10,7 @@ from .. import _checks
 from .._base import _ALWAYS, Optimizer
 from .._step import kernel_device
 from ..clip import ClipGradByNorm
-from ..dgc_plan import DGCPlan
+from .schedule import DGCPlan
 from ..regularizer import L1Decay, L2Decay
 from . import checks
 from .auto import MEASURING, AutoSparsity
@@ -560,7 +560,7 @@ class DGCMomentum(Optimizer, LocalGrads, ExchangeReports):
             return self._stage_step(self.stage_bounds[0][0], step, lr, grads)
         done = self.dense_momentum(lr, grads)
         if self.compresses:
-            # the plan's stages as step ranges (dgc_plan.DGCPlan.stage_starts)
+            # the plan's stages as step ranges (schedule.DGCPlan.stage_starts)
             for s, first, end in self.stage_bounds:
                 if step >= first and step < end:
                     done = F.depend(done, self._compressed(s, step, lr, grads))

@@ -1,5 +1,5 @@
 """The op-level plans of DGCMomentum's step, refined from its ``DGCPlan``
-(``ms_optim.dgc_plan``: what is compressed, k per stage, the fused buffer's
+(``ms_optim.dgc.schedule``: what is compressed, k per stage, the fused buffer's
 offsets): which parameters each multi-tensor op steps, where each op reads its
 gradients, and which stages the step's graph branches to.  Plain Python over
 indices; the Cells of ``steps.py`` build their ops from these plans.
@@ -7,7 +7,7 @@ indices; the Cells of ``steps.py`` build their ops from these plans.
 from typing import NamedTuple
 
 from ..aot import buckets
-from ..dgc_plan import union_k
+from .schedule import union_k
 
 # The last step a stage branch covers (global_step is int32).
 LAST_STEP = 2 ** 31 - 1

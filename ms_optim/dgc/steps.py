@@ -24,7 +24,7 @@ from mindspore.ops import functional as F
 
 from .. import aot
 from .._step import GraphHelpers
-from ..dgc_plan import union_k
+from .schedule import union_k
 from .exchange import DenseExchange, SharedExchange, SparseExchange
 from .plan import sparse_buckets, stage_entries
 
@@ -202,6 +202,16 @@ class _SparseStep(_Step):
         return F.assign(p, F.cast(F.cast(p, mstype.float32) - step, F.dtype(p)))
 
 
+def residual_update(momentum, nesterov, u, v, g):
+    """DGC's momentum correction in graph code, the ops path's one writing of the rule
+    (rules::dgc_accumulate): the new u and v after gradient `g`."""
+    if nesterov:
+        next_u = momentum * (u + g)
+        return next_u, v + next_u + g
+    next_u = momentum * u + g
+    return next_u, v + next_u
+
+
 def _int32_tensors(layouts):
     """Per stage, per bucket: the layout as an int32 Tensor."""
     return tuple(tuple(Tensor(np.array(layout, np.int32)) for layout in stage)
@@ -360,12 +370,7 @@ class OpsStep(_SparseStep):
         """Residual update and exact top-k for compressed parameter j: the indices."""
         u, v = self.us[j], self.v[j]
         k = self.stage_k[stage][j]
-        if self.use_nesterov:
-            next_u = self.momentum * (u + grad)
-            next_v = v + next_u + grad
-        else:
-            next_u = self.momentum * u + grad
-            next_v = v + next_u
+        next_u, next_v = residual_update(self.momentum, self.use_nesterov, u, v, grad)
         _, idx = ops.topk(ops.abs(next_v.reshape(-1)), k)
         idx = F.depend(idx, F.assign(u, next_u))
         return F.depend(idx, F.assign(v, next_v))
@@ -509,11 +514,7 @@ class BucketStep(_Step):
         concatenated (assigned by ``mask``)."""
         g = self.flat(self.own(grads))
         u, v = self.flat(self.us), self.flat(self.v)
-        if self.use_nesterov:
-            next_u = self.momentum * (u + g)
-            return next_u, v + next_u + g
-        next_u = self.momentum * u + g
-        return next_u, v + next_u
+        return residual_update(self.momentum, self.use_nesterov, u, v, g)
 
     def flat(self, tensors):
         """`tensors` (one per parameter of the bucket) flattened and concatenated."""

@@ -73,7 +73,7 @@ def choose_sparse_exchange(selected, elements, nranks):
     reduce = allreduce_wire_bytes(FLOAT32_BYTES * elements, nranks)
     exact = "allgather" if nranks < 2 or gather < reduce else "allreduce"
     if nranks >= UNION_FROM_WORKERS:
-        # dgc_plan.union_k per worker, written here: this module imports nothing
+        # schedule.union_k per worker, written here: this module imports nothing
         proposed = nranks * max(1, selected // nranks)
         if sparse_part("union", proposed, elements, nranks)[2] < min(gather, reduce):
             return "union"

@@ -182,7 +182,7 @@ def test_c_library_example_builds_with_its_gcc_line_and_runs(tmp_path):
 # every public optimizer's module, then the modules of the other documented APIs
 DOCTEST_MODULES = [importlib.import_module("ms_optim").__dict__[n].__module__
                    for n in OPTIMIZERS] + [
-    "ms_optim.clip", "ms_optim.regularizer", "ms_optim.capi", "ms_optim.dgc_plan",
+    "ms_optim.clip", "ms_optim.regularizer", "ms_optim.capi", "ms_optim.dgc.schedule",
     "ms_optim.dgc.wire", "ms_optim.dgc.density"]
 
 

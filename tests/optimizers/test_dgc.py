@@ -457,20 +457,20 @@ def test_never_lowers_max_call_depth_of_context(monkeypatch):
 
 
 def test_reference_schedule_agrees_with_the_plan():
-    """reference.dgc_k and DGC_MIN_NUMEL are written apart from ms_optim.dgc_plan, which
+    """reference.dgc_k and DGC_MIN_NUMEL are written apart from ms_optim.dgc.schedule, which
     the optimizer steps by: they agree on every step of a range of warm-ups, sizes and
     bucket sparsities."""
-    from ms_optim import dgc_plan
-    assert reference.DGC_MIN_NUMEL == dgc_plan.MIN_COMPRESSED_NUMEL
+    from ms_optim.dgc import schedule
+    assert reference.DGC_MIN_NUMEL == schedule.MIN_COMPRESSED_NUMEL
     sparsities = ([0.999], [0.75, 0.9375, 0.984375, 0.996, 0.999], [0.5, 0.9, 0.99])
     for sparsity in sparsities:
         for begin, rampup in ((0, 1), (3, 7), (10, 168), (0, 5)):
             for numel in (1, 7, 16384, 16385, 1_000_003, 25_557_032):
                 for bucket in (None, 0.9, 0.9999):
                     for step in range(begin, begin + rampup + 3):
-                        stage = dgc_plan.stage_index(step, begin, rampup, len(sparsity))
+                        stage = schedule.stage_index(step, begin, rampup, len(sparsity))
                         s = sparsity[stage]
                         if bucket is not None:
-                            s = dgc_plan.bucket_stage_sparsity(s, bucket)
+                            s = schedule.bucket_stage_sparsity(s, bucket)
                         assert reference.dgc_k(numel, step, begin, rampup, sparsity, bucket) \
-                            == dgc_plan.selected_k(numel, s), (sparsity, begin, numel, step)
+                            == schedule.selected_k(numel, s), (sparsity, begin, numel, step)

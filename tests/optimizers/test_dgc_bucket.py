@@ -10,7 +10,7 @@ from mindspore import Parameter, Tensor
 
 import ms_optim
 from ms_optim import reference
-from ms_optim.dgc_plan import DGCPlan, bucket_stage_sparsity, selected_k
+from ms_optim.dgc.schedule import DGCPlan, bucket_stage_sparsity, selected_k
 
 # two compressed parameters, and small ones of odd sizes (1, 7, 16383: one below the
 # compression size) for the bucket

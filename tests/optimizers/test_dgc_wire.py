@@ -124,7 +124,7 @@ def test_agrees_with_dgc_momentum():
     from mindspore import Parameter, Tensor
 
     import ms_optim
-    from ms_optim import dgc_plan
+    from ms_optim.dgc import schedule
     from ms_optim.dgc.plan import applied_entries
 
     shapes = [(130, 129), (20000,), (7, 3)]
@@ -135,8 +135,8 @@ def test_agrees_with_dgc_momentum():
                                sparsity=sparsity)
     for step in (0, 9, 10, 40, 75, 200):
         for workers in (1, 2, 4, 32):
-            stage = dgc_plan.stage_index(step, 10, 100, len(sparsity))
-            ks = [] if stage is None else [dgc_plan.selected_k(n, sparsity[stage])
+            stage = schedule.stage_index(step, 10, 100, len(sparsity))
+            ks = [] if stage is None else [schedule.selected_k(n, sparsity[stage])
                                            for n in COMPRESSED]
             exchange = "dense" if stage is None else wire.choose_sparse_exchange(
                 sum(ks), sum(COMPRESSED), workers)

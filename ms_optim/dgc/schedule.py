@@ -1,8 +1,8 @@
 """DGCMomentum's plan: which parameters are compressed, how many entries each sends
 per warm-up stage, where they sit in the fused exchange buffer, and which stage a
-step is in.  Plain Python (no MindSpore), shared by ``dgc.DGCMomentum`` and the
-numpy reference (``reference.dgc_k``, ``reference.DGCReference``), so the stage
-and k formulas are written once (docs/dgc.md).
+step is in.  Plain Python (no MindSpore).  The numpy reference writes the stage and
+k formulas apart (``reference.dgc_k``), and a test holds the two together
+(docs/dgc.md).
 """
 
 MIN_COMPRESSED_NUMEL = 16384
@@ -84,7 +84,7 @@ class DGCPlan:
         Plain Python, independent of the device.
 
     Examples:
-        >>> from ms_optim.dgc_plan import DGCPlan
+        >>> from ms_optim.dgc.schedule import DGCPlan
         >>> plan = DGCPlan(sizes=[20000, 10, 30000], compressible=[True, True, True],
         ...                sparsity=[0.75, 0.999], rampup_begin_step=2, rampup_step=4)
         >>> plan.comp_ids, plan.dense_ids  # the 10-element parameter goes dense
