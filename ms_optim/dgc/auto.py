@@ -14,8 +14,10 @@ it works inside a compiled train step as from Python):
 
 Each kind keeps its least sample, which leaves out a sample that holds a graph compiling
 (the first steps of a branch called from Python).  On the last probing step the workers
-gather their samples and take the largest (the slowest worker sets the pace), so every
-worker decides the same (``AutoSparsity.decide``):
+gather their samples, so every worker decides the same (``AutoSparsity.decide``): of the
+compute and the probe's step the largest (the slowest worker sets the pace), of each chunk
+the least (a worker that reaches the AllReduce first also times its wait for the others;
+the last to reach it times the link alone):
 
 1. the two chunks give the link's latency and seconds per wire byte (``wire.py``'s bytes of
    an AllReduce), and a dense step is modeled as the compute plus the dense exchange's wire
@@ -181,12 +183,20 @@ class AutoSparsity(nn.Cell):
         wins = F.logical_and(best.min() > 0, cost.min() < dense)
         return F.select(wins, pick, Tensor(DENSE, mstype.int32)).reshape((1,))
 
+    @staticmethod
+    def combine(gathered):
+        """The measurements every worker decides on, from all of theirs (float32[R, 4]): the
+        largest compute and probe step (the slowest worker sets the pace) and the least of
+        each chunk (the link without a worker's wait for the others)."""
+        slowest, least = gathered.max(axis=0), gathered.min(axis=0)
+        return ops.concat((slowest[:_CHUNK1], least[_CHUNK1:]))
+
     def update(self, step, best):
-        """On the last probing step (`best` from ``end``): every worker's slowest
-        measurements, the choice, kept in ``dgc_auto_choice`` and printed."""
+        """On the last probing step (`best` from ``end``): every worker's measurements
+        (``combine``), the choice, kept in ``dgc_auto_choice`` and printed."""
         done = self.zero
         if step == self.decide_step:
-            gathered = self.all_gather(best.reshape((1, _SLOTS))).max(axis=0)
+            gathered = self.combine(self.all_gather(best.reshape((1, _SLOTS))))
             choice = self.decide(gathered)
             done = F.depend(done, F.assign(self.choice, choice))
             done = F.depend(done, self.print(

@@ -13,7 +13,7 @@ from ..clip import ClipGradByNorm
 from .schedule import DGCPlan
 from ..regularizer import L1Decay, L2Decay
 from . import checks
-from .auto import MEASURING, AutoSparsity
+from .auto import DENSE, MEASURING, AutoSparsity
 from .checkpoints import (RANK_NAME, RESIDUAL_KIND_NAME, U_PREFIX, V_PREFIX, WORLD_SIZE_NAME,
                           refused_step, residual_kind)
 from .exchange import (DenseExchange, Exchanges, ReplicaSync, SharedExchange, SparseExchange,
@@ -26,8 +26,9 @@ from .reports import ExchangeReports
 from .steps import BucketStep, DenseMomentum, NativeStep, OpsStep, ResidualFlush, StepState
 
 
-# construct's branch for the step on which sparsity="auto" leaves its probe for dense steps
-_FLUSH = -3
+# construct's branch for the step on which sparsity="auto" leaves its probe for dense steps,
+# and for its dense steps after that
+_FLUSH, _DECIDED_DENSE = -3, -4
 
 
 def _residual(param, prefix, float32):
@@ -461,6 +462,8 @@ class DGCMomentum(Optimizer, LocalGrads, ExchangeReports):
             stage, leaves_probe = self.auto.branch(step)
             if leaves_probe:
                 return _FLUSH, False  # sparsity="auto" leaves the probe for dense steps
+            if stage is None and step > self.auto.choose_begin:
+                return _DECIDED_DENSE, False  # it chose dense: a plain dense step
         if stage is None:
             stage = -1 if self.has_warmup else self.stage_bounds[0][0]
         return stage, self.nranks > 1 and step == 0
@@ -494,9 +497,17 @@ class DGCMomentum(Optimizer, LocalGrads, ExchangeReports):
                 synced = self.replicas.sync_params(self._parameters, synced)
         grads = F.depend(grads, synced)
         if self.auto is not None and self.auto.measures:
-            # sparsity="auto": the step's clock, read once the gradients are there and at
-            # the end of the update (with the link's chunk); the choice made on the last
-            # probing step
+            # sparsity="auto": once it has chosen dense and left the probe, a dense step and
+            # nothing more (no clock, one branch on the device)
+            if _stage is None:
+                # (one tensor condition: `and` between tensors compiles to a branch of its own)
+                if F.logical_and(step > self.auto.choose_begin,
+                                 self.auto.choice.reshape(()) == DENSE):
+                    return self._warmup_step(lr, grads)
+            elif _stage == _DECIDED_DENSE:
+                return self._warmup_step(lr, grads)
+            # the step's clock, read once the gradients are there and at the end of the
+            # update (with the link's chunk); the choice made on the last probing step
             grads = F.depend(grads, self.auto.start(step, grads))
             done = self._auto_branch(_stage, step, lr, grads)
             return F.depend(done, self.auto.update(step, self.auto.end(step, done)))

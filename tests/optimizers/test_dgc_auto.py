@@ -96,6 +96,16 @@ class _Clock(nn.Cell):
                                  after=after)
 
 
+def test_workers_samples_combine_slowest_step_and_least_chunks():
+    """Every worker decides on the largest compute and probe step of all workers', and on
+    the least of each chunk (one worker's chunk also holds its wait for the other)."""
+    gathered = np.array([[0.003, 0.0024, 0.0043, 0.0061],
+                         [0.0066, 0.0021, 0.0014, 0.0057],
+                         [0.004, 0.0030, 0.0050, 0.0000]], np.float32)
+    got = auto.AutoSparsity.combine(Tensor(gathered)).asnumpy()
+    np.testing.assert_array_equal(got, np.float32([0.0066, 0.0030, 0.0014, 0.0]))
+
+
 def test_step_clock_keeps_the_least_interval_per_slot():
     import time
     clock = _Clock()
