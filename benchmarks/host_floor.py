@@ -155,8 +155,8 @@ def _lion_alone(sizes, grads, moment_dtype):
         extra = dict(m_scale=[np.zeros(-(-n // aot.q8_block()), np.float32)
                               for n in sizes[lo:hi]],
                      key=np.array([1, lo], np.int32)) if scaled else {}
-        calls.append(prepare_kernel(aot.host_step_entry("lion", False, scaled), param=p[lo:hi], m=m[lo:hi],
-                                    grad=grads[lo:hi], lr=np.float32([1e-4]),
+        calls.append(prepare_kernel(aot.host_step_entry("lion", False, scaled), param=p[lo:hi],
+                                    m=m[lo:hi], grad=grads[lo:hi], lr=np.float32([1e-4]),
                                     wd=np.float32([0.0]), consts=consts,
                                     done=np.zeros(1, np.float32), **extra))
     return lambda: [c() for c in calls]

@@ -10,7 +10,6 @@ from .. import _checks
 from .._base import _ALWAYS, Optimizer
 from .._step import kernel_device
 from ..clip import ClipGradByNorm
-from .schedule import DGCPlan
 from ..regularizer import L1Decay, L2Decay
 from . import checks
 from .auto import DENSE, MEASURING, AutoSparsity
@@ -23,6 +22,7 @@ from .density import SPARSITY_CHOICES
 from .grads import LocalGrads
 from .plan import momentum_group, stage_branches
 from .reports import ExchangeReports
+from .schedule import DGCPlan
 from .steps import BucketStep, DenseMomentum, NativeStep, OpsStep, ResidualFlush, StepState
 
 

@@ -82,8 +82,8 @@ def _call(states, grads, lr, wd, t, inv_scale, delta, first=0):
         testing.call_kernel(aot.host_step_entry("lion", True, scaled), **named, delta=outs)
         return outs
     done = np.ones(1, np.float32)
-    testing.call_kernel(aot.host_step_entry("lion", False, scaled), param=[p for p, _ in states], wd=wd,
-                        **named, done=done)
+    testing.call_kernel(aot.host_step_entry("lion", False, scaled),
+                        param=[p for p, _ in states], wd=wd, **named, done=done)
     assert done[0] == 0
     return None
 
@@ -193,8 +193,8 @@ def _one_call(kind, delta=False):
     ("int8", True, "key", None, np.zeros(3, np.int32), "MSOPT_ERR_SIZE", r"^key must have 2"),
 ])
 def test_kernel_rejects_bad_arguments(kind, delta, slot, index, bad, code, message):
-    rejects_one_bad(aot.host_step_entry("lion", delta, kind == "int8"), lambda: _one_call(kind, delta), slot,
-                    index, bad, code, message)
+    rejects_one_bad(aot.host_step_entry("lion", delta, kind == "int8"),
+                    lambda: _one_call(kind, delta), slot, index, bad, code, message)
 
 
 def test_int8_moment_needs_the_q8_kernel():
