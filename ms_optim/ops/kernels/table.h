@@ -13,8 +13,8 @@
 // time from the CPU's features; the AOT adapters (aot/aot_*.cpp) call kernels
 // only through it.
 //
-// Adding a kernel is its header, its types and member here, and one line in
-// MSOPT_KERNEL_ENTRIES.
+// Adding a kernel is its header (included below), its types and member here,
+// and one line in MSOPT_KERNEL_ENTRIES.
 //
 // No MindSpore or Python headers here or in any kernel source.
 #pragma once
