@@ -360,7 +360,8 @@ class DGCMomentum(Optimizer, LocalGrads, ExchangeReports):
         self.sparse_exchange = SparseExchange(self.nranks)
         self.shared_exchange = SharedExchange(self.nranks)
         self.dense_exchange = DenseExchange(self.nranks, [shapes[i] for i in self.dense_ids])
-        self.warmup_exchange = DenseExchange(self.nranks, [shapes[i] for i in self.comp_ids])
+        # the compressed parameters' sparsified gradients, summed (exchange "allreduce")
+        self.summed_exchange = DenseExchange(self.nranks, [shapes[i] for i in self.comp_ids])
         # before compression (and when sparsity="auto" stays dense) every gradient crosses
         # in one fused AllReduce
         self.all_exchange = DenseExchange(self.nranks, shapes)
@@ -392,7 +393,7 @@ class DGCMomentum(Optimizer, LocalGrads, ExchangeReports):
         # kernels run the compressed parameters' stages and graph code the rest
         host_native = self.impl == "native" and self.kernel_device == "CPU"
         self.sparse_step = sparse(state, self.plan, self.stage_exchange, Exchanges(
-            self.sparse_exchange, self.warmup_exchange, self.shared_exchange))
+            self.sparse_exchange, self.summed_exchange, self.shared_exchange))
         self.bucket_step = (BucketStep(state, self.plan, self.bucket_v, self.bucket_exchange,
                                        native=host_native)
                             if self.bucket_ids else None)

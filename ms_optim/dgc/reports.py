@@ -32,7 +32,7 @@ class ExchangeReports:
         for, or for "auto" 'allgather' of the (index, value) entries or 'allreduce' of the
         sparsified gradient, whichever sends fewer bytes."""
         return wire.stage_exchange(self.exchange, sum(self.stage_k[stage]),
-                                   self.warmup_exchange.send_elements, workers)
+                                   self.summed_exchange.send_elements, workers)
 
     def _plan_bucket_exchange(self, stage, workers):
         """How the bucket's selection crosses `workers` workers at stage `stage`, as
@@ -87,6 +87,6 @@ class ExchangeReports:
             step=step, stage=stage, sparsity=None if stage is None else self.sparsity[stage],
             workers=workers, exchange=exchange, selected=selected,
             small_elements=self.dense_exchange.send_elements,
-            compressed_elements=self.warmup_exchange.send_elements,
+            compressed_elements=self.summed_exchange.send_elements,
             # the signature check's gather
             signature_bytes=4 * int(self.replicas.width.asnumpy()[0]), **bucket)
