@@ -385,12 +385,13 @@ def dgc_momentum_op(dtypes, src_dtypes):
 
 def check_replicas_op():
     """Fails unless every worker's gathered int32 row (model signature, step, the state's
-    world size and digest of residual kinds) is the same, the world size the optimizer
-    state was saved by is this run's, and each parameter's residuals in the state are of a
-    kind this run can step on (dgc/checkpoints.py, ``resumable``)."""
+    world size, rank and digest of residual kinds) is the same, the world size the
+    optimizer state was saved by is this run's, and each parameter's residuals in the state
+    are of a kind this run can step on; its message is DGCMomentum's error."""
     i32 = mstype.int32
     return native_op("ms_optim_check_replicas", 0,
-                     dict(signatures=i32, width=i32, world=i32, residuals=i32, ok=i32),
+                     dict(signatures=i32, width=i32, world=i32, residuals=i32,
+                          names=mstype.uint8, roles=i32, ok=i32),
                      out_shape=lambda *shapes: [1], out_dtype=lambda *dts: i32, inplace=False)
 
 

@@ -26,7 +26,6 @@ import numpy as np
 import mindspore as ms
 
 from .. import _checks
-from .schedule import MIN_COMPRESSED_NUMEL
 
 WORLD_SIZE_NAME = "dgc_world_size"
 RANK_NAME = "dgc_rank"
@@ -34,9 +33,6 @@ RANK_NAME = "dgc_rank"
 # workers' mean gradient), gradients, or learning-rate-scaled gradients (lr_in_residuals)
 RESIDUAL_KIND_NAME = "dgc_residual_kind"
 RESIDUAL_NONE, RESIDUAL_GRADIENTS, RESIDUAL_LR_SCALED = 0, 1, 2
-RESIDUAL_KINDS = (RESIDUAL_NONE, RESIDUAL_GRADIENTS, RESIDUAL_LR_SCALED)
-_KIND_WORDS = ("no residuals", "residuals of gradients",
-               "residuals of learning-rate-scaled gradients")
 # the residuals' Parameters are named "<prefix>.<parameter name>"
 U_PREFIX, V_PREFIX = "dgc_u", "dgc_v"
 RESIDUAL_PREFIXES = (U_PREFIX + ".", V_PREFIX + ".")
@@ -50,69 +46,20 @@ def residual_kind(compressed, folded):
     return RESIDUAL_LR_SCALED if folded else RESIDUAL_GRADIENTS
 
 
-def resumable(saved, mine):
-    """Whether residuals of kind `saved` may be stepped on as kind `mine`: the same kind,
-    or a parameter sent dense that the bucket now compresses (its momentum carries over,
-    as at rampup_begin_step).  The rule of the native check (ops/aot/aot_dgc.cpp,
-    residuals_resumable), which refuses the step; this one names the parameter."""
-    return saved == mine or (saved == RESIDUAL_NONE and mine == RESIDUAL_GRADIENTS)
-
-
-def residual_kind_message(cls, name, saved, mine, saved_folds, saved_bucket, dense=None):
-    """What a step says when parameter `name`'s residuals in the state, of kind `saved`,
-    cannot be stepped on as this run's kind `mine` (`saved_folds`, `saved_bucket`: whether
-    the state was saved with lr_in_residuals=True, and with a bucket; `dense`: "without"
-    when this run's dense_params names the parameter, "with" when the state was saved with
-    it there, None otherwise)."""
-    if mine == RESIDUAL_NONE:
-        now = "this run sends it dense, which would drop the update they hold"
-    else:
-        now = f"this run would step {_KIND_WORDS[mine]}"
-    bucket = "a bucket_sparsity" if saved_bucket else "bucket_sparsity=None"
-    dense = f", {dense} '{name}' in dense_params" if dense else ""
-    return (f"For '{cls}', the optimizer state holds {_KIND_WORDS[saved]} for parameter "
-            f"'{name}' and {now}: construct the optimizer with lr_in_residuals={saved_folds} "
-            f"and {bucket}{dense}, as the state was saved, to resume from it "
-            f"(docs/dgc.md#resuming-with-other-settings).")
-
-
-def unknown_kind_message(cls, name, saved):
-    """What a step says when the state's residual kind of parameter `name` is none of
-    RESIDUAL_KINDS (a checkpoint not written by DGCMomentum, or edited)."""
-    return (f"For '{cls}', the optimizer state's {RESIDUAL_KIND_NAME} of parameter '{name}' "
-            f"is {saved}, not a residual kind (0, 1 or 2), which DGCMomentum does not write: "
-            f"load a checkpoint that it saved.")
-
-
-def world_size_message(cls, saved, nranks):
-    """What a step says when the state's residuals belong to another number of workers."""
-    return (f"For '{cls}', the optimizer state holds the residuals of {saved} worker(s) and this "
-            f"run has {nranks}: convert the {saved} checkpoints with "
-            f"ms_optim.dgc.resize_checkpoints(files, world_size={nranks}, dest=...) and load "
-            f"those (docs/dgc.md#resuming-at-another-number-of-workers).")
-
-
-def rank_message(cls, saved, rank):
-    """What a step says when this worker's state holds rank `saved`'s residuals."""
-    return (f"For '{cls}', rank {rank}'s optimizer state holds the residuals of rank {saved}: "
-            f"load each worker's own checkpoint (rank {rank} the file that rank {rank} saved, "
-            f"e.g. f'rank{{get_rank()}}.ckpt'); to resume at another number of workers, "
-            f"convert the checkpoints with ms_optim.dgc.resize_checkpoints "
-            f"(docs/dgc.md#resuming-at-another-number-of-workers).")
-
-
-def replica_refusal(cls, exc):
-    """The ValueError a step raises when the workers' check (ms_optim_check_replicas)
-    refused another worker's state or model, with the check's own message, in place of
+def refused_step(cls, exc):
+    """The ValueError for a step of optimizer `cls` that the workers' check
+    (ms_optim_check_replicas, ops/aot/aot_replicas.cpp) refused, with the check's own
+    message (which names the parameter or the rank and what to do), in place of
     MindSpore's RuntimeError `exc`, which shows only the kernel's return code; None when
     `exc` is another error."""
-    if "ms_optim_check_replicas" not in str(exc):
+    entry = "ms_optim_check_replicas"
+    if entry not in str(exc):
         return None
     from .._native import last_native_error
     message = last_native_error()
-    if "ms_optim_check_replicas" not in message:
+    if not message.startswith(entry + ": "):
         return None
-    return ValueError(f"For '{cls}', the workers' check refused the step: {message}")
+    return ValueError(f"For '{cls}', {message[len(entry) + 2:]}.")
 
 
 def resize_checkpoints(sources, world_size, dest):
@@ -238,34 +185,3 @@ def _check_same_entries(name, path0, state0, path, state):
             raise ValueError(f"For '{name}', the entry {key!r} is {value.dtype}{list(value.shape)} "
                              f"in {path!r} but {state0[key].dtype}{list(state0[key].shape)} in "
                              f"{path0!r}.")
-
-
-def refused_step(opt, exc):
-    """The ValueError for DGCMomentum `opt`'s step that its replica check refused
-    (RuntimeError `exc`): residuals saved by another number of workers, by another rank or
-    of another kind, said as the ValueError it is (the state is read only on failure, not
-    synchronized every step); else replica_refusal's, or None for another failure."""
-    name = opt._NAME
-    saved = int(opt.world_size.asnumpy().reshape(-1)[0])
-    if saved != opt.nranks:
-        return ValueError(world_size_message(name, saved, opt.nranks))
-    saved = int(opt.saved_rank.asnumpy().reshape(-1)[0])
-    if saved != opt.rank:
-        return ValueError(rank_message(name, saved, opt.rank))
-    kinds = [int(k) for k in opt.residual_kind.asnumpy().reshape(-1)]
-    params = opt._parameters
-    # in the kernel's order: any unknown kind first, then the first refused one
-    for p, theirs in zip(params, kinds):
-        if theirs not in RESIDUAL_KINDS:
-            return ValueError(unknown_kind_message(name, p.name, theirs))
-    for p, theirs, mine, asked in zip(params, kinds, opt.residual_kinds, opt.asked_dense):
-        if resumable(theirs, mine):
-            continue
-        # a large parameter without residuals in the state was in its dense_params
-        saved_dense = theirs == RESIDUAL_NONE and p.size >= MIN_COMPRESSED_NUMEL
-        return ValueError(residual_kind_message(
-            name, p.name, theirs, mine, saved_folds=RESIDUAL_LR_SCALED in kinds,
-            saved_bucket=any(k != RESIDUAL_NONE and q.size < MIN_COMPRESSED_NUMEL
-                             for k, q in zip(kinds, params)),
-            dense="without" if asked else "with" if saved_dense else None))
-    return replica_refusal(name, exc)

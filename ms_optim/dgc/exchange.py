@@ -199,17 +199,24 @@ class ReplicaSync(nn.Cell):
     optimizer state was saved by as many workers as this run has, each worker holding its
     own rank's, with residuals of kinds it can step on (`residual_kinds`: this run's, per
     parameter, checkpoints.py), the same on every worker; makes the parameters identical
-    on the first step.
+    on the first step.  `roles` (per parameter: 1 when dense_params names it, plus 2 when
+    it is below the size compressed alone) and the parameters' names are what a refusal
+    says (ops/aot/aot_replicas.cpp).
 
     A worker's gathered row is `signature`, the step, the state's world size, the rank
     that saved the state and a 64-bit digest of the state's residual kinds: a state that
     one worker refuses differs from the others' and every worker refuses it."""
 
-    def __init__(self, nranks, signature, params, residual_kinds):
+    def __init__(self, nranks, signature, params, residual_kinds, roles):
         super().__init__()
         self.nranks = nranks
         self.nranks_t = Tensor(np.array([nranks], np.int32))
         self.kinds_t = Tensor(np.array(residual_kinds, np.int32).reshape(-1))
+        # what a refusal names: the parameters, and per parameter whether dense_params
+        # names it (1) and whether it is below the size compressed alone (2)
+        self.names = Tensor(np.frombuffer(b"".join(p.name.encode() + b"\0" for p in params),
+                                          np.uint8).copy())
+        self.roles = Tensor(np.array(roles, np.int32).reshape(-1))
         self.signature = Tensor(np.array(signature, np.int32))
         self.width = Tensor(np.array([len(signature) + 5], np.int32))
         self.check_op = aot.check_replicas_op()
@@ -251,7 +258,8 @@ class ReplicaSync(nn.Cell):
             self.check_op, self.check_order,
             signatures=self.all_gather(mine) if self.nranks > 1 else mine, width=self.width,
             world=ops.concat((saved_world, self.nranks_t)),
-            residuals=ops.concat((saved_kinds, self.kinds_t)))
+            residuals=ops.concat((saved_kinds, self.kinds_t)), names=self.names,
+            roles=self.roles)
 
     def sync_params(self, params, after):
         """After `after`: compares a digest of every worker's parameters and, only

@@ -22,7 +22,7 @@ from .density import SPARSITY_CHOICES
 from .grads import LocalGrads
 from .plan import momentum_group, stage_branches
 from .reports import ExchangeReports
-from .schedule import DGCPlan
+from .schedule import MIN_COMPRESSED_NUMEL, DGCPlan
 from .steps import BucketStep, DenseMomentum, NativeStep, OpsStep, ResidualFlush, StepState
 
 
@@ -376,7 +376,9 @@ class DGCMomentum(Optimizer, LocalGrads, ExchangeReports):
             (self.stage_k, self.rampup_begin_step, self.rampup_step, self.is_compressed,
              self.stage_exchange, self.plan.bucket_k, self.bucket_ids, self.bucket_exchange,
              self.folded)),
-            self._parameters, residual_kinds=self.residual_kinds)
+            self._parameters, residual_kinds=self.residual_kinds,
+            roles=[int(d) + 2 * (p.size < MIN_COMPRESSED_NUMEL)
+                   for p, d in zip(self._parameters, self.asked_dense)])
 
     def _build_steps(self, momentum):
         """The step's Cells (steps.py): the compressed parameters' stage step and the dense
@@ -431,7 +433,7 @@ class DGCMomentum(Optimizer, LocalGrads, ExchangeReports):
         try:
             return self._call(*args, **kwargs)
         except RuntimeError as exc:
-            refused = refused_step(self, exc)
+            refused = refused_step(self._NAME, exc)
             if refused is None:
                 raise
             raise refused from None

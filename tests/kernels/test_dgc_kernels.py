@@ -638,7 +638,9 @@ def test_multi_kernels_reject_bad_input():
 
 # residuals: the state's residual kind per parameter, then this run's (0 none, 1 gradients,
 # 2 learning-rate-scaled gradients)
-SENT_DENSE = np.array([0, 0], np.int32)
+DISAGREE = (r"^the workers disagree on the model or the step \(every rank's signature is "
+            r"printed above\): build the same network and optimizer on every worker, with the "
+            r"same settings, and start them at the same step$")
 KIND_WORDS = ("no residuals", "residuals of gradients",
               "residuals of learning-rate-scaled gradients")
 
@@ -659,10 +661,18 @@ def _rows(*rows):
     return dict(signatures=np.array(values, np.int32), width=np.array([ROW], np.int32))
 
 
-def _check(residuals, out, **call):
-    """Calls the replica check of one worker on `residuals` (the state's kinds, this run's)."""
-    call = dict(dict(_rows(_row()), world=np.array([1, 1], np.int32)), **call)
-    return dict(call, residuals=np.array(residuals, np.int32), ok=out)
+def _names(n):
+    """n parameters' names, w0 to w<n-1>, each ended by a NUL byte."""
+    return np.frombuffer(b"".join(b"w%d\0" % j for j in range(n)), np.uint8).copy()
+
+
+def _check(residuals, out, roles=None, **call):
+    """Calls the replica check of one worker on `residuals` (the state's kinds, this run's),
+    its parameters named w0, w1, ... with `roles` (default 0: large, not in dense_params)."""
+    n = len(residuals) // 2
+    call = dict(dict(_rows(_row()), world=np.array([1, 1], np.int32), names=_names(n)), **call)
+    roles = np.zeros(n, np.int32) if roles is None else np.array(roles, np.int32)
+    return dict(call, residuals=np.array(residuals, np.int32), roles=roles, ok=out)
 
 
 @pytest.mark.parametrize("saved, mine", [
@@ -679,15 +689,15 @@ def test_replica_check_kernel(saved, mine):
     out[0] = 0
     other = _row(world=2)
     other[1] = 101
-    rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA", "^workers disagree on the model$",
+    rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA", DISAGREE,
             **_check(saved + mine, out, **_rows(_row(world=2), other), world=two))
     assert out[0] == 0
 
 
 @pytest.mark.parametrize("differ, message", [
     # another model, or the same at another step, is named first, whatever else differs
-    (dict(step=5), "^workers disagree on the model$"),
-    (dict(step=5, world=4, digest=(9, 9)), "^workers disagree on the model$"),
+    (dict(step=5), DISAGREE),
+    (dict(step=5, world=4, digest=(9, 9)), DISAGREE),
     (dict(world=4), r"^rank 2's optimizer state holds the residuals of 4 worker\(s\) and rank "
                     r"0's of 3: resume every worker from the checkpoints of one save$"),
     # the world size is named before the residual kinds
@@ -710,20 +720,33 @@ def test_replica_check_refuses_workers_of_other_states(differ, message):
     assert out[0] == 0
 
 
-@pytest.mark.parametrize("saved, mine, which", [
-    ([1], [0], 0), ([2], [0], 0), ([1], [2], 0), ([2], [1], 0), ([0], [2], 0),
-    ([1, 0, 1], [1, 2, 1], 1), ([1, 1, 1], [1, 0, 0], 1), ([0, 0, 2], [1, 1, 1], 2)])
-def test_replica_check_refuses_residuals_it_cannot_step_on(saved, mine, which):
+@pytest.mark.parametrize("saved, mine, which, roles, advice", [
+    ([1], [0], 0, [1], "lr_in_residuals=False and bucket_sparsity=None, without 'w0' in "
+                       "dense_params"),
+    ([2], [0], 0, [2], "lr_in_residuals=True and a bucket_sparsity"),
+    ([1], [2], 0, [0], "lr_in_residuals=False and bucket_sparsity=None"),
+    ([2], [1], 0, [0], "lr_in_residuals=True and bucket_sparsity=None"),
+    ([0], [2], 0, [0], "lr_in_residuals=False and bucket_sparsity=None, with 'w0' in "
+                       "dense_params"),
+    ([0], [2], 0, [2], "lr_in_residuals=False and bucket_sparsity=None"),
+    ([1, 0, 1], [1, 2, 1], 1, [0, 2, 2], "lr_in_residuals=False and a bucket_sparsity"),
+    ([1, 1, 1], [1, 0, 0], 1, [0, 2, 2], "lr_in_residuals=False and a bucket_sparsity"),
+    ([0, 0, 2], [1, 1, 1], 2, [0, 2, 0], "lr_in_residuals=True and bucket_sparsity=None")])
+def test_replica_check_refuses_residuals_it_cannot_step_on(saved, mine, which, roles, advice):
     """residuals holds the state's kind per parameter, then this run's: residuals that this
     run would drop (sent dense) or read as the other kind (the learning rate folded in or
-    not) are refused, naming the first such parameter."""
+    not) are refused, naming the first such parameter and the settings that saved them:
+    lr_in_residuals when any residuals fold the rate, a bucket when a small parameter (role
+    2) holds residuals, and dense_params when this run names the parameter (role 1) or a
+    large parameter without residuals was sent dense."""
     out = np.zeros(1, np.int32)
     now = ("sends it dense, which would drop the update they hold" if mine[which] == 0
            else f"would step {KIND_WORDS[mine[which]]}")
     rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA",
-            rf"^the optimizer state holds {KIND_WORDS[saved[which]]} for parameter {which} and "
-            rf"this run {now}: resume with the lr_in_residuals, bucket_sparsity and dense_params "
-            rf"that saved them$", **_check(saved + mine, out))
+            rf"^the optimizer state holds {KIND_WORDS[saved[which]]} for parameter 'w{which}' "
+            rf"and this run {now}: construct the optimizer with {advice}, as the state was "
+            rf"saved, to resume from it \(docs/dgc.md#resuming-with-other-settings\)$",
+            **_check(saved + mine, out, roles))
     assert out[0] == 0
 
 
@@ -735,11 +758,31 @@ def test_replica_check_rejects_an_odd_number_of_kinds(kinds):
             slot="residuals", **_check(kinds, np.zeros(1, np.int32)))
 
 
-@pytest.mark.parametrize("kinds, at", [([3, 1], 0), ([1, -1], 1), ([0, 0, 0, 7], 3)])
+@pytest.mark.parametrize("kinds, at", [([3, 1], 0), ([1, -1], 1), ([0, 0, 0, 7], 3),
+                                       ([0, 9, 0, 7], 1)])
 def test_replica_check_rejects_unknown_kinds(kinds, at):
-    rejects("ms_optim_check_replicas", "MSOPT_ERR_VALUE",
-            rf"^residuals\[{at}\] is {kinds[at]}, not a residual kind \(0, 1 or 2\)$",
-            slot="residuals", **_check(kinds, np.zeros(1, np.int32)))
+    """An unknown kind in the state (the first half, checked first) names its parameter; one
+    of this run's is the caller's error."""
+    n = len(kinds) // 2
+    message = (rf"^the optimizer state's dgc_residual_kind of parameter 'w{at}' is {kinds[at]}, "
+               rf"not a residual kind \(0, 1 or 2\), which DGCMomentum does not write: load a "
+               rf"checkpoint that it saved$" if at < n else
+               rf"^residuals\[{at}\] is {kinds[at]}, not a residual kind \(0, 1 or 2\)$")
+    rejects("ms_optim_check_replicas", "MSOPT_ERR_VALUE", message,
+            slot=None if at < n else "residuals", **_check(kinds, np.zeros(1, np.int32)))
+
+
+@pytest.mark.parametrize("names, roles, code, message", [
+    (b"w0", [0], "MSOPT_ERR_VALUE", "^names must end with a NUL byte$"),
+    (b"w0\0w1\0", [0], "MSOPT_ERR_SIZE",
+     r"^names must hold 1 NUL-ended names \(one per parameter\), got 2$"),
+    (b"w0\0", [0, 0], "MSOPT_ERR_SIZE",
+     r"^roles must have 1 elements \(one per parameter\), got 2$")])
+def test_replica_check_rejects_names_and_roles_of_another_count(names, roles, code, message):
+    rejects("ms_optim_check_replicas", code, message,
+            slot="roles" if "roles" in message else "names",
+            **_check([1, 1], np.zeros(1, np.int32), roles,
+                     names=np.frombuffer(names, np.uint8).copy()))
 
 
 @pytest.mark.parametrize("rows, message", [
@@ -780,14 +823,15 @@ def test_replica_check_refuses_residuals_of_another_world_size(saved, nranks):
     out = np.zeros(1, np.int32)
     rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA",
             rf"^the optimizer state holds the residuals of {saved} worker\(s\) and this run has "
-            rf"{nranks}: combine the checkpoints with ms_optim.dgc.resize_checkpoints first$",
-            **_rows(*[_row(world=saved)] * nranks),
-            world=np.array([saved, nranks], np.int32), residuals=SENT_DENSE, ok=out)
+            rf"{nranks}: convert the checkpoints with "
+            rf"ms_optim.dgc.resize_checkpoints\(files, world_size={nranks}, dest=...\) and load "
+            rf"those \(docs/dgc.md#resuming-at-another-number-of-workers\)$",
+            **_check([0, 0], out, **_rows(*[_row(world=saved)] * nranks),
+                     world=np.array([saved, nranks], np.int32)))
     assert out[0] == 0
     rejects("ms_optim_check_replicas", "MSOPT_ERR_SIZE",
             r"^world must be int32\[2\] \(the state's world size, this run's\), got 1 elements$",
-            slot="world", **_rows(_row()), world=np.array([1], np.int32), residuals=SENT_DENSE,
-            ok=out)
+            slot="world", **_check([0, 0], out, world=np.array([1], np.int32)))
 
 
 def test_kernels_reject_bad_input():

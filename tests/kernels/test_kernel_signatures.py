@@ -102,6 +102,10 @@ def _select_call(ks, k_total):
                 ks=np.array(ks, np.int32), idx=np.zeros(k_total, np.int32), val=_f32(k_total))
 
 
+# the replica check's one parameter, named w, large and not in dense_params
+ONE_NAME = dict(names=np.frombuffer(b"w\0", np.uint8).copy(), roles=np.zeros(1, np.int32))
+
+
 # `call`: the tensors by slot name, or the flat list (arrays=) for a malformed tensor count
 @pytest.mark.parametrize("entry, call, code, message", [
     ("ms_optim_sumsq", dict(arrays=[_f32(1)]), "MSOPT_ERR_ARGS",
@@ -135,31 +139,34 @@ def _select_call(ks, k_total):
                                                           1, 3, 2, 1, 0, 0], np.int32),
                                      width=np.array([6], np.int32),
                                      world=np.array([2, 2], np.int32),
-                                     residuals=np.zeros(2, np.int32), ok=np.zeros(1, np.int32)),
+                                     residuals=np.zeros(2, np.int32), **ONE_NAME,
+                                     ok=np.zeros(1, np.int32)),
      "MSOPT_ERR_REPLICA", "workers disagree on the model"),
     ("ms_optim_check_replicas", dict(signatures=np.array([1, 2, 2, 0, 0, 1], np.int32),
                                      width=np.array([5], np.int32),
                                      world=np.array([2, 2], np.int32),
-                                     residuals=np.zeros(2, np.int32), ok=np.zeros(1, np.int32)),
+                                     residuals=np.zeros(2, np.int32), **ONE_NAME,
+                                     ok=np.zeros(1, np.int32)),
      "MSOPT_ERR_VALUE", "6 signature values are not rows of width 5"),
     ("ms_optim_check_replicas", dict(signatures=np.array([1, 2, 2, 0, 0], np.int32),
                                      width=np.array([5], np.int32),
                                      world=np.array([4, 2], np.int32),
-                                     residuals=np.zeros(2, np.int32), ok=np.zeros(1, np.int32)),
+                                     residuals=np.zeros(2, np.int32), **ONE_NAME,
+                                     ok=np.zeros(1, np.int32)),
      "MSOPT_ERR_REPLICA", "holds the residuals of 4 worker"),
     ("ms_optim_check_replicas", dict(signatures=np.array([1, 2, 2, 0, 0], np.int32),
                                      width=np.array([5], np.int32),
                                      world=np.array([2, 2], np.int32),
                                      residuals=np.array([1, 0], np.int32),
-                                     ok=np.zeros(1, np.int32)),
+                                     **ONE_NAME, ok=np.zeros(1, np.int32)),
      "MSOPT_ERR_REPLICA",
-     "holds residuals of gradients for parameter 0 and this run sends it dense"),
+     "holds residuals of gradients for parameter 'w' and this run sends it dense"),
     ("ms_optim_check_replicas", dict(signatures=np.array([1, 2, 2, 0, 0], np.int32),
                                      width=np.array([5], np.int32),
                                      world=np.array([2, 2], np.int32),
                                      residuals=np.array([5, 1], np.int32),
-                                     ok=np.zeros(1, np.int32)),
-     "MSOPT_ERR_VALUE", r"residuals\[0\] is 5, not a residual kind"),
+                                     **ONE_NAME, ok=np.zeros(1, np.int32)),
+     "MSOPT_ERR_VALUE", r"dgc_residual_kind of parameter 'w' is 5, not a residual kind"),
 ])
 def test_each_check_has_its_own_code_and_message(entry, call, code, message, capfd):
     what = rejects(entry, code, message, **call)

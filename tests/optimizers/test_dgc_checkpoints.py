@@ -83,8 +83,9 @@ def test_resized_state_resumes_and_steps(saved_by_4, tmp_path):
 
 def _assert_refused(net, opt, message, native_message):
     """The optimizer refuses its state: called from Python, a ValueError matching
-    `message`; compiled into a train step, the step's own check fails with the kernel's
-    `native_message`; and nothing is applied, nor counted as a step."""
+    `message`; compiled into a train step, the step's own check fails with the same words
+    (`native_message`, part of the kernel's message, which the ValueError carries); and
+    nothing is applied, nor counted as a step."""
     before = [p.asnumpy().copy() for p in net.trainable_params()]
     step = int(opt.global_step.asnumpy()[0])
     with pytest.raises(ValueError, match=message):
@@ -102,7 +103,8 @@ def test_residuals_of_another_world_size_are_refused(saved_by_4):
     net, opt = _net_and_opt()
     ms.load_param_into_net(opt, ms.load_checkpoint(saved_by_4[0]))
     _assert_refused(net, opt, r"holds the residuals of 4 worker\(s\) and this run has 1: "
-                              r"convert the 4 checkpoints with ms_optim.dgc.resize_checkpoints",
+                              r"convert the checkpoints with ms_optim.dgc.resize_checkpoints"
+                              r"\(files, world_size=1, dest=...\) and load those",
                     "holds the residuals of 4 worker(s)")
 
 
@@ -236,8 +238,8 @@ def test_a_bucket_resumed_without_it_is_refused_in_a_compiled_step(tmp_path):
                               r"run sends it dense, which would drop the update they hold: "
                               r"construct the optimizer with lr_in_residuals=False and a "
                               r"bucket_sparsity",
-                    "holds residuals of gradients for parameter 1 and this run sends it dense, "
-                    "which would drop the update they hold")
+                    "holds residuals of gradients for parameter 'fc1.bias' and this run sends "
+                    "it dense, which would drop the update they hold")
 
 
 @pytest.mark.parametrize("saved", [True, False])
@@ -251,7 +253,7 @@ def test_residuals_of_the_other_lr_in_residuals_are_refused_in_a_compiled_step(s
     _assert_refused(net, opt, rf"holds {kinds[saved]} for parameter 'fc1.weight' and this run "
                               rf"would step {kinds[not saved]}: construct the optimizer with "
                               rf"lr_in_residuals={saved} and bucket_sparsity=None",
-                    f"holds {kinds[saved]} for parameter 0")
+                    f"holds {kinds[saved]} for parameter 'fc1.weight'")
 
 
 def test_a_bucket_started_on_resume_carries_the_momentum(tmp_path):
@@ -288,7 +290,7 @@ def test_an_unknown_residual_kind_is_refused(tmp_path):
     ms.load_param_into_net(opt, state)
     _assert_refused(net, opt, r"^For 'DGCMomentum', the optimizer state's dgc_residual_kind of "
                               r"parameter 'fc1.bias' is 5, not a residual kind \(0, 1 or 2\)",
-                    "residuals[1] is 5, not a residual kind (0, 1 or 2)")
+                    "dgc_residual_kind of parameter 'fc1.bias' is 5, not a residual kind")
 
 
 def test_the_workers_signature_includes_what_folds():

@@ -5,6 +5,8 @@
 // core/contract.h.
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <vector>
 
 #include "aot/call.h"
 #include "core/common.h"
@@ -29,7 +31,7 @@ const char *residual_kind_name(int32_t kind) {
 
 // Whether residuals of kind `saved` can be stepped on as kind `mine`: the same
 // kind, or a parameter sent dense that this run starts compressing in the bucket
-// (its momentum u carries over, as at rampup_begin_step).  Residuals dropped (a
+// (its momentum carries over, as at rampup_begin_step).  Residuals dropped (a
 // kind sent dense now) would lose the update they hold; the other kind
 // (learning rate folded in or not) would apply each entry at lr times, or 1/lr
 // times, its size.
@@ -37,64 +39,116 @@ bool residuals_resumable(int32_t saved, int32_t mine) {
   return saved == mine || (saved == kResidualNone && mine == kResidualGrad);
 }
 
+// roles' bits, per parameter: this run's dense_params names it; it is below the
+// size DGC compresses alone (the bucket's, when there is one).
+constexpr int32_t kRoleAskedDense = 1, kRoleSmall = 2;
+
 // A worker's row of the gathered signatures ends with kStateValues values of
 // its optimizer state: the world size it was saved by, the rank that saved it
 // and a 64-bit digest of its residual kinds.  The values before them are the
 // model's signature and the step.
 constexpr int64_t kStateValues = 4;
 
+// The refusals' advice, after their first clause.
+constexpr const char *kResizeAdvice =
+    "convert the checkpoints with ms_optim.dgc.resize_checkpoints(files, world_size=%d, "
+    "dest=...) and load those (docs/dgc.md#resuming-at-another-number-of-workers)";
+constexpr const char *kOneSaveAdvice = "resume every worker from the checkpoints of one save";
+
+// The refusal of parameter j's residuals of kind saved[j], which this run cannot
+// step on as mine[j]: what to construct the optimizer with to resume them, from
+// the whole state's kinds (any learning-rate-scaled, any small parameter's) and
+// j's roles.
+int refuse_residuals(const AotCall &c, const int32_t *saved, const int32_t *mine,
+                     const int32_t *roles, const char *const *names, int64_t n, int64_t j) {
+  bool folds = false, bucket = false;
+  for (int64_t i = 0; i < n; ++i) {
+    folds = folds || saved[i] == kResidualLrScaled;
+    bucket = bucket || (saved[i] != kResidualNone && (roles[i] & kRoleSmall));
+  }
+  char now[128], dense[512] = "";
+  if (mine[j] == kResidualNone)
+    std::snprintf(now, sizeof now, "this run sends it dense, which would drop the update they hold");
+  else
+    std::snprintf(now, sizeof now, "this run would step %s", residual_kind_name(mine[j]));
+  if (roles[j] & kRoleAskedDense)
+    std::snprintf(dense, sizeof dense, ", without '%s' in dense_params", names[j]);
+  else if (saved[j] == kResidualNone && !(roles[j] & kRoleSmall))
+    std::snprintf(dense, sizeof dense, ", with '%s' in dense_params", names[j]);
+  return c.fail(kErrReplica,
+                "the optimizer state holds %s for parameter '%s' and %s: construct the "
+                "optimizer with lr_in_residuals=%s and %s%s, as the state was saved, to resume "
+                "from it (docs/dgc.md#resuming-with-other-settings)",
+                residual_kind_name(saved[j]), names[j], now, folds ? "True" : "False",
+                bucket ? "a bucket_sparsity" : "bucket_sparsity=None", dense);
+}
+
 // signatures int32[R*W] (every worker's row, W values each, gathered in rank
-// order), width int32[1] = W, world int32[2], residuals int32[2n] -> ok
-// int32[1] = 1.  Fails with kErrReplica when world's two sizes differ (the
-// residuals were saved by another number of workers), when a parameter's
-// residual kind in the state (residuals' first n values) cannot be stepped on
-// as this run's kind (its last n), and when the rows differ: after printing
-// every row to stderr when the workers disagree on the model or the step
-// (their exchange buffers would not match, and collectives on mismatched
+// order), width int32[1] = W, world int32[2], residuals int32[2n], names uint8,
+// roles int32[n] -> ok int32[1] = 1.  Fails with kErrReplica when world's two
+// sizes differ (the residuals were saved by another number of workers), when a
+// parameter's residual kind in the state (residuals' first n values) cannot be
+// stepped on as this run's kind (its last n), and when the rows differ: after
+// printing every row to stderr when the workers disagree on the model or the
+// step (their exchange buffers would not match, and collectives on mismatched
 // buffers hang or corrupt memory), and naming the rank when a worker loaded
 // another optimizer state than rank 0 or another rank's state than its own (a
 // worker whose row is row r must hold rank r's residuals).  Every worker sees
-// every row, so a state that one worker refuses is refused by every worker.
+// every row, so a state that one worker refuses is refused by every worker.  The
+// messages are DGCMomentum's errors, naming the parameter and what to do.
 int check_replicas_body(const AotCall &c) {
   using S = sig::ms_optim_check_replicas;
-  for (int s : {S::signatures, S::width, S::world, S::residuals, S::ok})
+  for (int s : {S::signatures, S::width, S::world, S::residuals, S::roles, S::ok})
     MSOPT_TRY(c.require_dtype(s, "int32"));
+  MSOPT_TRY(c.require_dtype(S::names, "uint8"));
   MSOPT_CHECK(c, c.numel(S::width) == 1 && c.numel(S::ok) == 1, kErrSize,
               "width and ok must be int32[1], got %lld and %lld elements",
               static_cast<long long>(c.numel(S::width)), static_cast<long long>(c.numel(S::ok)));
   MSOPT_CHECK(c, c.numel(S::world) == 2, kErrSize,
               "world must be int32[2] (the state's world size, this run's), got %lld elements",
               static_cast<long long>(c.numel(S::world)));
-  // residuals saved by another number of workers: stepping on would drop or double them
-  const int32_t *world = c.ptr<int32_t>(S::world);
-  MSOPT_CHECK(c, world[0] == world[1], kErrReplica,
-              "the optimizer state holds the residuals of %d worker(s) and this run has %d: "
-              "combine the checkpoints with ms_optim.dgc.resize_checkpoints first",
-              world[0], world[1]);
-  const int64_t kinds = c.numel(S::residuals);
+  const int64_t kinds = c.numel(S::residuals), n = kinds / 2;
   MSOPT_CHECK(c, kinds >= 2 && kinds % 2 == 0, kErrSize,
               "residuals must be int32[2n] (the state's residual kind per parameter, this "
               "run's), got %lld elements", static_cast<long long>(kinds));
-  const int32_t *saved = c.ptr<int32_t>(S::residuals), *mine = saved + kinds / 2;
-  for (int64_t j = 0; j < kinds; ++j)
-    MSOPT_CHECK(c, saved[j] >= kResidualNone && saved[j] <= kResidualLrScaled, kErrValue,
-                "residuals[%lld] is %d, not a residual kind (0, 1 or 2)",
-                static_cast<long long>(j), saved[j]);
-  for (int64_t j = 0; j < kinds / 2; ++j) {
-    if (residuals_resumable(saved[j], mine[j])) continue;
-    if (mine[j] == kResidualNone)
-      return c.fail(kErrReplica,
-                    "the optimizer state holds %s for parameter %lld and this run sends it "
-                    "dense, which would drop the update they hold: resume with the "
-                    "lr_in_residuals, bucket_sparsity and dense_params that saved them",
-                    residual_kind_name(saved[j]), static_cast<long long>(j));
-    return c.fail(kErrReplica,
-                  "the optimizer state holds %s for parameter %lld and this run would step "
-                  "%s: resume with the lr_in_residuals, bucket_sparsity and dense_params that "
-                  "saved them",
-                  residual_kind_name(saved[j]), static_cast<long long>(j),
-                  residual_kind_name(mine[j]));
+  MSOPT_CHECK(c, c.numel(S::roles) == n, kErrSize,
+              "roles must have %lld elements (one per parameter), got %lld",
+              static_cast<long long>(n), static_cast<long long>(c.numel(S::roles)));
+  // the names: n NUL-ended strings
+  const char *text = c.ptr<char>(S::names);
+  const int64_t bytes = c.numel(S::names);
+  std::vector<const char *> names;
+  for (int64_t at = 0; at < bytes; at += static_cast<int64_t>(std::strlen(text + at)) + 1) {
+    MSOPT_CHECK(c, std::memchr(text + at, '\0', static_cast<size_t>(bytes - at)) != nullptr,
+                kErrValue, "names must end with a NUL byte");
+    names.push_back(text + at);
   }
+  MSOPT_CHECK(c, static_cast<int64_t>(names.size()) == n, kErrSize,
+              "names must hold %lld NUL-ended names (one per parameter), got %lld",
+              static_cast<long long>(n), static_cast<long long>(names.size()));
+  // residuals saved by another number of workers: stepping on would drop or double them
+  const int32_t *world = c.ptr<int32_t>(S::world);
+  if (world[0] != world[1]) {
+    char advice[256];
+    std::snprintf(advice, sizeof advice, kResizeAdvice, world[1]);
+    return c.fail(kErrReplica,
+                  "the optimizer state holds the residuals of %d worker(s) and this run has "
+                  "%d: %s", world[0], world[1], advice);
+  }
+  const int32_t *saved = c.ptr<int32_t>(S::residuals), *mine = saved + n;
+  const int32_t *roles = c.ptr<int32_t>(S::roles);
+  for (int64_t j = 0; j < n; ++j)
+    MSOPT_CHECK(c, saved[j] >= kResidualNone && saved[j] <= kResidualLrScaled, kErrValue,
+                "the optimizer state's dgc_residual_kind of parameter '%s' is %d, not a "
+                "residual kind (0, 1 or 2), which DGCMomentum does not write: load a "
+                "checkpoint that it saved", names[j], saved[j]);
+  for (int64_t j = 0; j < n; ++j)
+    MSOPT_CHECK(c, mine[j] >= kResidualNone && mine[j] <= kResidualLrScaled, kErrValue,
+                "residuals[%lld] is %d, not a residual kind (0, 1 or 2)",
+                static_cast<long long>(n + j), mine[j]);
+  for (int64_t j = 0; j < n; ++j)
+    if (!residuals_resumable(saved[j], mine[j]))
+      return refuse_residuals(c, saved, mine, roles, names.data(), n, j);
   const int64_t total = c.numel(S::signatures), width = c.ptr<int32_t>(S::width)[0];
   MSOPT_CHECK(c, width > kStateValues && total % width == 0, kErrValue,
               "%lld signature values are not rows of width %lld (more than %lld)",
@@ -118,24 +172,29 @@ int check_replicas_body(const AotCall &c) {
       for (int64_t j = 0; j < width; ++j) std::fprintf(stderr, " %d", sig[w * width + j]);
       std::fprintf(stderr, "\n");
     }
-    return c.fail(kErrReplica, "workers disagree on the model");
+    return c.fail(kErrReplica,
+                  "the workers disagree on the model or the step (every rank's signature is "
+                  "printed above): build the same network and optimizer on every worker, "
+                  "with the same settings, and start them at the same step");
   }
   for (int64_t r = 1; r < ranks; ++r)
     MSOPT_CHECK(c, !differs(r, model, model + 1), kErrReplica,
                 "rank %lld's optimizer state holds the residuals of %d worker(s) and rank 0's "
-                "of %d: resume every worker from the checkpoints of one save",
-                static_cast<long long>(r), sig[r * width + model], sig[model]);
+                "of %d: %s", static_cast<long long>(r), sig[r * width + model], sig[model],
+                kOneSaveAdvice);
   for (int64_t r = 0; r < ranks; ++r)
     MSOPT_CHECK(c, sig[r * width + model + 1] == r, kErrReplica,
                 "rank %lld's optimizer state holds the residuals of rank %d: load each "
-                "worker's own checkpoint (rank r the file rank r saved); to resume at another "
-                "number of workers, convert them with ms_optim.dgc.resize_checkpoints",
-                static_cast<long long>(r), sig[r * width + model + 1]);
+                "worker's own checkpoint (rank %lld the file that rank %lld saved, e.g. "
+                "f'rank{get_rank()}.ckpt'); to resume at another number of workers, convert "
+                "the checkpoints with ms_optim.dgc.resize_checkpoints "
+                "(docs/dgc.md#resuming-at-another-number-of-workers)",
+                static_cast<long long>(r), sig[r * width + model + 1],
+                static_cast<long long>(r), static_cast<long long>(r));
   for (int64_t r = 1; r < ranks; ++r)
     MSOPT_CHECK(c, !differs(r, model + 2, width), kErrReplica,
-                "rank %lld's optimizer state holds other residual kinds than rank 0's: resume "
-                "every worker from the checkpoints of one save",
-                static_cast<long long>(r));
+                "rank %lld's optimizer state holds other residual kinds than rank 0's: %s",
+                static_cast<long long>(r), kOneSaveAdvice);
   *c.ptr<int32_t>(S::ok) = 1;
   return kOk;
 }

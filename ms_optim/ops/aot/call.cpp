@@ -41,7 +41,7 @@ std::string describe(const Slot *spec, int slots) {
 // kernels on its own threads, so the calling thread's msopt_last_error() does
 // not reach the Python side.
 std::mutex g_kernel_error_lock;
-char g_kernel_error[512] = "";
+char g_kernel_error[kErrorBytes] = "";
 int64_t g_kernel_error_time = 0;  // steady clock, ns: when it failed
 
 }  // namespace
@@ -137,7 +137,7 @@ int AotCall::require_same_numel(int ref, std::initializer_list<int> slots) const
 }
 
 int AotCall::fail(Status code, const char *fmt, ...) const {
-  char message[448];
+  char message[kErrorBytes - 64];  // room for the entry's name
   va_list ap;
   va_start(ap, fmt);
   std::vsnprintf(message, sizeof message, fmt, ap);
@@ -189,7 +189,7 @@ MSOPT_API const char *msopt_aot_signature(const char *entry) {
 // The message of the most recent failed kernel call on any thread ("" if none),
 // copied for the calling thread.
 MSOPT_API const char *msopt_last_kernel_error(void) {
-  thread_local char copy[512];
+  thread_local char copy[msopt::kErrorBytes];
   const std::lock_guard<std::mutex> hold(msopt::g_kernel_error_lock);
   std::snprintf(copy, sizeof copy, "%s", msopt::g_kernel_error);
   return copy;

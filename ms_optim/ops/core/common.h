@@ -31,6 +31,10 @@ enum Status : int {
                                       // state cannot be resumed
 };
 
+// The longest error message kept, in bytes with its NUL (a refusal names
+// parameters, which may be long).
+constexpr int kErrorBytes = 1024;
+
 // Records a printf-style message for msopt_last_error() on this thread and
 // returns `code`, so callers can write `return fail(kErrSize, "...", ...)`.
 int fail(Status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -161,12 +161,17 @@ namespace msopt {
   IN(gidx, kCountK) OUT(done, kOne)
 
 // The workers' rows, gathered (model signature, step, then the state's world
-// size and a two-word digest of its residual kinds): fails unless all agree,
-// unless world = (the world size the state was saved by, this run's) agree, and unless
-// residuals = (per parameter, the kind of the state's residuals; then of this
-// run's: 0 none, 1 gradients, 2 learning-rate-scaled gradients) can be resumed.
-#define MSOPT_AOT_CHECK_REPLICAS(IN, OUT) \
-  IN(signatures, kOne) IN(width, kOne) IN(world, kOne) IN(residuals, kOne) OUT(ok, kOne)
+// size, the rank that saved it and a two-word digest of its residual kinds):
+// fails unless all agree, unless world = (the world size the state was saved by,
+// this run's) agree, and unless residuals = (per parameter, the kind of the
+// state's residuals; then of this run's: 0 none, 1 gradients, 2
+// learning-rate-scaled gradients) can be resumed.  names (uint8: the parameters'
+// names, each ended by a NUL) and roles (int32, per parameter: 1 when this run's
+// dense_params names it, plus 2 when it is below the size DGC compresses alone)
+// are what the refusal says.
+#define MSOPT_AOT_CHECK_REPLICAS(IN, OUT)                                              \
+  IN(signatures, kOne) IN(width, kOne) IN(world, kOne) IN(residuals, kOne)             \
+  IN(names, kOne) IN(roles, kOne) OUT(ok, kOne)
 
 // A 64-bit digest of K tensors of one dtype.
 #define MSOPT_AOT_DIGEST(IN, OUT) IN(p, kEach) OUT(digest, kOne)

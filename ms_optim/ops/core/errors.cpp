@@ -9,7 +9,7 @@
 namespace msopt {
 namespace {
 
-thread_local char t_error[512] = "";
+thread_local char t_error[kErrorBytes] = "";
 
 }  // namespace
 
