@@ -46,20 +46,35 @@ def residual_kind(compressed, folded):
     return RESIDUAL_LR_SCALED if folded else RESIDUAL_GRADIENTS
 
 
-def refused_step(cls, exc):
-    """The ValueError for a step of optimizer `cls` that the workers' check
-    (ms_optim_check_replicas, ops/aot/aot_replicas.cpp) refused, with the check's own
-    message (which names the parameter or the rank and what to do), in place of
-    MindSpore's RuntimeError `exc`, which shows only the kernel's return code; None when
+_CHECK = "ms_optim_check_replicas"
+# how the check says that a worker's branch was compiled for another step
+_STALE = "compiled the step for step"
+
+
+def check_message(exc):
+    """The message of the workers' check (ms_optim_check_replicas,
+    ops/aot/aot_replicas.cpp) when it failed the step that raised MindSpore's RuntimeError
+    `exc` (which shows only the kernel's return code), without the entry's name; None when
     `exc` is another error."""
-    entry = "ms_optim_check_replicas"
-    if entry not in str(exc):
+    if _CHECK not in str(exc):
         return None
     from .._native import last_native_error
     message = last_native_error()
-    if not message.startswith(entry + ": "):
+    if not message.startswith(_CHECK + ": "):
         return None
-    return ValueError(f"For '{cls}', {message[len(entry) + 2:]}.")
+    return message[len(_CHECK) + 2:]
+
+
+def stale_step(message):
+    """Whether the check's `message` says a branch was compiled for another step than
+    global_step's: the caller reads global_step and runs the step again."""
+    return message is not None and _STALE in message
+
+
+def refused_step(cls, message):
+    """The ValueError for a step of optimizer `cls` that the workers' check refused with
+    `message` (check_message's), which names the parameter or the rank and what to do."""
+    return ValueError(f"For '{cls}', {message}.")
 
 
 def resize_checkpoints(sources, world_size, dest):

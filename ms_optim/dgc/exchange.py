@@ -204,8 +204,10 @@ class ReplicaSync(nn.Cell):
     says (ops/aot/aot_replicas.cpp).
 
     A worker's gathered row is `signature`, the step, the state's world size, the rank
-    that saved the state and a 64-bit digest of the state's residual kinds: a state that
-    one worker refuses differs from the others' and every worker refuses it."""
+    that saved the state, a 64-bit digest of the state's residual kinds and the step its
+    branch was compiled for: a state that one worker refuses differs from the others' and
+    every worker refuses it, and so does a branch that one worker compiled for another
+    step."""
 
     def __init__(self, nranks, signature, params, residual_kinds, roles):
         super().__init__()
@@ -218,7 +220,9 @@ class ReplicaSync(nn.Cell):
                                           np.uint8).copy())
         self.roles = Tensor(np.array(roles, np.int32).reshape(-1))
         self.signature = Tensor(np.array(signature, np.int32))
-        self.width = Tensor(np.array([len(signature) + 5], np.int32))
+        self.width = Tensor(np.array([len(signature) + 6], np.int32))
+        # the step a branch compiled on the device is for: any (the check's -1)
+        self.any_step = Tensor(np.array([-1], np.int32))
         self.check_op = aot.check_replicas_op()
         self.check_order = aot.call_order("ms_optim_check_replicas")
         # one worker's digest column is compared with nobody's
@@ -243,17 +247,21 @@ class ReplicaSync(nn.Cell):
         return tuple((tuple(order[lo:hi]), aot.digest_op(hi - lo, dtypes[lo]))
                      for lo, hi in aot.buckets(dtypes))
 
-    def check(self, step, saved_world, saved_rank, saved_kinds):
+    def check(self, step, saved_world, saved_rank, saved_kinds, expected=None):
         """int32[1] once every worker's signature, step and optimizer state matched,
         `saved_world` (int32[1], the world size the optimizer state was saved by) is this
         run's, every worker's `saved_rank` (int32[1], the rank that saved its state) is its
-        own, and every parameter's residual kind in the state (`saved_kinds`, int32[n]) can
-        be stepped on as this run's (fails otherwise)."""
+        own, every parameter's residual kind in the state (`saved_kinds`, int32[n]) can
+        be stepped on as this run's, and every worker's `expected` (int32[1], the step its
+        branch was compiled for; None: any) is `step` (fails otherwise: with
+        MSOPT_ERR_STALE on that last)."""
         digest = self.no_digest
         if self.nranks > 1:
             digest = aot.call(self.kinds_digest, self.digest_order, p=(saved_kinds,))
+        if expected is None:
+            expected = self.any_step
         mine = ops.concat((self.signature, F.cast(step, mstype.int32).reshape(1), saved_world,
-                           saved_rank, digest))
+                           saved_rank, digest, expected))
         return aot.call(
             self.check_op, self.check_order,
             signatures=self.all_gather(mine) if self.nranks > 1 else mine, width=self.width,

@@ -14,7 +14,7 @@ from ..regularizer import L1Decay, L2Decay
 from . import checks
 from .auto import DENSE, MEASURING, AutoSparsity
 from .checkpoints import (RANK_NAME, RESIDUAL_KIND_NAME, U_PREFIX, V_PREFIX, WORLD_SIZE_NAME,
-                          refused_step, residual_kind)
+                          check_message, refused_step, residual_kind, stale_step)
 from .exchange import (DenseExchange, Exchanges, ReplicaSync, SharedExchange, SparseExchange,
                        check_stand_alone_in_graph, model_signature, require_stand_alone,
                        world_rank, world_size)
@@ -426,6 +426,8 @@ class DGCMomentum(Optimizer, LocalGrads, ExchangeReports):
         # of the workers' parameters): __call__ chooses it on the host
         self.host_branches = (self.has_warmup or self.nranks > 1 or self.auto is not None
                               or (self.compresses and len(self.stage_bounds) > 1))
+        # the host's count of the steps run from Python (None: read global_step)
+        self._host_step = None
 
     # ---------------------------------------------------------------- step --
 
@@ -433,26 +435,49 @@ class DGCMomentum(Optimizer, LocalGrads, ExchangeReports):
         try:
             return self._call(*args, **kwargs)
         except RuntimeError as exc:
-            refused = refused_step(self._NAME, exc)
-            if refused is None:
+            message = check_message(exc)
+            if message is None:
                 raise
-            raise refused from None
+            raise refused_step(self._NAME, message) from None
 
     def _call(self, *args, **kwargs):
         # Called from Python (a PyNative loop, ms.Model in PyNative, or the optimizer on its
-        # own in GRAPH_MODE): the step's branch is read from global_step here and compiled
-        # in as a constant, one small graph per branch, with no control flow on the device
-        # (which costs MindSpore's runtime 0.3 to 3 ms a step on a CPU).  Inside a compiled
-        # train step (TrainOneStepCell in GRAPH_MODE, ms.jit) MindSpore compiles construct
-        # itself and the graph branches on the device.
-        if self.host_branches and len(args) == 1 and not kwargs:
-            step = int(self.global_step.asnumpy().reshape(-1)[0])
-            grads = args[0]
-            # (marked mutable: the same graph serves any gradient values, without
-            # MindSpore's warning when a second branch compiles)
-            return super().__call__(mutable(grads) if isinstance(grads, tuple) else grads,
-                                    *self._branch_at(step))
-        return super().__call__(*args, **kwargs)
+        # own in GRAPH_MODE): the step's branch is chosen on the host and compiled in as a
+        # constant, one small graph per branch, with no control flow on the device (which
+        # costs MindSpore's runtime 0.3 to 3 ms a step on a CPU).  The host counts the steps
+        # it ran, reading global_step only when it has no count (first, or after a failed
+        # step); the workers' check compares the count with global_step on the device, and
+        # when global_step was set since (a checkpoint loaded, a compiled train step run)
+        # the step fails before anything is applied, and runs again on a fresh read.  Inside
+        # a compiled train step (TrainOneStepCell in GRAPH_MODE, ms.jit) MindSpore compiles
+        # construct itself and the graph branches on the device.
+        if not (self.host_branches and len(args) == 1 and not kwargs):
+            return super().__call__(*args, **kwargs)
+        grads = args[0]
+        # (marked mutable: the same graph serves any gradient values, without MindSpore's
+        # warning when a second branch compiles)
+        grads = mutable(grads) if isinstance(grads, tuple) else grads
+        try:
+            return self._counted_step(grads)
+        except RuntimeError as exc:
+            if not stale_step(check_message(exc)):
+                raise
+        return self._counted_step(grads)  # global_step was set since: read, and again
+
+    def _counted_step(self, grads):
+        """One step from Python, its branch that of the host's count of steps (global_step
+        read when there is none); the count is dropped when the step fails."""
+        if self._host_step is None:
+            self._host_step = int(self.global_step.asnumpy().reshape(-1)[0])
+        step = self._host_step
+        try:
+            done = super().__call__(grads, *self._branch_at(step),
+                                    Tensor(np.array([step], np.int32)))
+        except BaseException:
+            self._host_step = None
+            raise
+        self._host_step = step + 1
+        return done
 
     def _branch_at(self, step):
         """construct's constants for `step`: the stage (-1 for the dense warm-up) and whether
@@ -472,7 +497,7 @@ class DGCMomentum(Optimizer, LocalGrads, ExchangeReports):
         return stage, self.nranks > 1 and step == 0
 
     @jit(backend="ms_backend")  # compiled in PyNative too, as MindSpore's optimizers
-    def construct(self, gradients, _stage=None, _first_step=None):
+    def construct(self, gradients, _stage=None, _first_step=None, _host_step=None):
         check_stand_alone_in_graph()
         gradients = self.flatten_gradients(self.check_gradients(gradients))
         lr = self.get_lr()
@@ -483,7 +508,8 @@ class DGCMomentum(Optimizer, LocalGrads, ExchangeReports):
             grads, lr = self._fold_lr(lr, grads)
         # nothing is exchanged before every worker is known to hold the same model, nor
         # stepped on residuals saved by another number of workers, rank or kind
-        synced = self.replicas.check(step, self.world_size, self.saved_rank, self.residual_kind)
+        synced = self.replicas.check(step, self.world_size, self.saved_rank, self.residual_kind,
+                                     _host_step)
         # from here the residuals are of this run's kinds (a resumed parameter sent dense
         # may have started in the bucket), and so are the checkpoints it saves
         synced = F.depend(synced, F.assign(self.residual_kind,

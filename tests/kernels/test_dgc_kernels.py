@@ -645,11 +645,11 @@ KIND_WORDS = ("no residuals", "residuals of gradients",
               "residuals of learning-rate-scaled gradients")
 
 
-def _row(step=0, world=1, rank=None, digest=(0, 0)):
+def _row(step=0, world=1, rank=None, digest=(0, 0), expected=-1):
     """A worker's gathered row: a model signature (3 values), the step, then its optimizer
-    state's world size, the rank that saved it (None: the row's own) and digest of residual
-    kinds."""
-    return [3, 100, 7, step, world, rank, *digest]
+    state's world size, the rank that saved it (None: the row's own), digest of residual
+    kinds and the step its branch was compiled for (-1: any)."""
+    return [3, 100, 7, step, world, rank, *digest, expected]
 
 
 ROW = len(_row())
@@ -808,11 +808,11 @@ def test_replica_check_refuses_another_ranks_state(rows, message):
     assert out[0] == 0
 
 
-@pytest.mark.parametrize("width", [4, 1, 0])
+@pytest.mark.parametrize("width", [5, 1, 0])
 def test_replica_check_rejects_rows_without_the_state(width):
-    """A row must hold more than the state's 4 values."""
+    """A row must hold more than the state's 4 values and the compiled step."""
     rejects("ms_optim_check_replicas", "MSOPT_ERR_VALUE",
-            rf"^6 signature values are not rows of width {width} \(more than 4\)$",
+            rf"^6 signature values are not rows of width {width} \(more than 5\)$",
             slot="width", **_check([1, 1], np.zeros(1, np.int32),
                                    signatures=np.arange(6, dtype=np.int32),
                                    width=np.array([width], np.int32)))
@@ -832,6 +832,26 @@ def test_replica_check_refuses_residuals_of_another_world_size(saved, nranks):
     rejects("ms_optim_check_replicas", "MSOPT_ERR_SIZE",
             r"^world must be int32\[2\] \(the state's world size, this run's\), got 1 elements$",
             slot="world", **_check([0, 0], out, world=np.array([1], np.int32)))
+
+
+@pytest.mark.parametrize("expected, at", [((4, -1), 0), ((-1, 4), 1), ((4, 6), 0)])
+def test_replica_check_fails_a_branch_compiled_for_another_step(expected, at):
+    """A worker whose branch was compiled for another step than the rows' fails the check
+    on every worker with MSOPT_ERR_STALE, after every refusal of the state; -1 (a branch
+    chosen on the device) and the rows' own step pass."""
+    out = np.zeros(1, np.int32)
+    rows = [_row(step=5, expected=e) for e in expected]
+    rejects("ms_optim_check_replicas", "MSOPT_ERR_STALE",
+            rf"^rank {at} compiled the step for step {expected[at]}, and global_step is 5$",
+            **_check([1, 1], out, **_rows(*rows), world=np.array([1, 1], np.int32)))
+    assert out[0] == 0
+    rows = [_row(step=5, world=2, expected=e) for e in expected]
+    rejects("ms_optim_check_replicas", "MSOPT_ERR_REPLICA", "holds the residuals of 2 worker",
+            **_check([1, 1], out, **_rows(*rows), world=np.array([2, 1], np.int32)))
+    testing.call_kernel("ms_optim_check_replicas",
+                        **_check([1, 1], out, **_rows(*[_row(step=5, expected=e)
+                                                          for e in (5, -1)])))
+    assert out[0] == 1
 
 
 def test_kernels_reject_bad_input():

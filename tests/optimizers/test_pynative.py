@@ -129,6 +129,30 @@ def test_dgc_reads_its_step_after_a_checkpoint_is_loaded(restore_mode):
         np.testing.assert_array_equal(a, b)
 
 
+def test_dgc_counts_its_steps_and_follows_global_step_set_between_them(restore_mode, capfd):
+    """Called from Python, DGCMomentum counts its steps on the host instead of reading
+    global_step each step; when global_step moves between two of them (here a step of a
+    compiled caller), the next step runs the branch of global_step's value, to the same bits
+    as the steps of one route, and its retry writes nothing to stderr."""
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    params = _dgc_params()
+    opt = _dgc(params)
+    caller = Caller(opt)
+    for step in range(STEPS):
+        if step in (1, 3):  # compiled steps: the count falls behind, from warm-up to stage
+            ms.set_context(mode=ms.GRAPH_MODE)
+            caller(_grads(params, step))
+            ms.set_context(mode=ms.PYNATIVE_MODE)
+        else:
+            opt(_grads(params, step))
+    assert opt._host_step == STEPS
+    assert "ms_optim:" not in capfd.readouterr().err
+    expected = _run(_dgc, _dgc_params, "graph, in a caller")
+    got = values(params) + [p.asnumpy().copy() for p in opt.get_parameters()]
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_dgc_branch_of_each_step():
     """The constants __call__ compiles in: -1 for the dense warm-up, else the stage; with
     nothing compressed there is no warm-up, and every step takes the first stage's branch (the

@@ -43,11 +43,12 @@ bool residuals_resumable(int32_t saved, int32_t mine) {
 // size DGC compresses alone (the bucket's, when there is one).
 constexpr int32_t kRoleAskedDense = 1, kRoleSmall = 2;
 
-// A worker's row of the gathered signatures ends with kStateValues values of
-// its optimizer state: the world size it was saved by, the rank that saved it
-// and a 64-bit digest of its residual kinds.  The values before them are the
-// model's signature and the step.
-constexpr int64_t kStateValues = 4;
+// A worker's row of the gathered signatures ends with kStateValues values: its
+// optimizer state's world size, the rank that saved it and a 64-bit digest of
+// its residual kinds, then the step the caller compiled the step's branch for
+// (-1 when the graph branches on the device).  The values before them are the
+// model's signature and the step (global_step).
+constexpr int64_t kStateValues = 5;
 
 // The refusals' advice, after their first clause.
 constexpr const char *kResizeAdvice =
@@ -95,7 +96,9 @@ int refuse_residuals(const AotCall &c, const int32_t *saved, const int32_t *mine
 // another optimizer state than rank 0 or another rank's state than its own (a
 // worker whose row is row r must hold rank r's residuals).  Every worker sees
 // every row, so a state that one worker refuses is refused by every worker.  The
-// messages are DGCMomentum's errors, naming the parameter and what to do.
+// messages are DGCMomentum's errors, naming the parameter and what to do.  Fails
+// with kErrStale, last, when a worker's branch was compiled for another step than
+// the rows' (its caller reads global_step again and retries).
 int check_replicas_body(const AotCall &c) {
   using S = sig::ms_optim_check_replicas;
   for (int s : {S::signatures, S::width, S::world, S::residuals, S::roles, S::ok})
@@ -192,9 +195,17 @@ int check_replicas_body(const AotCall &c) {
                 static_cast<long long>(r), sig[r * width + model + 1],
                 static_cast<long long>(r), static_cast<long long>(r));
   for (int64_t r = 1; r < ranks; ++r)
-    MSOPT_CHECK(c, !differs(r, model + 2, width), kErrReplica,
+    MSOPT_CHECK(c, !differs(r, model + 2, model + 4), kErrReplica,
                 "rank %lld's optimizer state holds other residual kinds than rank 0's: %s",
                 static_cast<long long>(r), kOneSaveAdvice);
+  // a branch compiled for another step (global_step was set since the caller last read
+  // it): every worker fails, and each caller reads global_step and runs the step again
+  for (int64_t r = 0; r < ranks; ++r) {
+    const int32_t expected = sig[r * width + model + 4];
+    MSOPT_CHECK(c, expected < 0 || expected == sig[model - 1], kErrStale,
+                "rank %lld compiled the step for step %d, and global_step is %d",
+                static_cast<long long>(r), expected, sig[model - 1]);
+  }
   *c.ptr<int32_t>(S::ok) = 1;
   return kOk;
 }

@@ -164,7 +164,8 @@ int run_aot(const char *entry, const Slot *spec, int slots, const AotArgs &args,
       g_kernel_error_time = std::chrono::duration_cast<std::chrono::nanoseconds>(
           std::chrono::steady_clock::now().time_since_epoch()).count();
     }
-    std::fprintf(stderr, "ms_optim: %s (code %d)\n", message, rc);
+    // (a stale step is the caller's to retry, not an error to show)
+    if (rc != kErrStale) std::fprintf(stderr, "ms_optim: %s (code %d)\n", message, rc);
   }
   return rc;
 }

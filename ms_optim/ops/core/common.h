@@ -29,6 +29,7 @@ enum Status : int {
   kErrValue = MSOPT_ERR_VALUE,        // a value read from a tensor is out of range
   kErrReplica = MSOPT_ERR_REPLICA,    // workers disagree on the model, step or state, or the
                                       // state cannot be resumed
+  kErrStale = MSOPT_ERR_STALE,        // a step compiled for another step than global_step's
 };
 
 // The longest error message kept, in bytes with its NUL (a refusal names

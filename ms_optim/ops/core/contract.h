@@ -161,7 +161,8 @@ namespace msopt {
   IN(gidx, kCountK) OUT(done, kOne)
 
 // The workers' rows, gathered (model signature, step, then the state's world
-// size, the rank that saved it and a two-word digest of its residual kinds):
+// size, the rank that saved it, a two-word digest of its residual kinds and the
+// step the caller compiled the branch for, or -1):
 // fails unless all agree, unless world = (the world size the state was saved by,
 // this run's) agree, and unless residuals = (per parameter, the kind of the
 // state's residuals; then of this run's: 0 none, 1 gradients, 2

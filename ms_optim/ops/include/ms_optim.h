@@ -65,6 +65,8 @@ typedef enum MSOPT_ENUM_BASE_ {
 #define MSOPT_ERR_VALUE (-11)   /* a value read from a tensor is out of range (an index, a k) */
 #define MSOPT_ERR_REPLICA (-12) /* distributed workers disagree on the model, the step or the
                                    optimizer state, or the state cannot be resumed */
+#define MSOPT_ERR_STALE (-13)   /* a step compiled for another step than the optimizer's
+                                   global_step (set since: the caller reads it and retries) */
 
 typedef struct msopt_optimizer msopt_optimizer;
 
