@@ -190,35 +190,46 @@ def q8_dequantize(codes, scale, signed):
     return np.where(c < 0, -mag, mag).astype(f32)
 
 
+def compact_step(step, moments, signed, moment_dtype, scales=None, q8_key=None):
+    """Runs `step(*moments32)`, a float32 rule that updates its moments in place, on moments
+    stored as `moment_dtype`, and returns what it returns: "float32" (the moments as they
+    are), "bfloat16" (uint16 bits) or "int8" (codes, int8 where `signed` says so per moment
+    and uint8 otherwise, with float32 `scales` per block).  The moments are decoded to
+    float32, stepped, and encoded again, in place; int8 codes round stochastically, every
+    moment with the same bits, q8_round_bits(q8_key)."""
+    if moment_dtype == "float32":
+        return step(*moments)
+    if moment_dtype == "int8" and q8_key is None:
+        raise ValueError("compact_step: int8 moments need q8_key (q8_tensor_key)")
+    if moment_dtype == "bfloat16":
+        wide = [bf16_value(m) for m in moments]
+    else:
+        wide = [q8_dequantize(m, s, sg) for m, s, sg in zip(moments, scales, signed)]
+    out = step(*wide)
+    if moment_dtype == "bfloat16":
+        for m, w in zip(moments, wide):
+            m[...] = bf16_bits(w)
+    else:
+        bits = q8_round_bits(q8_key, np.size(wide[0]))
+        for m, s, sg, w in zip(moments, scales, signed, wide):
+            m[...], s[...] = q8_quantize(w, sg, bits)
+    return out
+
+
 def adam_compact_step(p, m, v, g, lr, beta1, beta2, eps, beta1_power, beta2_power, moment_dtype,
                       m_scale=None, v_scale=None, weight_decay=0.0, inv_scale=1.0, nesterov=False,
                       delta=False, decoupled=False, q8_key=None):
     """adam_offload_step (delta=False, p updated) or adam_delta (delta=True, returns the step)
-    with moments stored as `moment_dtype`: "bfloat16" (m, v uint16 bits) or "int8" (m int8, v
-    uint8, m_scale/v_scale float32 per block), all updated in place.  The moments are decoded
-    to float32, stepped by the float32 rule, and encoded again; int8 codes round
-    stochastically with the bits of `q8_key` (q8_tensor_key of the step and the parameter)."""
-    if moment_dtype == "int8" and q8_key is None:
-        raise ValueError("adam_compact_step: int8 moments need q8_key (q8_tensor_key)")
-    if moment_dtype == "bfloat16":
-        m32, v32 = bf16_value(m), bf16_value(v)
-    else:
-        m32, v32 = q8_dequantize(m, m_scale, True), q8_dequantize(v, v_scale, False)
-    if delta:
-        out = adam_delta(m32, v32, g, lr, beta1, beta2, eps, beta1_power, beta2_power, nesterov,
-                         inv_scale)
-    elif decoupled:
-        out = adamw_step(p, m32, v32, g, lr, beta1, beta2, eps, weight_decay, inv_scale)
-    else:
-        out = adam_offload_step(p, m32, v32, g, lr, beta1, beta2, eps, beta1_power, beta2_power,
-                                weight_decay, inv_scale, nesterov)
-    if moment_dtype == "bfloat16":
-        m[...], v[...] = bf16_bits(m32), bf16_bits(v32)
-    else:
-        bits = q8_round_bits(q8_key, np.size(m32))
-        (m[...], m_scale[...]) = q8_quantize(m32, True, bits)
-        (v[...], v_scale[...]) = q8_quantize(v32, False, bits)
-    return out
+    with moments stored as `moment_dtype` (compact_step: m signed, v not)."""
+    def step(m32, v32):
+        if delta:
+            return adam_delta(m32, v32, g, lr, beta1, beta2, eps, beta1_power, beta2_power,
+                              nesterov, inv_scale)
+        if decoupled:
+            return adamw_step(p, m32, v32, g, lr, beta1, beta2, eps, weight_decay, inv_scale)
+        return adam_offload_step(p, m32, v32, g, lr, beta1, beta2, eps, beta1_power,
+                                 beta2_power, weight_decay, inv_scale, nesterov)
+    return compact_step(step, (m, v), (True, False), moment_dtype, (m_scale, v_scale), q8_key)
 
 
 def adamw_step(p, m, v, g, lr, beta1, beta2, eps, weight_decay, inv_scale=1.0):
@@ -260,18 +271,10 @@ def lion_step(p, m, g, lr, beta1, beta2, weight_decay=0.0, inv_scale=1.0, delta=
 
 def lion_compact_step(p, m, g, lr, beta1, beta2, moment_dtype, m_scale=None, weight_decay=0.0,
                       inv_scale=1.0, delta=False, q8_key=None):
-    """lion_step with m stored as `moment_dtype` ("bfloat16": uint16 bits; "int8": int8 codes
-    with float32 m_scale per block, rounded stochastically with the low 16 bits of
-    q8_round_bits(q8_key)), decoded to float32, stepped and encoded again, in place."""
-    if moment_dtype == "int8" and q8_key is None:
-        raise ValueError("lion_compact_step: int8 moments need q8_key (q8_tensor_key)")
-    m32 = bf16_value(m) if moment_dtype == "bfloat16" else q8_dequantize(m, m_scale, True)
-    out = lion_step(p, m32, g, lr, beta1, beta2, weight_decay, inv_scale, delta)
-    if moment_dtype == "bfloat16":
-        m[...] = bf16_bits(m32)
-    else:
-        m[...], m_scale[...] = q8_quantize(m32, True, q8_round_bits(q8_key, np.size(m32)))
-    return out
+    """lion_step with m stored as `moment_dtype` (compact_step: m signed)."""
+    return compact_step(
+        lambda m32: lion_step(p, m32, g, lr, beta1, beta2, weight_decay, inv_scale, delta),
+        (m,), (True,), moment_dtype, (m_scale,), q8_key)
 
 
 def clip_by_global_norm(grads, clip_norm):

@@ -239,6 +239,22 @@ class OptimizerInfo:
         return self.cls(params, **{**self.required, **kwargs})
 
 
+@dataclasses.dataclass(frozen=True)
+class HostStep:
+    """A host-moment step kernel (entries ms_optim_<rule>_inplace, _delta, _q8_inplace and
+    _q8_delta, declared in ops/core/contract.h) and its numpy rule, for
+    tests/kernels/test_host_step_kernels.py.  `signed`: per moment slot, whether its values
+    take either sign (int8 codes signed) or not; `variants`: name -> (constants layout,
+    values by field); `powers`: whether it takes beta1^t and beta2^t; `step(p, moments, g, lr,
+    wd, consts, powers, delta)`: the float32 rule on float32 moments in place, returning the
+    step (delta) or updating p."""
+    rule: str
+    signed: Dict[str, bool]
+    variants: Dict[str, Tuple[str, Dict[str, float]]]
+    powers: bool
+    step: Callable
+
+
 SLOW = (pytest.mark.slow,)
 
 
@@ -397,6 +413,28 @@ ADAM_OFFLOAD = OptimizerInfo(
                     model_reference(lambda params: nn.AdamOffload(params, 0.01)),
                     loss_ratio=0.5, min_acc=0.9, marks=SLOW),
 )
+
+
+def _adam_host_step(p, moments, g, lr, wd, c, powers, delta):
+    (m, v), (b1p, b2p) = moments, powers
+    if delta:
+        if c.get("decoupled"):  # AdamW's step before its decay: no bias correction
+            b1p = b2p = np.float32(0.0)
+        return reference.adam_delta(m, v, g, lr, c["beta1"], c["beta2"], c["eps"], b1p, b2p,
+                                    bool(c["nesterov"]), c["inv_scale"])
+    if c.get("decoupled"):
+        return reference.adamw_step(p, m, v, g, lr, c["beta1"], c["beta2"], c["eps"], wd,
+                                    c["inv_scale"])
+    return reference.adam_offload_step(p, m, v, g, lr, c["beta1"], c["beta2"], c["eps"], b1p,
+                                       b2p, wd, c["inv_scale"], bool(c["nesterov"]))
+
+
+_ADAM_CONSTS = dict(beta1=0.9, beta2=0.999, eps=1e-8, inv_scale=0.25, nesterov=0)
+ADAM_HOST_STEP = HostStep(
+    rule="adam", signed=dict(m=True, v=False), powers=True, step=_adam_host_step,
+    variants=dict(plain=("adam", _ADAM_CONSTS),
+                  nesterov=("adam", dict(_ADAM_CONSTS, nesterov=1)),
+                  adamw=("adam_ext", dict(_ADAM_CONSTS, decoupled=1))))
 
 
 # --------------------------------------------------------------------- Lamb --
@@ -587,6 +625,13 @@ LION = OptimizerInfo(
 )
 
 
+LION_HOST_STEP = HostStep(
+    rule="lion", signed=dict(m=True), powers=False,
+    step=lambda p, moments, g, lr, wd, c, powers, delta: reference.lion_step(
+        p, moments[0], g, lr, c["beta1"], c["beta2"], wd, c["inv_scale"], delta),
+    variants=dict(plain=("lion", dict(beta1=0.9, beta2=0.99, inv_scale=0.25))))
+
+
 # -------------------------------------------------------------- DGCMomentum --
 
 DGC_BASE = dict(learning_rate=0.1, momentum=0.9, rampup_begin_step=0)
@@ -745,3 +790,4 @@ DGC_MOMENTUM = OptimizerInfo(
 
 
 OPTIMIZERS = [ADAM_OFFLOAD, LAMB, LION, DGC_MOMENTUM]
+HOST_STEPS = [ADAM_HOST_STEP, LION_HOST_STEP]

@@ -1,5 +1,7 @@
-"""AdamOffload's compact moments (bfloat16, block-wise int8): the native kernels against the
-numpy rules of reference.py, elementwise and bit for bit, per ISA, both paths."""
+"""AdamOffload's compact moments (bfloat16, block-wise int8): their codecs' rounding and special
+values, the kernels against the numpy rules of reference.py on blocks of special values, and
+the kernels' checks of the moments.  The kernels against the rules on every size, path and
+ISA are tests/kernels/test_host_step_kernels.py's."""
 import numpy as np
 import pytest
 
@@ -7,9 +9,7 @@ import mindspore as ms
 
 from ms_optim import aot, reference, testing
 from tests.kernels.errors import rejects, rejects_one_bad
-from tests.kernels.threads import by_thread_count
 from tests.moments import Moments
-from tests.sizes import SIZE_PARAMS
 
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 B = reference.Q8_BLOCK
@@ -76,86 +76,6 @@ def _ref_step(p, mom, g, lr, wd, t, nesterov, inv_scale, delta, decoupled=False,
                                        inv_scale=inv_scale, nesterov=nesterov, delta=delta,
                                        decoupled=decoupled,
                                        q8_key=reference.q8_tensor_key(t, index))
-
-
-@pytest.mark.parametrize("kind", ["bfloat16", "int8"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("n", SIZE_PARAMS)
-@pytest.mark.parametrize("variant", ["plain", "nesterov", "adamw"])
-def test_inplace_matches_reference(isa, kind, dtype, n, variant):
-    p, mom, rng = _state(n, dtype, kind, seed=n)
-    rp, rmom = p.copy(), mom.copy()
-    nesterov, decoupled = variant == "nesterov", variant == "adamw"
-    for t in (1, 2, 3):
-        g = (rng.standard_normal(n) * 4).astype(dtype)
-        lr, wd = np.array(1e-2 * t, np.float32), np.array(0.02, np.float32)
-        _step([(p, mom)], [g], lr, wd, t, nesterov, 0.25, False, decoupled)
-        _ref_step(rp, rmom, g, lr, wd, t, nesterov, 0.25, False, decoupled)
-    mom.assert_equal(rmom)
-    np.testing.assert_array_equal(p, rp)
-    assert np.any(p != _state(n, dtype, kind, seed=n)[0])
-
-
-@pytest.mark.parametrize("kind", ["bfloat16", "int8"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("n", SIZE_PARAMS)
-def test_delta_matches_reference(isa, kind, dtype, n):
-    _, mom, rng = _state(n, dtype, kind, seed=n + 1)
-    rmom = mom.copy()
-    for t in (1, 2):
-        g = (rng.standard_normal(n) * 4).astype(dtype)
-        lr = np.array(3e-3, np.float32)
-        out, = _step([(None, mom)], [g], lr, None, t, t == 2, 0.5, True)
-        want = _ref_step(None, rmom, g, lr, 0.0, t, t == 2, 0.5, True)
-        np.testing.assert_array_equal(out, want.astype(dtype))
-    mom.assert_equal(rmom)
-
-
-# Sizes around the block (256) and the parallel threshold, so tensor ends, block edges and
-# the threads' shares meet in every way.
-MULTI_SIZES = [1, B - 1, B, B + 1, 40000, 7, 2 * B + 3, 16383, 70001, 32768, 16385, 250003]
-
-
-@pytest.mark.parametrize("kind", ["bfloat16", "int8"])
-@pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float16, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("delta", [False, True])
-def test_multi_tensor_call_matches_reference(isa, kind, dtype, delta):
-    k = len(MULTI_SIZES)
-    states = [_state(n, dtype, kind, seed=i) for i, n in enumerate(MULTI_SIZES)]
-    refs = [(p.copy(), mom.copy()) for p, mom, _ in states]
-    lr = (1e-3 * (1 + np.arange(k))).astype(np.float32)
-    wd = np.where(np.arange(k) % 3 == 1, 0.0, 0.01 * (1 + np.arange(k))).astype(np.float32)
-    for t in (1, 2):
-        grads = [(rng.standard_normal(p.size) * 4).astype(dtype) for p, _, rng in states]
-        outs = _step([(p, mom) for p, mom, _ in states], grads, lr, wd, t, t == 2, 0.5, delta,
-                     first=5)
-        for i, ((rp, rmom), g) in enumerate(zip(refs, grads)):
-            want = _ref_step(rp, rmom, g, lr[i], 0.0 if delta else wd[i], t, t == 2, 0.5, delta,
-                             index=5 + i)
-            if delta:
-                np.testing.assert_array_equal(outs[i], want.astype(dtype))
-    for (p, mom, _), (rp, rmom) in zip(states, refs):
-        mom.assert_equal(rmom)
-        if not delta:
-            np.testing.assert_array_equal(p, rp)
-
-
-@pytest.mark.parametrize("kind", ["bfloat16", "int8"])
-def test_bits_do_not_depend_on_the_thread_count(kind):
-    """Blocks never straddle two threads: 1, 2 and 3 threads give the same bits."""
-    def run():
-        states = [_state(n, np.float32, kind, seed=i) for i, n in enumerate(MULTI_SIZES)]
-        rng = np.random.default_rng(9)
-        grads = [(rng.standard_normal(p.size) * 4).astype(np.float32) for p, _, _ in states]
-        _step([(p, mom) for p, mom, _ in states], grads, np.array(1e-2, np.float32),
-              np.array(0.0, np.float32), 1, False, 1.0, False)
-        return states
-
-    results = by_thread_count(run)
-    for other in results[1:]:
-        for (p, mom, _), (q, mom2, _) in zip(results[0], other):
-            np.testing.assert_array_equal(p, q)
-            mom.assert_equal(mom2)
 
 
 # ----------------------------------------------------------- the codes alone --
