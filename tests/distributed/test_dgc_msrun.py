@@ -242,11 +242,12 @@ def test_workers_at_different_steps_fail_cleanly(tmp_path):
         assert result.startswith("error: ValueError: For 'DGCMomentum', the workers disagree "
                                  "on the model or the step"), result
     # each rank's row: 3 signature values, the step, the state's world size, its rank and
-    # digest
+    # digest, and the step its branch was compiled for (its own, or -1 in a compiled step)
     rows = [logs.split(f"rank {r}: ")[1].split("\n")[0].split() for r in (0, 1)]
-    assert [len(r) for r in rows] == [8, 8] and rows[0][:3] == rows[1][:3]
+    assert [len(r) for r in rows] == [9, 9] and rows[0][:3] == rows[1][:3]
     assert (rows[0][3], rows[1][3]) == ("0", "5") and rows[0][4] == rows[1][4]
-    assert (rows[0][5], rows[1][5]) == ("0", "1") and rows[0][6:] == rows[1][6:]
+    assert (rows[0][5], rows[1][5]) == ("0", "1") and rows[0][6:8] == rows[1][6:8]
+    assert all(r[8] in (r[3], "-1") for r in rows)
 
 
 @pytest.mark.parametrize("case, mine, theirs", [
