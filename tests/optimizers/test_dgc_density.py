@@ -46,7 +46,7 @@ def test_seconds_are_the_optimizers_wire_bytes_over_the_rate():
                                    exchange=exchange, bucket_sparsity=bucket)
         for workers in (2, 4, 32):
             stats = opt.exchange_stats(0, workers=workers)
-            signature = wire.allgather_wire_bytes(32, workers)  # 8 int32 per worker
+            signature = wire.allgather_wire_bytes(36, workers)  # 9 int32 per worker
             seconds = density.exchange_seconds([p.size for p in params], 0.99,
                                                workers=workers, link_gbit_s=2.0,
                                                exchange=exchange, bucket_sparsity=bucket)
@@ -88,7 +88,7 @@ def test_dense_params_are_modeled_dense():
     opt = ms_optim.DGCMomentum(params, 0.1, 0.9, rampup_begin_step=0, sparsity=[0.99],
                                dense_params=[head])
     stats = opt.exchange_stats(0, workers=2)
-    signature = wire.allgather_wire_bytes(32, 2)
+    signature = wire.allgather_wire_bytes(36, 2)
     seconds = density.exchange_seconds(MLP, 0.99, workers=2, link_gbit_s=2.0,
                                        compressible=[True] * 4 + [False, True])
     assert seconds * 2e9 / 8 == pytest.approx(stats["wire_bytes"] - signature, abs=1)

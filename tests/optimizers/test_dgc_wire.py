@@ -25,8 +25,9 @@ wire = load_wire()
 # tests/distributed/test_dgc_exchange.py's model: two compressed parameters and a small one
 COMPRESSED = (130 * 129, 20000)
 SMALL = 7 * 3
-SIGNATURE_BYTES = 32  # the replica check gathers 3 signature values, the step, the state's world
-# size and rank and a 64-bit digest of its residual kinds, int32
+SIGNATURE_BYTES = 36  # the replica check gathers 3 signature values, the step, the state's world
+# size and rank, a 64-bit digest of its residual kinds and the step its branch was compiled
+# for, int32
 
 
 def test_wire_py_imports_no_mindspore():
@@ -96,8 +97,8 @@ def test_gathered_stage_by_hand():
     assert s["selected"] == 367 and s["elements"] == 21 + 367
     assert s["dense_part_bytes"] == 84 and s["sparse_part_bytes"] == 8 * 367
     assert s["bytes"] == 84 + 2936
-    # among 4: an AllReduce of 84 bytes (3 B), AllGathers of 32 and 2936 bytes (6 b)
-    assert s["wire_bytes"] == 252 + 192 + 17616
+    # among 4: an AllReduce of 84 bytes (3 B), AllGathers of 36 and 2936 bytes (6 b)
+    assert s["wire_bytes"] == 252 + 216 + 17616
     assert s["dense_elements"] == 36791 and s["dense_bytes"] == 147164
     assert s["dense_wire_bytes"] == 3 * 147164
     assert s["compression"] == 147164 / 3020
@@ -110,10 +111,10 @@ def test_reduced_stage_and_dense_step_by_hand():
     # the sparsified gradient travels whole, in float32
     assert s["selected"] == 9193 and s["elements"] == 36791
     assert s["sparse_part_bytes"] == 147080 and s["bytes"] == 147164
-    assert s["wire_bytes"] == 252 + 192 + 3 * 147080 and s["compression"] == 1.0
+    assert s["wire_bytes"] == 252 + 216 + 3 * 147080 and s["compression"] == 1.0
     d = _stats("dense", selected=9193, workers=2, stage=None, sparsity=None)
     assert d["selected"] == 0 and d["elements"] == 36791 and d["bytes"] == 147164
-    assert d["wire_bytes"] == 168 + 64 + 2 * 147080 and d["dense_wire_bytes"] == 2 * 147164
+    assert d["wire_bytes"] == 168 + 72 + 2 * 147080 and d["dense_wire_bytes"] == 2 * 147164
     one = _stats("allgather", selected=367, workers=1)
     assert one["wire_bytes"] == 0 and one["dense_wire_bytes"] == 0
 
