@@ -40,6 +40,7 @@ from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from .. import aot
+from .plan import index_chunks
 
 
 def world_size():
@@ -130,6 +131,7 @@ class DenseExchange(nn.Cell):
         sizes = [int(np.prod(s)) for s in self.shapes]
         self.bounds = tuple((sum(sizes[:j]), sum(sizes[:j + 1])) for j in range(len(sizes)))
         self.send_elements = sum(sizes)
+        self.chunks = index_chunks(range(len(sizes)))
         if nranks > 1 and sizes:
             self.all_reduce = ops.AllReduce()
             self.nranks_t = Tensor(float(nranks), mstype.float32)
@@ -137,15 +139,22 @@ class DenseExchange(nn.Cell):
     def construct(self, grads):
         if self.nranks == 1 or not self.shapes:
             return grads
-        flat = ()
-        for g in grads:
-            flat = flat + (F.cast(g, mstype.float32).reshape(-1),)
+        flat = ()  # (grown chunk by chunk: plan.index_chunks)
+        for chunk in self.chunks:
+            part = ()
+            for j in chunk:
+                part = part + (F.cast(grads[j], mstype.float32).reshape(-1),)
+            flat = flat + part
         # a division, as the reference and the gathered path's apply kernel do
         total = self.all_reduce(ops.concat(flat)) / self.nranks_t
         out = ()
-        for j in range(len(self.shapes)):
-            lo, hi = self.bounds[j]
-            out = out + (F.cast(total[lo:hi].reshape(self.shapes[j]), F.dtype(grads[j])),)
+        for chunk in self.chunks:
+            part = ()
+            for j in chunk:
+                lo, hi = self.bounds[j]
+                part = part + (F.cast(total[lo:hi].reshape(self.shapes[j]),
+                                      F.dtype(grads[j])),)
+            out = out + part
         return out
 
 

@@ -38,6 +38,16 @@ class MomentumGroup(NamedTuple):
     grad_ids: tuple  # the parameters whose gradients the sources index
 
 
+def index_chunks(ids):
+    """`ids` cut into about sqrt(len(ids)) consecutive chunks: a graph that builds a tuple
+    of one tensor per index grows it chunk by chunk (a small tuple per chunk, then the
+    chunks joined), which MindSpore compiles in about half the time of a tuple grown one
+    element at a time (its nodes grow with the square of the tuple's length)."""
+    ids = tuple(ids)
+    width = int(len(ids) ** 0.5) + 1
+    return tuple(ids[j:j + width] for j in range(0, len(ids), width))
+
+
 def momentum_group(ids, native, nranks, num_params):
     """The MomentumGroup of the parameters `ids` (`native[j]`: whether the parameter at
     position j takes the native op) among `num_params` parameters and `nranks` workers."""

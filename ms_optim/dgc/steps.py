@@ -26,7 +26,7 @@ from .. import aot
 from .._step import GraphHelpers
 from .schedule import union_k
 from .exchange import DenseExchange, SharedExchange, SparseExchange
-from .plan import sparse_buckets, stage_entries
+from .plan import index_chunks, sparse_buckets, stage_entries
 
 
 # The largest bucket whose indices cross as float32 (every int32 below 2**24 is exact)
@@ -56,6 +56,7 @@ class _Step(GraphHelpers, nn.Cell):
         super().__init__(auto_prefix=False)
         self._init_graph_helpers()
         self.ids = tuple(ids)
+        self.id_chunks = index_chunks(self.ids)
         self.params = tuple(state.params[i] for i in self.ids)
         self.us = tuple(state.u[i] for i in self.ids)
         self.widened = tuple(state.widened[i] for i in self.ids)
@@ -68,13 +69,17 @@ class _Step(GraphHelpers, nn.Cell):
 
     def own(self, tensors):
         """tensors[i] for this Cell's parameters `ids`, as a tuple, inside ``construct``:
-        a loop that grows the tuple over the constant ``self.ids``.  MindSpore compiles a
-        generator expression over a hundred tensors several times slower, and a call that
-        passes all the gradients costs about a second where it is compiled once per stage
-        branch (``BucketStep.local_native`` writes the loop itself)."""
+        loops that grow the tuple over the constant ``self.id_chunks`` (plan.index_chunks).
+        MindSpore compiles a generator expression over a hundred tensors several times
+        slower, and a call that passes all the gradients costs about a second where it is
+        compiled once per stage branch (``BucketStep.local_native`` writes the loops
+        itself)."""
         out = ()
-        for i in self.ids:
-            out = out + (tensors[i],)
+        for chunk in self.id_chunks:
+            part = ()
+            for i in chunk:
+                part = part + (tensors[i],)
+            out = out + part
         return out
 
     def lrs(self, lr):
@@ -484,8 +489,11 @@ class BucketStep(_Step):
         """This worker's (idx, val) by the kernels: one select op, or with shared indices
         one propose op, the exchange of indices and one take op; u and v masked in place."""
         g = ()  # self.own(grads), written here: this method is compiled once per stage
-        for i in self.ids:
-            g = g + (grads[i],)
+        for chunk in self.id_chunks:
+            part = ()
+            for i in chunk:
+                part = part + (grads[i],)
+            g = g + part
         if exchange in ("leader", "union"):
             idx = aot.call(self.propose_ops[stage], self.propose_order, u=self.us, v=self.v,
                            grad=g, consts=self.consts)
