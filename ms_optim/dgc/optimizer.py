@@ -1,6 +1,6 @@
 """The DGCMomentum optimizer: its arguments, state and step."""
 import numpy as np
-from mindspore import Parameter, ParameterTuple, Tensor, context, mutable
+from mindspore import Parameter, ParameterTuple, Tensor, context
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
 from mindspore.graph.api import jit
@@ -13,22 +13,19 @@ from ..clip import ClipGradByNorm
 from ..regularizer import L1Decay, L2Decay
 from . import checks
 from .auto import DENSE, MEASURING, AutoSparsity
-from .checkpoints import (RANK_NAME, RESIDUAL_KIND_NAME, U_PREFIX, V_PREFIX, WORLD_SIZE_NAME,
-                          check_message, refused_step, residual_kind, stale_step)
+from .checkpoints import RANK_NAME, RESIDUAL_KIND_NAME, U_PREFIX, V_PREFIX, WORLD_SIZE_NAME, \
+    residual_kind
 from .exchange import (DenseExchange, Exchanges, ReplicaSync, SharedExchange, SparseExchange,
                        check_stand_alone_in_graph, model_signature, require_stand_alone,
                        world_rank, world_size)
 from .density import SPARSITY_CHOICES
 from .grads import LocalGrads
+from .host_calls import _DECIDED_DENSE, _FLUSH, HostBranches
 from .plan import momentum_group, stage_branches
 from .reports import ExchangeReports
 from .schedule import MIN_COMPRESSED_NUMEL, DGCPlan
 from .steps import BucketStep, DenseMomentum, NativeStep, OpsStep, ResidualFlush, StepState
 
-
-# construct's branch for the step on which sparsity="auto" leaves its probe for dense steps,
-# and for its dense steps after that
-_FLUSH, _DECIDED_DENSE = -3, -4
 
 
 def _residual(param, prefix, float32):
@@ -42,7 +39,7 @@ def _residual(param, prefix, float32):
     return out
 
 
-class DGCMomentum(Optimizer, LocalGrads, ExchangeReports):
+class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
     r"""Momentum SGD with Deep Gradient Compression (PaddlePaddle's ``DGCMomentumOptimizer``).
 
     Each worker sends only the largest ``1 - sparsity`` fraction of its accumulated
@@ -430,71 +427,6 @@ class DGCMomentum(Optimizer, LocalGrads, ExchangeReports):
         self._host_step = None
 
     # ---------------------------------------------------------------- step --
-
-    def __call__(self, *args, **kwargs):
-        try:
-            return self._call(*args, **kwargs)
-        except RuntimeError as exc:
-            message = check_message(exc)
-            if message is None:
-                raise
-            raise refused_step(self._NAME, message) from None
-
-    def _call(self, *args, **kwargs):
-        # Called from Python (a PyNative loop, ms.Model in PyNative, or the optimizer on its
-        # own in GRAPH_MODE): the step's branch is chosen on the host and compiled in as a
-        # constant, one small graph per branch, with no control flow on the device (which
-        # costs MindSpore's runtime 0.3 to 3 ms a step on a CPU).  The host counts the steps
-        # it ran, reading global_step only when it has no count (first, or after a failed
-        # step); the workers' check compares the count with global_step on the device, and
-        # when global_step was set since (a checkpoint loaded, a compiled train step run)
-        # the step fails before anything is applied, and runs again on a fresh read.  Inside
-        # a compiled train step (TrainOneStepCell in GRAPH_MODE, ms.jit) MindSpore compiles
-        # construct itself and the graph branches on the device.
-        if not (self.host_branches and len(args) == 1 and not kwargs):
-            return super().__call__(*args, **kwargs)
-        grads = args[0]
-        # (marked mutable: the same graph serves any gradient values, without MindSpore's
-        # warning when a second branch compiles)
-        grads = mutable(grads) if isinstance(grads, tuple) else grads
-        try:
-            return self._counted_step(grads)
-        except RuntimeError as exc:
-            if not stale_step(check_message(exc)):
-                raise
-        return self._counted_step(grads)  # global_step was set since: read, and again
-
-    def _counted_step(self, grads):
-        """One step from Python, its branch that of the host's count of steps (global_step
-        read when there is none); the count is dropped when the step fails."""
-        if self._host_step is None:
-            self._host_step = int(self.global_step.asnumpy().reshape(-1)[0])
-        step = self._host_step
-        try:
-            done = super().__call__(grads, *self._branch_at(step),
-                                    Tensor(np.array([step], np.int32)))
-        except BaseException:
-            self._host_step = None
-            raise
-        self._host_step = step + 1
-        return done
-
-    def _branch_at(self, step):
-        """construct's constants for `step`: the stage (-1 for the dense warm-up) and whether
-        the workers' parameters are compared first (step 0, several workers).  Without a
-        warm-up (nothing compressed) every step takes the first stage's branch, as on the
-        device."""
-        if self.auto is None:
-            stage = self.plan.stage(step)
-        else:
-            stage, leaves_probe = self.auto.branch(step)
-            if leaves_probe:
-                return _FLUSH, False  # sparsity="auto" leaves the probe for dense steps
-            if stage is None and step > self.auto.choose_begin:
-                return _DECIDED_DENSE, False  # it chose dense: a plain dense step
-        if stage is None:
-            stage = -1 if self.has_warmup else self.stage_bounds[0][0]
-        return stage, self.nranks > 1 and step == 0
 
     @jit(backend="ms_backend")  # compiled in PyNative too, as MindSpore's optimizers
     def construct(self, gradients, _stage=None, _first_step=None, _host_step=None):

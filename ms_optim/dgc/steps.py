@@ -10,10 +10,7 @@
   top-k over their concatenation, by the bucket kernels or by MindSpore ops, with
   any of the exchanges.
 
-Every native DGC kernel (``aot.dgc_select_multi_op``, ``dgc_propose_multi_op``,
-``dgc_take_multi_op``, ``dgc_apply_multi_op``, ``dgc_momentum_op``,
-``dgc_bucket_select_op``, ``dgc_bucket_propose_op``, ``dgc_bucket_take_op``,
-``dgc_bucket_apply_op``) is built and called here.
+Every native DGC kernel (``aot.dgc_*_op``) is built and called here.
 """
 from typing import NamedTuple
 
@@ -68,12 +65,10 @@ class _Step(GraphHelpers, nn.Cell):
                                      nesterov=state.use_nesterov)
 
     def own(self, tensors):
-        """tensors[i] for this Cell's parameters `ids`, as a tuple, inside ``construct``:
-        loops that grow the tuple over the constant ``self.id_chunks`` (plan.index_chunks).
-        MindSpore compiles a generator expression over a hundred tensors several times
-        slower, and a call that passes all the gradients costs about a second where it is
-        compiled once per stage branch (``BucketStep.local_native`` writes the loops
-        itself)."""
+        """tensors[i] for this Cell's parameters `ids`, as a tuple grown chunk by chunk
+        (plan.index_chunks) inside ``construct``: a generator expression compiles several
+        times slower, and a call that passes all the gradients costs about a second where
+        it compiles once per stage branch (``BucketStep.local_native`` has the loops)."""
         out = ()
         for chunk in self.id_chunks:
             part = ()
