@@ -168,6 +168,20 @@ class Optimizer(GraphHelpers, nn.Optimizer):
         self.beta2_power = beta2_power
         return beta1_power, beta2_power
 
+    def _open_step(self, powers):
+        """Every step's opening, in one order: this step's learning rates and weight decays
+        (read before global_step counts the step, as a schedule reads it), global_step
+        counted, and with `powers` beta1^t and beta2^t advanced.  Returns (lr, weight
+        decay, beta1^t, beta2^t), the powers None without `powers`.  (DGCMomentum counts
+        its step only after the workers' check has passed.)"""
+        lr = self.get_lr()
+        weight_decay = self.get_weight_decay()
+        self.assignadd(self.global_step, self.global_step_increase_tensor)
+        if not powers:
+            return lr, weight_decay, None, None
+        beta1_power, beta2_power = self._advance_beta_powers()
+        return lr, weight_decay, beta1_power, beta2_power
+
     # --------------------------------------------------------------- a step --
 
     def __call__(self, *args, **kwargs):

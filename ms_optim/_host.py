@@ -103,12 +103,9 @@ class HostMomentOptimizer(Optimizer):
             if not self.decoupled:
                 gradients = self.decay_weight(gradients)
             gradients = self.scale_grad(gradients)
-        lr = self.get_lr()
-        weight_decay = self.get_weight_decay()
-        self.assignadd(self.global_step, self.global_step_increase_tensor)
+        lr, weight_decay, beta1_power, beta2_power = self._open_step(self.POWERS)
         powers = None
         if self.POWERS:
-            beta1_power, beta2_power = self._advance_beta_powers()
             powers = self.concat((beta1_power, beta2_power))
         first = getattr(self, self.MOMENTS[0])
         first_scale = getattr(self, self.MOMENTS[0] + "_scale")

@@ -277,10 +277,7 @@ class Lamb(Optimizer):
     def construct(self, gradients):
         params = self._parameters
         gradients = self.flatten_gradients(self.check_gradients(gradients))
-        lr = self.get_lr()
-        weight_decay = self.get_weight_decay()
-        self.assignadd(self.global_step, self.global_step_increase_tensor)
-        beta1_power, beta2_power = self._advance_beta_powers()
+        lr, weight_decay, beta1_power, beta2_power = self._open_step(True)
         if self.impl == "native":
             powers = self.concat((beta1_power, beta2_power))
             grad_scale = self.inv_scale
