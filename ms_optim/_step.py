@@ -156,11 +156,15 @@ class GraphHelpers:
             return self.stack(values[lo:hi])
         return values
 
-    def map_params(self, fn, lr, weight_decay, *per_param):
-        """``fn(lr, weight_decay, *per_param_i)`` for every parameter i, in reverse order as
-        MindSpore's optimizers map; lr and weight decay per parameter with groups, else
-        shared.  One call instead of a ``map_reverse`` per group layout."""
+    def map_params(self, fn, shared, lr, weight_decay, *per_param):
+        """``fn(shared, lr, weight_decay, *per_param_i)`` for every parameter i, in reverse
+        order as MindSpore's optimizers map; lr and weight decay per parameter with groups.
+        Without groups ``fn(shared + (lr, weight_decay), *per_param_i)``: the rate and decay
+        ride in the shared tuple, since a tuple of one tensor per parameter, repeated, costs
+        MindSpore seconds to compile with a hundred parameters (fn registers both forms)."""
+        if not self.is_group_lr and not self.is_group:
+            return self.map_reverse(F.partial(fn, shared + (lr, weight_decay)), *per_param)
         count = len(per_param[0])
         lrs = lr if self.is_group_lr else (lr,) * count
         wds = weight_decay if self.is_group else (weight_decay,) * count
-        return self.map_reverse(fn, lrs, wds, *per_param)
+        return self.map_reverse(F.partial(fn, shared), lrs, wds, *per_param)

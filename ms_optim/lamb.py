@@ -16,6 +16,12 @@ _ZERO = Tensor(0.0, mstype.float32)
 _ONE = Tensor(1.0, mstype.float32)
 
 _ops_step = C.MultitypeFuncGraph("ms_optim_lamb_ops")
+@_ops_step.register("Tuple", "Bool", "Tensor", "Tensor", "Tensor", "Tensor")
+def _run_ops_shared(head, decay_flag, param, m, v, grad):
+    """_run_ops with the learning rate and weight decay shared (the last two of head)."""
+    return _run_ops(head[:6], head[6], head[7], decay_flag, param, m, v, grad)
+
+
 @_ops_step.register("Tuple", "Tensor", "Tensor", "Bool", "Tensor", "Tensor", "Tensor", "Tensor")
 def _run_ops(head, lr, weight_decay, decay_flag, param, m, v, grad):
     """The same rule from plain MindSpore ops (GPU/Ascend); returns the trust ratio.
@@ -293,7 +299,7 @@ class Lamb(Optimizer):
         gradients = self.unscale_and_clip(gradients, self.loss_scale != 1.0, self.inv_scale,
                                           self.grad_clip)
         head = (self.beta1, self.beta2, self.eps, beta1_power, beta2_power, self.always_adapt)
-        ratios = self.map_params(F.partial(_ops_step, head), lr, weight_decay,
+        ratios = self.map_params(_ops_step, head, lr, weight_decay,
                                  self.lamb_decay_flags, params, self.moment1, self.moment2,
                                  gradients)
         return self.stack(ratios)
