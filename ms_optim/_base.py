@@ -3,7 +3,9 @@ access, repr, and the graph-side helpers of a step.
 
 A subclass's ``__init__`` is bound once, when the class is made: unknown keywords are
 refused with one hint, a missing argument names the optimizer, and the arguments are kept
-for ``repr`` (``_record_args``).  Inside ``construct``, ``check_gradients``,
+for ``repr`` (``_record_args``).  Its step is the one ``construct`` here (gradients checked
+and flattened, ``_prepare``, ``_open_step``, then the subclass's ``_update``); DGCMomentum
+alone has its own.  Inside ``construct``, ``check_gradients``,
 ``bucket_values``, ``map_params`` and ``unscale_and_clip`` (``_step.GraphHelpers``) and the
 beta powers (``_init_beta_powers``, ``_advance_beta_powers``) are the shared pieces.
 
@@ -31,6 +33,7 @@ import numbers
 from mindspore import Parameter, Tensor
 from mindspore import nn
 from mindspore.common.initializer import initializer
+from mindspore.graph.api import jit
 from mindspore.nn import Cell
 from mindspore import dtype as mstype
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
@@ -167,6 +170,26 @@ class Optimizer(GraphHelpers, nn.Optimizer):
         beta2_power = self.beta2_power * self.beta2
         self.beta2_power = beta2_power
         return beta1_power, beta2_power
+
+    # The one step of AdamOffload, Lion and Lamb: the gradients checked and flattened,
+    # `_prepare`'d (the host-moment delta path's decay and loss scale), the step opened
+    # (`_open_step`, with the beta powers when POWERS), then `_update`.  DGCMomentum has its
+    # own construct: nothing is counted before the workers' check passes.
+    POWERS = False
+
+    @jit(backend="ms_backend")  # compiled in PyNative too, as MindSpore's optimizers
+    def construct(self, gradients):
+        gradients = self._prepare(self.flatten_gradients(self.check_gradients(gradients)))
+        lr, weight_decay, beta1_power, beta2_power = self._open_step(self.POWERS)
+        return self._update(gradients, lr, weight_decay, beta1_power, beta2_power)
+
+    def _prepare(self, gradients):
+        """The gradients as the update takes them (inside ``construct``)."""
+        return gradients
+
+    def _update(self, gradients, lr, weight_decay, beta1_power, beta2_power):
+        """The step's update of every parameter (inside ``construct``)."""
+        raise NotImplementedError(f"{type(self).__name__} defines _update")
 
     def _open_step(self, powers):
         """Every step's opening, in one order: this step's learning rates and weight decays

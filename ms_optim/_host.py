@@ -11,9 +11,10 @@ A subclass declares:
 - ``POWERS``: whether the kernel takes the beta powers (bias correction);
 
 and, in ``__init__``, checks its own arguments and calls ``_build`` with its constants
-tensor and how its weight decay applies.  The one ``construct`` below runs the one
-preprocessing order (ms_optim._step): on the delta path, MindSpore's coupled decay, then
-the loss scale, on the device; on the native path the kernel does both in its loop.  A
+tensor and how its weight decay applies.  The one ``construct`` (ms_optim._base) runs the
+one preprocessing order (ms_optim._step): on the delta path ``_prepare`` applies
+MindSpore's coupled decay, then the loss scale, on the device; on the native path the
+kernel does both in its loop.  A
 subclass whose decay can be decoupled defines how the device applies it on the delta path:
 ``_apply_delta(param, step, lr, wd)``, the update of one parameter by its step `step` with
 its learning rate and decay, as the kernel's rule has it.
@@ -22,7 +23,6 @@ import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, ops
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
-from mindspore.graph.api import jit
 from mindspore.ops import functional as F
 
 from . import _checks, aot
@@ -35,7 +35,6 @@ class HostMomentOptimizer(Optimizer):
 
     RULE = None
     MOMENTS = ()
-    POWERS = False
 
     def _build(self, params, values, learning_rate, weight_decay, loss_scale, impl,
                moment_dtype, consts, decoupled, betas=None):
@@ -95,15 +94,16 @@ class HostMomentOptimizer(Optimizer):
 
     # ---------------------------------------------------------------- a step --
 
-    @jit(backend="ms_backend")  # compiled in PyNative too, as MindSpore's optimizers
-    def construct(self, gradients):
-        params = self._parameters
-        gradients = self.flatten_gradients(self.check_gradients(gradients))
+    def _prepare(self, gradients):
+        # the delta path: MindSpore's coupled decay, then the loss scale, on the device
         if self.impl == "delta":
             if not self.decoupled:
                 gradients = self.decay_weight(gradients)
             gradients = self.scale_grad(gradients)
-        lr, weight_decay, beta1_power, beta2_power = self._open_step(self.POWERS)
+        return gradients
+
+    def _update(self, gradients, lr, weight_decay, beta1_power, beta2_power):
+        params = self._parameters
         powers = None
         if self.POWERS:
             powers = self.concat((beta1_power, beta2_power))

@@ -2,7 +2,6 @@
 import numpy as np
 from mindspore import Tensor, ops
 from mindspore import dtype as mstype
-from mindspore.graph.api import jit
 from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
@@ -279,11 +278,10 @@ class Lamb(Optimizer):
 
     # ----------------------------------------------------------------- step --
 
-    @jit(backend="ms_backend")  # compiled in PyNative too, as MindSpore's optimizers
-    def construct(self, gradients):
+    POWERS = True
+
+    def _update(self, gradients, lr, weight_decay, beta1_power, beta2_power):
         params = self._parameters
-        gradients = self.flatten_gradients(self.check_gradients(gradients))
-        lr, weight_decay, beta1_power, beta2_power = self._open_step(True)
         if self.impl == "native":
             powers = self.concat((beta1_power, beta2_power))
             grad_scale = self.inv_scale
