@@ -23,6 +23,7 @@ REPORT_SIGNATURES = {
     "msopt_aot_signature": (ctypes.c_char_p, [ctypes.c_char_p]),
     "msopt_last_kernel_error": (ctypes.c_char_p, []),
     "msopt_last_kernel_error_time": (ctypes.c_int64, []),
+    "msopt_last_kernel_error_code": (ctypes.c_int, []),
 }
 
 

@@ -200,11 +200,17 @@ def last_native_error():
         >>> isinstance(ms_optim.last_native_error(), str)
         True
     """
+    return last_kernel_failure()[1]
+
+
+def last_kernel_failure():
+    """(code, message) of the most recent failed native kernel call on any thread, of the
+    CPU library or of the CUDA kernels where they run; (0, "") when none failed."""
     libraries = [lib()]
     if _cuda.loaded():
         libraries.append(_cuda.lib())
-    return max((h.msopt_last_kernel_error_time(), h.msopt_last_kernel_error().decode())
-               for h in libraries)[1]
+    return max((h.msopt_last_kernel_error_time(), h.msopt_last_kernel_error_code(),
+                h.msopt_last_kernel_error().decode()) for h in libraries)[1:]
 
 
 def _aot_entry(entry):

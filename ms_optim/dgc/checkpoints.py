@@ -47,34 +47,35 @@ def residual_kind(compressed, folded):
 
 
 _CHECK = "ms_optim_check_replicas"
-# how the check says that a worker's branch was compiled for another step
-_STALE = "compiled the step for step"
 
 
-def check_message(exc):
-    """The message of the workers' check (ms_optim_check_replicas,
+def check_failure(exc):
+    """(code, message) of the workers' check (ms_optim_check_replicas,
     ops/aot/aot_replicas.cpp) when it failed the step that raised MindSpore's RuntimeError
-    `exc` (which shows only the kernel's return code), without the entry's name; None when
-    `exc` is another error."""
+    `exc` (which shows only the kernel's return code), the message without the entry's
+    name; None when `exc` is another error."""
     if _CHECK not in str(exc):
         return None
-    from .._native import last_native_error
-    message = last_native_error()
+    from .._native import last_kernel_failure
+    code, message = last_kernel_failure()
     if not message.startswith(_CHECK + ": "):
         return None
-    return message[len(_CHECK) + 2:]
+    return code, message[len(_CHECK) + 2:]
 
 
-def stale_step(message):
-    """Whether the check's `message` says a branch was compiled for another step than
-    global_step's: the caller reads global_step and runs the step again."""
-    return message is not None and _STALE in message
+def stale_step(failure):
+    """Whether the check's `failure` (check_failure's) says a branch was compiled for another
+    step than global_step's (MSOPT_ERR_STALE): the caller reads global_step and runs the
+    step again."""
+    from ..capi import ERR_STALE
+    return failure is not None and failure[0] == ERR_STALE
 
 
-def refused_step(cls, message):
+def refused_step(cls, failure):
     """The ValueError for a step of optimizer `cls` that the workers' check refused with
-    `message` (check_message's), which names the parameter or the rank and what to do."""
-    return ValueError(f"For '{cls}', {message}.")
+    `failure` (check_failure's), whose message names the parameter or the rank and what to
+    do."""
+    return ValueError(f"For '{cls}', {failure[1]}.")
 
 
 def resize_checkpoints(sources, world_size, dest):

@@ -13,7 +13,7 @@ compiles construct itself and the graph branches on the device.
 import numpy as np
 from mindspore import Tensor, mutable
 
-from .checkpoints import check_message, refused_step, stale_step
+from .checkpoints import check_failure, refused_step, stale_step
 
 # construct's branch for the step on which sparsity="auto" leaves its probe for dense steps,
 # and for its dense steps after that
@@ -28,10 +28,10 @@ class HostBranches:
         try:
             return self._call(*args, **kwargs)
         except RuntimeError as exc:
-            message = check_message(exc)
-            if message is None:
+            failure = check_failure(exc)
+            if failure is None:
                 raise
-            raise refused_step(self._NAME, message) from None
+            raise refused_step(self._NAME, failure) from None
 
     def _call(self, *args, **kwargs):
         if not (self.host_branches and len(args) == 1 and not kwargs):
@@ -43,7 +43,7 @@ class HostBranches:
         try:
             return self._counted_step(grads)
         except RuntimeError as exc:
-            if not stale_step(check_message(exc)):
+            if not stale_step(check_failure(exc)):
                 raise
         return self._counted_step(grads)  # global_step was set since: read, and again
 

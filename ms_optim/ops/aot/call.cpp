@@ -43,6 +43,7 @@ std::string describe(const Slot *spec, int slots) {
 std::mutex g_kernel_error_lock;
 char g_kernel_error[kErrorBytes] = "";
 int64_t g_kernel_error_time = 0;  // steady clock, ns: when it failed
+int g_kernel_error_code = kOk;    // the code it returned
 
 }  // namespace
 
@@ -161,6 +162,7 @@ int run_aot(const char *entry, const Slot *spec, int slots, const AotArgs &args,
     {
       const std::lock_guard<std::mutex> hold(g_kernel_error_lock);
       std::snprintf(g_kernel_error, sizeof g_kernel_error, "%s", message);
+      g_kernel_error_code = rc;
       g_kernel_error_time = std::chrono::duration_cast<std::chrono::nanoseconds>(
           std::chrono::steady_clock::now().time_since_epoch()).count();
     }
@@ -203,3 +205,9 @@ MSOPT_API int64_t msopt_last_kernel_error_time(void) {
   return msopt::g_kernel_error_time;
 }
 
+// The code the most recent failed kernel call returned (MSOPT_OK if none), beside
+// its message: the Python side tells a stale step (MSOPT_ERR_STALE) by it.
+MSOPT_API int msopt_last_kernel_error_code(void) {
+  const std::lock_guard<std::mutex> hold(msopt::g_kernel_error_lock);
+  return msopt::g_kernel_error_code;
+}
