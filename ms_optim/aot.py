@@ -362,6 +362,17 @@ def dgc_bucket_apply_op(dtypes):
                      out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32, inplace=True)
 
 
+def dgc_bucket_apply_entries_op(dtypes):
+    """dgc_bucket_apply_op's update from (idx, val) entries at the bucket's positions and
+    the number of workers: mean = scatter_add(0, idx, val) / ranks, applied where idx names
+    (ops/aot/aot_dgc.cpp)."""
+    f32 = mstype.float32
+    return native_op("ms_optim_dgc_bucket_apply_entries", len(dtypes),
+                     dict(param=tuple(dtypes), idx=mstype.int32, val=f32, lr=f32, ranks=f32,
+                          done=f32),
+                     out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32, inplace=True)
+
+
 def dgc_apply_multi_op(k, dtype, device="CPU"):
     """p -= lr * scatter_add(every worker's values) / R for k parameters of `dtype`
     (ops/aot/aot_dgc.cpp)."""

@@ -8,7 +8,8 @@
 - ``schedule``: ``DGCPlan``, which parameters are compressed, their k per warm-up stage
   and the stage of a step, plain Python (the numpy reference writes its own);
 - ``plan``: the step's op-level plans, refined from ``DGCPlan``;
-- ``steps``: the step's Cells, where every native DGC kernel is built and called;
+- ``steps`` and ``bucket``: the step's Cells (``bucket``: the small parameters' bucket),
+  where every native DGC kernel is built and called;
 - ``exchange``: what crosses the workers;
 - ``wire``: the bytes on the wire and ``exchange_stats``' arithmetic, plain Python;
 - ``checkpoints``: ``resize_checkpoints``, one step's per-worker checkpoints converted

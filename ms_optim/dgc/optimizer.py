@@ -24,7 +24,8 @@ from .host_calls import _DECIDED_DENSE, _FLUSH, HostBranches
 from .plan import momentum_group, stage_branches
 from .reports import ExchangeReports
 from .schedule import MIN_COMPRESSED_NUMEL, DGCPlan
-from .steps import BucketStep, DenseMomentum, NativeStep, OpsStep, ResidualFlush, StepState
+from .bucket import BucketStep
+from .steps import DenseMomentum, NativeStep, OpsStep, ResidualFlush, StepState
 
 
 

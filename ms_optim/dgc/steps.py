@@ -6,11 +6,11 @@
   stage (select, exchange, apply; with shared indices propose, the shared
   indices, take, the workers' values summed, apply their mean), by the
   multi-tensor native kernels or by MindSpore ops (``ops.topk``).
-- ``BucketStep``: the small parameters' step as one bucket (``bucket_sparsity``):
-  top-k over their concatenation, by the bucket kernels or by MindSpore ops, with
-  any of the exchanges.
+- ``ResidualFlush``: the residuals applied and cleared, where ``sparsity="auto"`` goes
+  dense.
 
-Every native DGC kernel (``aot.dgc_*_op``) is built and called here.
+The small parameters' bucket (``bucket_sparsity``) is ``bucket.BucketStep``.  Every
+native DGC kernel (``aot.dgc_*_op``) is built and called here or there.
 """
 from typing import NamedTuple
 
@@ -21,13 +21,7 @@ from mindspore.ops import functional as F
 
 from .. import aot
 from .._step import GraphHelpers
-from .schedule import union_k
-from .exchange import DenseExchange, SharedExchange, SparseExchange
 from .plan import index_chunks, sparse_buckets, stage_entries
-
-
-# The largest bucket whose indices cross as float32 (every int32 below 2**24 is exact)
-FUSED_INDEX_LIMIT = 2 ** 24
 
 
 class StepState(NamedTuple):
@@ -406,168 +400,6 @@ class OpsStep(_SparseStep):
             return F.assign(p, F.cast(flat.reshape(p.shape), F.dtype(p)))
         flat = ops.tensor_scatter_add(p.reshape(-1), idx.reshape(-1, 1), -step)
         return F.assign(p, flat.reshape(p.shape))
-
-
-class BucketStep(_Step):
-    """The bucket of small parameters (``DGCPlan.bucket_ids``) at stage `stage`: each
-    parameter's residuals updated as a compressed one's, then exact top-k selections over
-    the concatenation of their ``|v|``, crossing the workers as ``bucket_exchange[stage]``
-    says, and each parameter's share of the mean applied (`native`: the kernels
-    ``ms_optim_dgc_bucket_*``; else MindSpore ops, ``ops.topk`` and graph code per
-    parameter):
-
-    - "allgather" and "allreduce": each worker's top ``plan.bucket_k[stage]`` entries,
-      masked there, gathered as (index, value) entries or scattered into zeros and the
-      sparsified buckets all-reduced, and their mean applied;
-    - "leader" and "union": every worker takes (and masks) its values at the leader's top-k
-      indices or at every worker's top ``max(1, k // N)`` side by side (`shared`, a
-      SharedExchange), the values are all-reduced and their mean applied.
-
-    u, v and the update are float32 whatever the parameter's dtype.  The gathered entries
-    cross in one AllGather, not two: the indices travel as float32 beside the values
-    (exact below 2**24, ``FUSED_INDEX_LIMIT``; a bigger bucket gathers them in a second
-    collective).  Each collective costs a round trip between the hosts."""
-
-    def __init__(self, state, plan, bucket_v, bucket_exchange, native):
-        super().__init__(state, plan.bucket_ids)
-        self.v = tuple(bucket_v)
-        self.native = native
-        self.numel = plan.bucket_numel
-        self.bounds = tuple((lo, lo + p.size) for lo, p in zip(plan.bucket_offsets, self.params))
-        self.stage_exchange = bucket_exchange
-        # per stage, the indices each worker selects (with the union, its proposals)
-        self.k = tuple(union_k(k, state.nranks) if ex == "union" else k
-                       for k, ex in zip(plan.bucket_k, bucket_exchange))
-        self.gathered = SparseExchange(state.nranks)
-        self.summed = DenseExchange(state.nranks, [(self.numel,)])
-        self.shared = SharedExchange(state.nranks)
-        self.fused = self.numel <= FUSED_INDEX_LIMIT
-        if state.nranks > 1:
-            self.all_gather = ops.AllGather()
-        self.nranks_t = Tensor(float(state.nranks), mstype.float32)
-        if native:
-            count = len(self.ids)
-            self.select_ops = tuple(aot.dgc_bucket_select_op(count, k) for k in self.k)
-            self.propose_ops = tuple(aot.dgc_bucket_propose_op(count, k) for k in self.k)
-            self.take_op = aot.dgc_bucket_take_op(count)
-            self.select_order = aot.call_order("ms_optim_dgc_bucket_select")
-            self.propose_order = aot.call_order("ms_optim_dgc_bucket_propose")
-            self.take_order = aot.call_order("ms_optim_dgc_bucket_take")
-            self.apply_op = aot.dgc_bucket_apply_op([p.dtype for p in self.params])
-            self.apply_order = aot.call_order("ms_optim_dgc_bucket_apply")
-
-    def construct(self, stage, lr, grads, step):
-        exchange = self.stage_exchange[stage]
-        if self.native:
-            idx, val = self.local_native(stage, exchange, grads, step)
-        else:
-            idx, val = self.local_ops(stage, exchange, grads, step)
-        rows = idx.reshape(-1, 1)
-        if exchange in ("leader", "union"):
-            total = ops.tensor_scatter_add(ops.zeros((self.numel,), mstype.float32), rows,
-                                           self.shared.sum(val))
-            return self.apply(lr, total / self.nranks_t)
-        if exchange == "allreduce":
-            return self.apply(lr, self.summed((ops.scatter_nd(rows, val, (self.numel,)),))[0])
-        idx_all, val_all = self.gather(idx, val, self.k[stage])
-        total = ops.tensor_scatter_add(ops.zeros((self.numel,), mstype.float32),
-                                       idx_all.reshape(-1, 1), val_all)
-        return self.apply(lr, total / self.nranks_t)
-
-    def shared_indices(self, exchange, idx, step):
-        """The indices every worker takes its values at: the leader's or every worker's."""
-        if exchange == "leader":
-            return self.shared.leader_indices(idx, step)
-        return self.shared.union_indices(idx)
-
-    def local_native(self, stage, exchange, grads, step):
-        """This worker's (idx, val) by the kernels: one select op, or with shared indices
-        one propose op, the exchange of indices and one take op; u and v masked in place."""
-        g = ()  # self.own(grads), written here: this method is compiled once per stage
-        for chunk in self.id_chunks:
-            part = ()
-            for i in chunk:
-                part = part + (grads[i],)
-            g = g + part
-        if exchange in ("leader", "union"):
-            idx = aot.call(self.propose_ops[stage], self.propose_order, u=self.us, v=self.v,
-                           grad=g, consts=self.consts)
-            idx = self.shared_indices(exchange, idx, step)
-            # an index proposed twice takes its value once (the kernel gives 0 after)
-            return idx, aot.call(self.take_op, self.take_order, u=self.us, v=self.v, idx=idx)
-        return aot.call(self.select_ops[stage], self.select_order, u=self.us, v=self.v, grad=g,
-                        consts=self.consts)
-
-    def local_ops(self, stage, exchange, grads, step):
-        """This worker's (idx, val) by MindSpore ops, u and v masked by assignment."""
-        all_u, all_v = self.accumulate(grads)
-        _, idx = ops.topk(ops.abs(all_v), self.k[stage])
-        if exchange in ("leader", "union"):
-            idx = self.shared_indices(exchange, idx, step)
-        val = ops.gather(all_v, idx, 0)
-        if exchange == "union" and self.nranks > 1:  # an index proposed twice: taken once
-            pos = ops.arange(0, idx.shape[0], dtype=mstype.int32)
-            first = ops.unsorted_segment_min(pos, idx, self.numel)
-            val = ops.select(ops.gather(first, idx, 0) == pos, val, ops.zeros_like(val))
-        return idx, F.depend(val, self.mask(all_u, all_v, idx.reshape(-1, 1)))
-
-    def accumulate(self, grads):
-        """Momentum correction of the bucket, on the concatenations of its parameters'
-        u, v and gradients (one op per term, not per parameter): the new u and v,
-        concatenated (assigned by ``mask``)."""
-        g = self.flat(self.own(grads))
-        u, v = self.flat(self.us), self.flat(self.v)
-        return residual_update(self.momentum, self.use_nesterov, u, v, g)
-
-    def flat(self, tensors):
-        """`tensors` (one per parameter of the bucket) flattened and concatenated."""
-        out = ()
-        for t in tensors:
-            out = out + (t.reshape(-1),)
-        return ops.concat(out)
-
-    def mask(self, all_u, all_v, rows):
-        """u and v set to 0 at `rows` (the taken indices) and assigned, per parameter."""
-        zeros = ops.zeros((rows.shape[0],), mstype.float32)
-        done = self.unflatten(self.us, ops.tensor_scatter_update(all_u, rows, zeros))
-        return F.depend(done, self.unflatten(self.v, ops.tensor_scatter_update(all_v, rows,
-                                                                                zeros)))
-
-    def unflatten(self, targets, flat):
-        """`flat` (a concatenation as ``flat`` makes) split and assigned to `targets`."""
-        done = True
-        for j in range(len(self.ids)):
-            lo, hi = self.bounds[j]
-            done = F.depend(done, F.assign(targets[j], flat[lo:hi].reshape(targets[j].shape)))
-        return done
-
-    def apply(self, lr, mean):
-        """p -= lr * mean for each parameter (its share of the bucket), in float32: one op
-        (`native`) or graph code per parameter."""
-        lrs = self.lrs(lr)
-        if self.native:
-            return aot.call(self.apply_op, self.apply_order, param=self.params, mean=mean,
-                            lr=self.bucket_values(lrs, 0, len(self.ids), self.is_group_lr))
-        if not self.is_group_lr:
-            mean = lrs * mean
-        done = True
-        for j in range(len(self.ids)):
-            p = self.params[j]
-            lo, hi = self.bounds[j]
-            step = mean[lo:hi].reshape(p.shape)
-            if self.is_group_lr:
-                step = self.lr_at(lrs, j) * step
-            done = F.depend(done, F.assign(
-                p, F.cast(F.cast(p, mstype.float32) - step, F.dtype(p))))
-        return done
-
-    def gather(self, idx, val, k):
-        """Every worker's `k` (index, value) entries, in rank order."""
-        if self.nranks == 1 or not self.fused:
-            return self.gathered((idx,), (val,))
-        rows = self.all_gather(ops.concat((F.cast(idx, mstype.float32), val)))
-        rows = rows.reshape(self.nranks, 2 * k)
-        return F.cast(rows[:, :k], mstype.int32).reshape(-1), rows[:, k:].reshape(-1)
 
 
 class ResidualFlush(_Step):

@@ -218,13 +218,13 @@ def mode_shared(rank, nranks, out):
                                   lr_in_residuals=fold))
     # the bucket's indices in their own collective, as a bucket too big to send them as
     # float32 does
-    from ms_optim.dgc import steps
-    limit, steps.FUSED_INDEX_LIMIT = steps.FUSED_INDEX_LIMIT, 0
+    from ms_optim.dgc import bucket
+    limit, bucket.FUSED_INDEX_LIMIT = bucket.FUSED_INDEX_LIMIT, 0
     try:
         arrays.update(known_steps(rank, nranks, "native", "auto", "bucket90_split_",
                                   bucket_sparsity=0.9))
     finally:
-        steps.FUSED_INDEX_LIMIT = limit
+        bucket.FUSED_INDEX_LIMIT = limit
     for exchange, plain_impl, bucket_impl in SHARED_RUNS:
         arrays.update(known_steps(rank, nranks, plain_impl, exchange, f"{exchange}_"))
         arrays.update(known_steps(rank, nranks, bucket_impl, exchange, f"bucket_{exchange}_",

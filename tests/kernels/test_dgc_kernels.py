@@ -423,6 +423,65 @@ def test_bucket_apply_kernel_matches_reference(isa, group_lr):
         np.testing.assert_array_equal(got, w)
 
 
+def _bucket_apply_from_entries(params, idx, val, lr, ranks):
+    """The numpy rule: the dense apply of mean = scatter_add(0, idx, val) / ranks, each
+    position's values summed from 0 in entry order."""
+    mean = np.zeros(sum(p.size for p in params), np.float32)
+    np.add.at(mean, idx, val)
+    mean = mean / np.float32(ranks)
+    return [(p.astype(np.float32) - lr[j if lr.size > 1 else 0] * m).astype(p.dtype)
+            for j, (p, m) in enumerate(zip(params, _split(mean, params)))]
+
+
+@pytest.mark.parametrize("ranks,group_lr", [(1, False), (2, True), (3, False), (8, True)])
+def test_bucket_apply_entries_kernel_matches_reference(isa, ranks, group_lr):
+    """Every worker's entries at the bucket's positions (in blocks, positions repeated
+    within and across blocks, empty tensors, both dtypes) give the dense apply's bits:
+    p_j -= lr_j * scatter_add(0, idx, val) / ranks over tensor j's positions."""
+    rng = np.random.default_rng(29 + ranks)
+    sizes = [0] + BUCKET_SIZES[:3] + [0] + BUCKET_SIZES[3:]
+    dtypes = [np.float32, np.float16, np.float32, np.float16, np.float32, np.float16,
+              np.float32]
+    params = [rng.standard_normal(n).astype(d) for n, d in zip(sizes, dtypes)]
+    total = sum(sizes)
+    blocks = [np.sort(rng.choice(total, 997, replace=False)) for _ in range(ranks)]
+    idx = np.concatenate(blocks + [np.array([0, total - 1, 8, 8], np.int64)]).astype(np.int32)
+    val = (rng.standard_normal(idx.size) * 10.0 ** rng.integers(-4, 4, idx.size))
+    val = val.astype(np.float32)
+    val[:3] = [-0.0, np.inf, np.nan]
+    lr = (rng.uniform(0.01, 0.5, len(params)) if group_lr else np.array([0.1])).astype(np.float32)
+    want = _bucket_apply_from_entries(params, idx, val, lr, ranks)
+    done = np.ones(1, np.float32)
+    testing.call_kernel("ms_optim_dgc_bucket_apply_entries", param=params, idx=idx, val=val,
+                        lr=lr, ranks=np.array([ranks], np.float32), done=done)
+    for got, w in zip(params, want):
+        np.testing.assert_array_equal(got.view(np.uint8), w.view(np.uint8))
+    assert done[0] == 0.0
+
+
+def test_bucket_apply_entries_rejects_bad_input_before_writing():
+    """A position outside the bucket, idx and val of two lengths, a ranks that is not one
+    float32 or a parameter of another dtype fail before any parameter changes."""
+    params = [np.ones(10, np.float32), np.ones(5, np.float16)]
+    ok = dict(idx=np.array([0, 14], np.int32), val=np.ones(2, np.float32),
+              lr=np.ones(1, np.float32), ranks=np.ones(1, np.float32),
+              done=np.zeros(1, np.float32))
+    for change, code, message in [
+            (dict(idx=np.array([3, 15], np.int32)), "MSOPT_ERR_VALUE",
+             r"^idx\[1\] = 15 is outside \[0, 15\) \(the bucket's elements\)$"),
+            (dict(val=np.ones(3, np.float32)), "MSOPT_ERR_SIZE",
+             "^idx and val must have the same length, got 2 and 3$"),
+            (dict(ranks=np.ones(2, np.float32)), "MSOPT_ERR_SIZE", r"\branks\b"),
+            (dict(lr=np.ones(3, np.float32)), "MSOPT_ERR_SIZE", r"\blr\b")]:
+        rejects("ms_optim_dgc_bucket_apply_entries", code, message, param=params,
+                **{**ok, **change})
+    rejects("ms_optim_dgc_bucket_apply_entries", "MSOPT_ERR_DTYPE",
+            r"^param1 must be float32 or float16, got float64$", slot="param",
+            param=[params[0], np.ones(5)], **ok)
+    for p in params:
+        np.testing.assert_array_equal(p, 1.0)
+
+
 def test_bucket_kernels_skip_empty_tensors(isa):
     """Tensors of no elements at the start, in the middle and at the end hold no position:
     the selection, the take and the apply are those of the bucket without them."""

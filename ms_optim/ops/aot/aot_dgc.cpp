@@ -449,12 +449,9 @@ int bucket_take_body(const AotCall &c) {
   std::vector<int64_t> start;
   int64_t total = 0;
   MSOPT_TRY(bucket_starts(c, S::u, &start, &total));
-  const int32_t *idx = c.ptr<int32_t>(S::idx);
-  for (int64_t e = 0; e < c.numel(S::idx); ++e)
-    MSOPT_CHECK(c, idx[e] >= 0 && idx[e] < total, kErrValue,
-                "idx[%lld] = %d is outside [0, %lld) (the bucket's elements)",
-                static_cast<long long>(e), idx[e], static_cast<long long>(total));
-  bucket_take_entries<S>(c, start, idx, c.ptr<float>(S::val), c.numel(S::idx));
+  MSOPT_TRY(check_bucket_positions(c, S::idx, total));
+  bucket_take_entries<S>(c, start, c.ptr<int32_t>(S::idx), c.ptr<float>(S::val),
+                         c.numel(S::idx));
   return kOk;
 }
 
@@ -465,13 +462,8 @@ int bucket_take_body(const AotCall &c) {
 int bucket_apply_body(const AotCall &c) {
   using S = sig::ms_optim_dgc_bucket_apply;
   const int K = c.K();
-  for (int j = 0; j < K; ++j)
-    MSOPT_CHECK(c, c.is(S::param, "float32", j) || c.is(S::param, "float16", j), kErrDtype,
-                "%s must be float32 or float16, got %s", c.name(S::param, j),
-                c.dtype(S::param, j));
+  MSOPT_TRY(check_dgc_bucket_apply<S>(c));
   MSOPT_TRY(c.require_dtype(S::mean, "float32"));
-  MSOPT_TRY(c.require_f32(S::lr, 1, K));
-  MSOPT_TRY(c.require_f32(S::done, 1));
   std::vector<int64_t> start;
   int64_t total = 0;
   MSOPT_TRY(bucket_starts(c, S::param, &start, &total));
@@ -490,6 +482,39 @@ int bucket_apply_body(const AotCall &c) {
       const F32Param p{c.ptr<float>(S::param, j)};
       for (int64_t i = 0; i < n; ++i) p.sub(static_cast<int32_t>(i), lr_j * m[i]);
     }
+  }
+  *c.ptr<float>(S::done) = 0.0f;
+  return kOk;
+}
+
+// bucket_apply from entries: idx int32[m] and val float32[m] at positions of the
+// concatenation (any order, a position repeated summed from 0 in entry order) and
+// ranks float32[1] give mean = scatter_add(0, idx, val) / ranks, applied where idx
+// names (elsewhere p - lr * 0 is p): the dense apply's bits without a dense mean.
+int bucket_apply_entries_body(const AotCall &c) {
+  using S = sig::ms_optim_dgc_bucket_apply_entries;
+  MSOPT_TRY(check_dgc_bucket_apply<S>(c));
+  MSOPT_TRY(check_entries(c, S::idx, S::val));
+  MSOPT_TRY(c.require_f32(S::ranks, 1));
+  std::vector<int64_t> start;
+  int64_t total = 0;
+  MSOPT_TRY(bucket_starts(c, S::param, &start, &total));
+  MSOPT_TRY(check_bucket_positions(c, S::idx, total));
+  const int32_t *idx = c.ptr<int32_t>(S::idx);
+  const float *val = c.ptr<float>(S::val), *lr = c.ptr<float>(S::lr);
+  std::vector<float> sum(static_cast<size_t>(total), 0.0f);
+  for (int64_t e = 0; e < c.numel(S::idx); ++e) sum[idx[e]] += val[e];
+  std::vector<char> half(c.K()), applied(static_cast<size_t>(total), 0);
+  for (int j = 0; j < c.K(); ++j) half[j] = c.is(S::param, "float16", j);
+  for (int64_t e = 0; e < c.numel(S::idx); ++e) {
+    const int32_t at = idx[e];
+    if (applied[at]++) continue;
+    const int j = static_cast<int>(std::upper_bound(start.begin(), start.end(), at) -
+                                   start.begin()) - 1;
+    const float d = lr[c.numel(S::lr) == 1 ? 0 : j] * (sum[at] / *c.ptr<float>(S::ranks));
+    const auto i = static_cast<int32_t>(at - start[j]);
+    if (half[j]) F16Param{c.ptr<half_bits>(S::param, j), kernels()}.sub(i, d);
+    else F32Param{c.ptr<float>(S::param, j)}.sub(i, d);
   }
   *c.ptr<float>(S::done) = 0.0f;
   return kOk;
@@ -553,4 +578,5 @@ MSOPT_AOT_ENTRY(ms_optim_dgc_bucket_select, msopt::bucket_select_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_bucket_propose, msopt::bucket_propose_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_bucket_take, msopt::bucket_take_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_bucket_apply, msopt::bucket_apply_body)
+MSOPT_AOT_ENTRY(ms_optim_dgc_bucket_apply_entries, msopt::bucket_apply_entries_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_momentum, msopt::momentum_body)

@@ -83,6 +83,28 @@ int check_dgc_apply(const AotCall &c, bool *half) {
   return c.require_f32(S::done, 1);
 }
 
+// DGC's bucket apply, dense or from entries (S: its slots): param each float32 or
+// float16, lr float32[1] or [K], done float32[1].
+template <class S>
+int check_dgc_bucket_apply(const AotCall &c) {
+  for (int j = 0; j < c.K(); ++j)
+    MSOPT_CHECK(c, c.is(S::param, "float32", j) || c.is(S::param, "float16", j), kErrDtype,
+                "%s must be float32 or float16, got %s", c.name(S::param, j),
+                c.dtype(S::param, j));
+  MSOPT_TRY(c.require_f32(S::lr, 1, c.K()));
+  return c.require_f32(S::done, 1);
+}
+
+// Every position in slot idx (int32) lies in [0, total): the bucket's elements.
+inline int check_bucket_positions(const AotCall &c, int idx, int64_t total) {
+  const int32_t *at = c.ptr<int32_t>(idx);
+  for (int64_t e = 0; e < c.numel(idx); ++e)
+    MSOPT_CHECK(c, at[e] >= 0 && at[e] < total, kErrValue,
+                "idx[%lld] = %d is outside [0, %lld) (the bucket's elements)",
+                static_cast<long long>(e), at[e], static_cast<long long>(total));
+  return kOk;
+}
+
 // ms_optim_lamb: param, m, v, grad float32, tensor j of each the same size; lr and wd
 // float32[1] or [K]; gscale float32[1]; powers and consts their structs; ratios float32[K].
 template <class S>

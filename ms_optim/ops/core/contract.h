@@ -149,6 +149,11 @@ namespace msopt {
 #define MSOPT_AOT_DGC_BUCKET_APPLY(IN, OUT) \
   IN(param, kEach) IN(mean, kOne) IN(lr, kOne) OUT(done, kOne)
 
+// The same apply from entries at the bucket's positions: mean = scatter_add(0,
+// idx, val) / ranks (ranks float32[1]), at the positions idx names.
+#define MSOPT_AOT_DGC_BUCKET_APPLY_ENTRIES(IN, OUT)                                       \
+  IN(param, kEach) IN(idx, kOne) IN(val, kOne) IN(lr, kOne) IN(ranks, kOne) OUT(done, kOne)
+
 // DGC's apply of every worker's selections: layout = (R, offsets[K], counts[K]).
 #define MSOPT_AOT_DGC_APPLY_MULTI(IN, OUT)                                                \
   IN(param, kEach) IN(idx, kOne) IN(val, kOne) IN(lr, kOne) IN(layout, kOne)              \
@@ -217,6 +222,7 @@ namespace msopt {
   X(ms_optim_dgc_bucket_propose, MSOPT_AOT_DGC_BUCKET_PROPOSE) \
   X(ms_optim_dgc_bucket_take, MSOPT_AOT_DGC_BUCKET_TAKE)       \
   X(ms_optim_dgc_bucket_apply, MSOPT_AOT_DGC_BUCKET_APPLY)     \
+  X(ms_optim_dgc_bucket_apply_entries, MSOPT_AOT_DGC_BUCKET_APPLY_ENTRIES) \
   X(ms_optim_dgc_momentum, MSOPT_AOT_DGC_MOMENTUM)             \
   X(ms_optim_check_replicas, MSOPT_AOT_CHECK_REPLICAS)         \
   X(ms_optim_digest, MSOPT_AOT_DIGEST)                         \
