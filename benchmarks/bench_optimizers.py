@@ -121,8 +121,8 @@ def applies(layouts, sizes, layout, n):
 # Memory traffic per parameter of one step from DRAM, float32 (reads + writes):
 # Adam reads p, m, v, g and writes p, m, v; a Lamb step with a trust ratio
 # cannot change an element before the whole tensor's norms are known, so it
-# reads p, m, v, g and writes m, v (and keeps or recomputes the direction)
-# in one pass, then reads p and the direction and writes p in a second.
+# reads p, m, v, g and writes m, v in one pass, then reads p, m, v (the
+# direction recomputed) and writes p in a second.
 ADAM_BYTES, LAMB_BYTES = 28, 40
 
 

@@ -101,7 +101,7 @@ FLOORS = {
     "lion f32": [[(4, RW), (4, RW), (4, R)]],
     "lion bf16": [[(4, RW), (2, RW), (4, R)]],
     "lion int8": [[(4, RW), (1, RW), (4, R)]],
-    "lamb": [[(4, R), (4, RW), (4, RW), (4, R), (4, W)], [(4, RW), (4, R)]],
+    "lamb": [[(4, R), (4, RW), (4, RW), (4, R)], [(4, RW), (4, R), (4, R)]],
     "dgc select": [[(4, RW), (4, RW), (4, R)]],
     "dgc momentum": [[(4, RW), (4, RW), (4, R)]],
 }

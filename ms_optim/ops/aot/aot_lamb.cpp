@@ -15,7 +15,6 @@
 //   ratios   (output) float32[K], the trust ratio applied to each parameter
 #include <algorithm>
 #include <cmath>
-#include <new>
 #include <vector>
 
 #include "aot/call.h"
@@ -26,18 +25,6 @@
 
 namespace msopt {
 namespace {
-
-// The scratch buffer for the update direction, kept between calls.  Calls
-// that go multi-threaded hold the process-wide ParallelSection, so they share
-// one buffer; smaller calls (which MindSpore may run concurrently on several
-// threads) use a per-thread one.  Throws std::bad_alloc (run_aot reports it).
-float *lamb_scratch(bool shared, int64_t floats) {
-  static std::vector<float> shared_buf;
-  thread_local std::vector<float> local_buf;
-  std::vector<float> &buf = shared ? shared_buf : local_buf;
-  if (static_cast<int64_t>(buf.size()) < floats) buf.resize(static_cast<size_t>(floats));
-  return buf.data();
-}
 
 int lamb_body(const AotCall &c) {
   using S = sig::ms_optim_lamb;
@@ -72,8 +59,7 @@ int lamb_body(const AotCall &c) {
   std::stable_sort(tensors.begin(), tensors.end(),
                    [](const LambTensor &x, const LambTensor &y) { return x.n > y.n; });
   const ParallelSection section(total);
-  float *scratch = lamb_scratch(section.held(), lamb_scratch_floats(tensors.data(), K));
-  kernels().lamb_f32(tensors.data(), K, h, scratch);
+  kernels().lamb_f32(tensors.data(), K, h);
   return kOk;
 }
 

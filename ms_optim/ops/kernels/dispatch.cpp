@@ -127,17 +127,6 @@ int64_t lamb_team_min(int64_t total, int nthreads) {
   return std::max(kParallelMin, (total + nthreads - 1) / std::max(nthreads, 1));
 }
 
-int64_t lamb_scratch_floats(const LambTensor *tensors, int64_t count) {
-  int64_t big = 0, small = 0, total = 0;
-  for (int64_t i = 0; i < count; ++i) total += tensors[i].n;
-  const int64_t team_min = lamb_team_min(total, kernel_threads());
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t &widest = tensors[i].n >= team_min ? big : small;
-    widest = std::max(widest, tensors[i].n);
-  }
-  return std::max(big, small * kernel_threads());
-}
-
 ParallelSection::ParallelSection(int64_t n) : held_(n >= kParallelMin) {
   if (held_) g_parallel.lock();
 }

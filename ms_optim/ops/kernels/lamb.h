@@ -109,12 +109,16 @@ inline void with_lamb_grad(const LambArgs &a, float gs, const Body &body) {
 // enclosing parallel region call it for the same tensor, each on its own
 // range, meeting at barriers to combine the per-thread sums (in thread order,
 // so every thread gets the same result and it depends only on n and nt) and
-// pass two touches the range the same thread updated, while its p and r are
-// still in that core's caches when the tensor is small enough.  Otherwise one
-// thread does the whole tensor (nt == 1, t == 0).  r: scratch for the
-// direction at the tensor's offsets; partial: [kMaxThreads][2] shared sums.
+// pass two touches the range the same thread updated, while its p, m and v
+// are still in that core's caches when the tensor is small enough.  Otherwise
+// one thread does the whole tensor (nt == 1, t == 0).  Pass one writes each
+// block's direction r to a buffer on the stack, only to sum its squares while
+// it is in L1; pass two recomputes r from p and the updated m and v (the same
+// operations on the same values, so the same bits), which moves 40 bytes per
+// element where keeping r between the passes moves 44 (r written, with its
+// read for ownership, then read back).  partial: [kMaxThreads][2] shared sums.
 template <bool kTeam>
-void lamb_tensor(const LambTensor &x, const LambArgs &a, float *r, int64_t nt, int64_t t,
+void lamb_tensor(const LambTensor &x, const LambArgs &a, int64_t nt, int64_t t,
                  double (*partial)[2]) {
   const Range rg = thread_range(x.n, nt, t);
   const auto combine = [&](int k) {
@@ -140,7 +144,7 @@ void lamb_tensor(const LambTensor &x, const LambArgs &a, float *r, int64_t nt, i
   step.inv_sqrt_bc2 = a.inv_sqrt_bc2;
   step.wd = x.weight_decay;
   const int64_t lo = rg.lo, len = rg.hi - rg.lo;
-  float *p = x.p + lo, *m = x.m + lo, *v = x.v + lo, *rr = r + lo;
+  float *p = x.p + lo, *m = x.m + lo, *v = x.v + lo;
   const float *g = x.g + lo;
   if (!(x.weight_decay > 0.0f || a.k.always_adapt != 0.0f)) {
     if (len > 0)
@@ -151,10 +155,11 @@ void lamb_tensor(const LambTensor &x, const LambArgs &a, float *r, int64_t nt, i
     return;
   }
   double ps = 0.0, rs = 0.0;
+  alignas(64) float rb[VectorNorm::kBlock];
   if (len > 0)
     with_lamb_grad(a, gs, [&](auto grad) {
       lamb_moments_blocks<VectorNorm>(
-          p, m, v, g, len, step, grad, [rr](int64_t b) { return rr + b; },
+          p, m, v, g, len, step, grad, [&rb](int64_t) { return rb; },
           [&](int64_t, double sp, double sr) {
             ps += sp;
             rs += sr;
@@ -166,7 +171,10 @@ void lamb_tensor(const LambTensor &x, const LambArgs &a, float *r, int64_t nt, i
 #pragma omp barrier
   }
   const float ratio = static_cast<float>(rules::lamb_trust_ratio(combine(0), combine(1)));
-  lamb_apply_loop(p, len, x.lr * ratio, [rr](int64_t i, float) { return rr[i]; });
+  const float ib1 = step.inv_bc1, isb2 = step.inv_sqrt_bc2, eps = step.eps, wd = step.wd;
+  lamb_apply_loop(p, len, x.lr * ratio, [=](int64_t i, float pi) {
+    return rules::lamb_direction(pi, m[i], v[i], ib1, isb2, eps, wd);
+  });
   if (t == 0) *x.ratio = ratio;
   if (kTeam) {
 #pragma omp barrier
@@ -176,8 +184,8 @@ void lamb_tensor(const LambTensor &x, const LambArgs &a, float *r, int64_t nt, i
 // Every tensor in one parallel region.  A tensor too large to balance
 // (lamb_team_min: at least 1/nthreads of the call) is split over the team,
 // one after another; every other tensor runs whole on one thread, handed out
-// dynamically in the order given (the adapter sorts them largest first), each
-// thread with its own slice of scratch.  A split tensor meets the team at
+// dynamically in the order given (the adapter sorts them largest first).  A
+// split tensor meets the team at
 // barriers, and a barrier costs a whole time slice whenever MindSpore's own
 // threads hold a core (measured: DGC's select, benchmarks/README.md#where-a-steps-time-goes), so only the
 // tensors that cannot be balanced otherwise pay it.  One region per call, not
@@ -185,29 +193,25 @@ void lamb_tensor(const LambTensor &x, const LambArgs &a, float *r, int64_t nt, i
 // schedule, not the walker's (core/multi_tensor.h): a tensor split over the
 // team needs its norm reduced across the threads between the two passes, and
 // the walker's pieces never wait for one another.
-void lamb_f32(const LambTensor *ts, int64_t count, const LambArgs &a, float *scratch) {
+void lamb_f32(const LambTensor *ts, int64_t count, const LambArgs &a) {
   int64_t total = 0;
   for (int64_t i = 0; i < count; ++i) total += ts[i].n;
   const int nthreads = kernel_threads();
   const int64_t team_min = lamb_team_min(total, nthreads);
-  int64_t small_max = 0;
-  for (int64_t i = 0; i < count; ++i)
-    if (ts[i].n < team_min) small_max = std::max(small_max, ts[i].n);
   double partial[kMaxThreads][2];
   if (total < kParallelMin || nthreads < 2) {
-    for (int64_t i = 0; i < count; ++i) lamb_tensor<false>(ts[i], a, scratch, 1, 0, partial);
+    for (int64_t i = 0; i < count; ++i) lamb_tensor<false>(ts[i], a, 1, 0, partial);
     return;
   }
 #pragma omp parallel num_threads(nthreads)
   {
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
     for (int64_t i = 0; i < count; ++i)
-      if (ts[i].n >= team_min) lamb_tensor<true>(ts[i], a, scratch, nt, t, partial);
+      if (ts[i].n >= team_min) lamb_tensor<true>(ts[i], a, nt, t, partial);
     double mine[1][2];
-    float *r = scratch + t * small_max;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < count; ++i)
-      if (ts[i].n < team_min) lamb_tensor<false>(ts[i], a, r, 1, 0, mine);
+      if (ts[i].n < team_min) lamb_tensor<false>(ts[i], a, 1, 0, mine);
   }
 }
 

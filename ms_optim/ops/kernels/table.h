@@ -123,16 +123,13 @@ struct KernelTable {
   // One Lamb step on `count` tensors (a multi-tensor kernel: one MindSpore op
   // for many parameters).  Per tensor with a trust ratio (weight decay or
   // always_adapt), two passes: pass one updates m, v in place, writes the
-  // update direction into scratch and sums p^2 and r^2 in double; pass two
-  // applies p -= lr * ratio * r, ratio = ||p|| / ||r||
+  // update direction r and sums p^2 and r^2 in double; pass two recomputes r
+  // and applies p -= lr * ratio * r, ratio = ||p|| / ||r||
   // (rules::lamb_trust_ratio).  A tensor without one (ratio 1) takes one pass.
   // A tensor of lamb_team_min(...) elements or more is split over the threads
   // (they meet at barriers); every other one runs whole on one thread, several
-  // threads at once, taken in the order given.  scratch holds
-  // lamb_scratch_floats(...) floats.  (Keeping r moves 4 more bytes per
-  // element than recomputing it from p, m, v in pass two, but saves a square
-  // root and a division; measured inside MindSpore, keeping it is faster.)
-  void (*lamb_f32)(const LambTensor *tensors, int64_t count, const LambArgs &a, float *scratch);
+  // threads at once, taken in the order given.
+  void (*lamb_f32)(const LambTensor *tensors, int64_t count, const LambArgs &a);
   // Gathers the indices whose magnitude key reaches g->threshold_key.
   void (*gather_abs_f32)(const float *x, int64_t n, Gather *g);
   // sum(x^2) accumulated in double.
@@ -182,10 +179,6 @@ const KernelTable &kernels();
 // kParallelMin, or 1/nthreads of the call's elements if larger (a smaller
 // tensor is balanced by the others).
 int64_t lamb_team_min(int64_t total, int nthreads);
-
-// Scratch floats KernelTable::lamb_f32 needs for these tensors: the largest
-// tensor split over the threads, or one slice per thread for the others.
-int64_t lamb_scratch_floats(const LambTensor *tensors, int64_t count);
 
 }  // namespace msopt
 
