@@ -276,14 +276,14 @@ def topk_abs_op(k):
                      out_dtype=lambda x: (mstype.int32, mstype.float32), inplace=False)
 
 
-def _dgc_entries_op(entry, count, ks, slots, outs, device="CPU"):
+def _dgc_entries_op(entry, count, ks, slots, outs, device="CPU", rest=0):
     """A DGC kernel over `count` parameters' float32 residuals whose outputs `outs`
     (mindspore dtypes) each hold sum(ks) entries, blocks of k_j side by side: one per
     parameter of a multi-tensor select (the bucket's block of the fused exchange buffer),
     or one for the selection over the bucket of small parameters.  `slots`: the inputs'
-    dtypes by name."""
+    dtypes by name; `rest`: how many tensors a "rest" slot holds."""
     total = int(sum(ks))
-    op = native_op(entry, count, slots,
+    op = native_op(entry, count, slots, rest=rest,
                    out_shape=lambda *shapes: tuple([total] for _ in outs) if len(outs) > 1
                    else [total],
                    out_dtype=lambda *dts: tuple(outs) if len(outs) > 1 else outs[0],
@@ -325,22 +325,24 @@ def dgc_take_multi_op(k, device="CPU"):
                      inplace=True, device=device)
 
 
-def dgc_bucket_select_op(count, k):
+def dgc_bucket_select_op(count, k, src_dtypes):
     """DGC's local step for the bucket of `count` small parameters in one op
-    (ops/aot/aot_dgc.cpp): u and v updated in place, then the `k` entries of largest |v|
-    over the concatenation, idx int32[k] (positions in it, ascending) and val float32[k]
+    (ops/aot/aot_dgc.cpp): u and v updated in place with their gradients (src[gidx[j]],
+    among the step's whole gradient tuple of `src_dtypes`), then the `k` entries of largest
+    |v| over the concatenation, idx int32[k] (positions in it, ascending) and val float32[k]
     (v there); u and v set to 0 there."""
     f32, i32 = mstype.float32, mstype.int32
     return _dgc_entries_op("ms_optim_dgc_bucket_select", count, (k,),
-                           dict(u=f32, v=f32, grad=f32, consts=f32, idx=i32, val=f32),
-                           (i32, f32))
+                           dict(u=f32, v=f32, src=tuple(src_dtypes), consts=f32, gidx=i32,
+                                idx=i32, val=f32), (i32, f32), rest=len(src_dtypes))
 
 
-def dgc_bucket_propose_op(count, k):
+def dgc_bucket_propose_op(count, k, src_dtypes):
     """The first half of dgc_bucket_select_op: idx int32[k], nothing masked."""
     f32, i32 = mstype.float32, mstype.int32
     return _dgc_entries_op("ms_optim_dgc_bucket_propose", count, (k,),
-                           dict(u=f32, v=f32, grad=f32, consts=f32, idx=i32), (i32,))
+                           dict(u=f32, v=f32, src=tuple(src_dtypes), consts=f32, gidx=i32,
+                                idx=i32), (i32,), rest=len(src_dtypes))
 
 
 def dgc_bucket_take_op(count):

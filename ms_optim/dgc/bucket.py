@@ -1,6 +1,7 @@
 """DGCMomentum's bucket of small parameters (``bucket_sparsity``) as a Cell: top-k over
 their concatenation, by the bucket kernels (``ms_optim_dgc_bucket_*``) or by MindSpore ops,
 with any of the exchanges."""
+import numpy as np
 from mindspore import Tensor, ops
 from mindspore import dtype as mstype
 from mindspore.ops import functional as F
@@ -53,8 +54,12 @@ class BucketStep(_Step):
         self.nranks_t = Tensor(float(state.nranks), mstype.float32)
         if native:
             count = len(self.ids)
-            self.select_ops = tuple(aot.dgc_bucket_select_op(count, k) for k in self.k)
-            self.propose_ops = tuple(aot.dgc_bucket_propose_op(count, k) for k in self.k)
+            # the kernels take the step's whole gradient tuple and pick the bucket's: a
+            # graph that selects them tuple by tuple compiles seconds longer
+            self.gidx = Tensor(np.array(self.ids, np.int32))
+            src = state.grad_dtypes
+            self.select_ops = tuple(aot.dgc_bucket_select_op(count, k, src) for k in self.k)
+            self.propose_ops = tuple(aot.dgc_bucket_propose_op(count, k, src) for k in self.k)
             self.take_op = aot.dgc_bucket_take_op(count)
             self.select_order = aot.call_order("ms_optim_dgc_bucket_select")
             self.propose_order = aot.call_order("ms_optim_dgc_bucket_propose")
@@ -89,20 +94,14 @@ class BucketStep(_Step):
     def local_native(self, stage, exchange, grads, step):
         """This worker's (idx, val) by the kernels: one select op, or with shared indices
         one propose op, the exchange of indices and one take op; u and v masked in place."""
-        g = ()  # self.own(grads), written here: this method is compiled once per stage
-        for chunk in self.id_chunks:
-            part = ()
-            for i in chunk:
-                part = part + (grads[i],)
-            g = g + part
         if exchange in ("leader", "union"):
             idx = aot.call(self.propose_ops[stage], self.propose_order, u=self.us, v=self.v,
-                           grad=g, consts=self.consts)
+                           src=grads, consts=self.consts, gidx=self.gidx)
             idx = self.shared_indices(exchange, idx, step)
             # an index proposed twice takes its value once (the kernel gives 0 after)
             return idx, aot.call(self.take_op, self.take_order, u=self.us, v=self.v, idx=idx)
-        return aot.call(self.select_ops[stage], self.select_order, u=self.us, v=self.v, grad=g,
-                        consts=self.consts)
+        return aot.call(self.select_ops[stage], self.select_order, u=self.us, v=self.v,
+                        src=grads, consts=self.consts, gidx=self.gidx)
 
     def local_ops(self, stage, exchange, grads, step):
         """This worker's (idx, val) by MindSpore ops, u and v masked by assignment."""

@@ -349,6 +349,16 @@ def _split(joint, like):
     return np.split(joint, np.cumsum([a.size for a in like])[:-1])
 
 
+def _sources(grads, rng):
+    """The bucket kernels' src and gidx: the step's whole gradient tuple, the bucket's
+    gradients in a shuffled order among other parameters' (NaN: read, they would show)."""
+    src, gidx = [np.ones(3, np.float16)], np.zeros(len(grads), np.int32)
+    for j in rng.permutation(len(grads)):
+        gidx[j] = len(src)
+        src += [grads[j], np.full(2, np.nan, np.float32)]
+    return dict(src=src, gidx=gidx)
+
+
 @pytest.mark.parametrize("nesterov", [False, True])
 @pytest.mark.parametrize("kind", ["random", "ties"])
 def test_bucket_select_kernel_matches_reference(isa, nesterov, kind):
@@ -363,7 +373,7 @@ def test_bucket_select_kernel_matches_reference(isa, nesterov, kind):
     for k in [1, 3, total // 100, total // 7, total - 1, total]:
         g = [_inputs(kind, n, rng) for n in BUCKET_SIZES]
         idx, val = np.zeros(k, np.int32), np.zeros(k, np.float32)
-        testing.call_kernel("ms_optim_dgc_bucket_select", u=u, v=v, grad=g,
+        testing.call_kernel("ms_optim_dgc_bucket_select", u=u, v=v, **_sources(g, rng),
                             consts=_consts(nesterov), idx=idx, val=val)
         want_idx, want_val = reference.dgc_select(ru, rv, _joint(g), 0.9, k, nesterov)
         np.testing.assert_array_equal(idx, want_idx)
@@ -388,8 +398,8 @@ def test_bucket_propose_and_take_kernels_match_reference(isa, shared):
         for w in range(workers):
             g = [_inputs("ties", n, rng) for n in BUCKET_SIZES]
             idx = np.zeros(k, np.int32)
-            testing.call_kernel("ms_optim_dgc_bucket_propose", u=u[w], v=v[w], grad=g,
-                                consts=_consts(False), idx=idx)
+            testing.call_kernel("ms_optim_dgc_bucket_propose", u=u[w], v=v[w],
+                                **_sources(g, rng), consts=_consts(False), idx=idx)
             np.testing.assert_array_equal(
                 idx, reference.dgc_propose(ru[w], rv[w], _joint(g), 0.9, k))
             proposals.append(idx)
@@ -493,7 +503,8 @@ def test_bucket_kernels_skip_empty_tensors(isa):
     ru, rv = _joint(u), _joint(v)
     k = 50
     idx, val = np.zeros(k, np.int32), np.zeros(k, np.float32)
-    testing.call_kernel("ms_optim_dgc_bucket_select", u=u, v=v, grad=g, consts=_consts(True),
+    testing.call_kernel("ms_optim_dgc_bucket_select", u=u, v=v, **_sources(g, rng),
+                        consts=_consts(True),
                         idx=idx, val=val)
     want_idx, want_val = reference.dgc_select(ru, rv, _joint(g), 0.9, k, True)
     np.testing.assert_array_equal(idx, want_idx)
@@ -515,7 +526,9 @@ def test_bucket_kernels_skip_empty_tensors(isa):
 
 def test_bucket_kernels_reject_bad_input_before_writing():
     """A position outside the bucket, a k outside [1, its elements], a val that is not
-    idx's length or a wrong dtype fail before any residual changes."""
+    idx's length, a wrong dtype, a gradient of another size or a gidx outside the gradient
+    tuple fail before any residual changes."""
+    rng = np.random.default_rng(31)
     u = [np.ones(10, np.float32), np.ones(5, np.float32)]
     v = [np.full(10, 2.0, np.float32), np.full(5, 3.0, np.float32)]
     g = [np.ones(10, np.float32), np.ones(5, np.float32)]
@@ -539,13 +552,24 @@ def test_bucket_kernels_reject_bad_input_before_writing():
         args = state()
         rejects("ms_optim_dgc_bucket_select", "MSOPT_ERR_SIZE",
                 rf"^idx holds k = {k} entries, outside \[1, 15\] \(the bucket's elements\)$",
-                **args, grad=g, consts=_consts(False), idx=np.zeros(k, np.int32),
-                val=np.zeros(k, np.float32))
+                **args, **_sources(g, rng), consts=_consts(False),
+                idx=np.zeros(k, np.int32), val=np.zeros(k, np.float32))
         for got, want in zip(args["u"] + args["v"], u + v):
             np.testing.assert_array_equal(got, want)
-    rejects("ms_optim_dgc_bucket_propose", "MSOPT_ERR_DTYPE", "^grad1 must be float32, got float64$",
-            slot="grad", **state(), grad=[g[0], np.ones(5)], consts=_consts(False),
-            idx=np.zeros(2, np.int32))
+    bad = [(dict(src=[g[0], np.ones(5)], gidx=np.array([0, 1], np.int32)), "MSOPT_ERR_DTYPE",
+            r"^src1 \(the gradient of u1\) must be float32, got float64$"),
+           (dict(src=[g[0], g[0]], gidx=np.array([0, 1], np.int32)), "MSOPT_ERR_SIZE",
+            r"^src1 \(the gradient of u1\) has 10 elements, u1 5$"),
+           (dict(src=[g[0], g[1]], gidx=np.array([0, 2], np.int32)), "MSOPT_ERR_VALUE",
+            r"^gidx\[1\] = 2 is outside \[0, 2\)$")]
+    for sources, code, message in bad:
+        for entry, out in (("ms_optim_dgc_bucket_propose", {}),
+                           ("ms_optim_dgc_bucket_select", dict(val=np.zeros(2, np.float32)))):
+            args = state()
+            rejects(entry, code, message, **args, **sources, consts=_consts(False),
+                    idx=np.zeros(2, np.int32), **out)
+            for got, want in zip(args["u"] + args["v"], u + v):
+                np.testing.assert_array_equal(got, want)
     params = [np.ones(10, np.float32), np.ones(5, np.float16)]
     rejects("ms_optim_dgc_bucket_apply", "MSOPT_ERR_SIZE",
             r"^mean must hold the bucket's 15 elements, got 14$", param=params,

@@ -366,16 +366,17 @@ int bucket_starts(const AotCall &c, int u, std::vector<int64_t> *start, int64_t 
   return kOk;
 }
 
-// u, v, grad float32 (tensor j of n_j elements), consts float32[2] =
-// (momentum, use_nesterov) -> momentum correction into u and v (in place, the
-// rule of the select), then the k entries of largest |v| over the
+// u, v float32 (tensor j of n_j elements), its gradient src[gidx[j]], consts
+// float32[2] = (momentum, use_nesterov) -> momentum correction into u and v (in
+// place, the rule of the select), then the k entries of largest |v| over the
 // concatenation (ties to the lower position, ascending positions) at idx,
 // val = v there.
 template <class S>
 int bucket_accumulate_topk(const AotCall &c, const std::vector<int64_t> &start, int64_t total,
                            int32_t *idx, float *val) {
-  MSOPT_TRY(check_dgc_residuals<S>(c));
+  MSOPT_TRY(check_dgc_bucket_residuals<S>(c));
   const DgcConsts &k = *c.ptr<const DgcConsts>(S::consts);
+  const int32_t *gidx = c.ptr<int32_t>(S::gidx);
   const int64_t kk = c.numel(S::idx);
   MSOPT_CHECK(c, kk >= 1 && kk <= total, kErrSize,
               "idx holds k = %lld entries, outside [1, %lld] (the bucket's elements)",
@@ -387,7 +388,7 @@ int bucket_accumulate_topk(const AotCall &c, const std::vector<int64_t> &start, 
   for (int j = 0; j < c.K(); ++j) {
     float *u = c.ptr<float>(S::u, j), *v = c.ptr<float>(S::v, j);
     const int64_t n = c.numel(S::u, j);
-    kernels().dgc_accumulate_range_f32(u, v, c.ptr<float>(S::grad, j), 0, n, k.momentum,
+    kernels().dgc_accumulate_range_f32(u, v, c.ptr<float>(S::src, gidx[j]), 0, n, k.momentum,
                                        k.nesterov != 0.0f, &none);
     std::copy(v, v + n, all.begin() + start[j]);
   }
@@ -408,7 +409,7 @@ void bucket_take_entries(const AotCall &c, const std::vector<int64_t> &start, co
   }
 }
 
-// u, v, grad, consts -> idx int32[k], val float32[k]: bucket_accumulate_topk,
+// u, v, src, consts, gidx -> idx int32[k], val float32[k]: bucket_accumulate_topk,
 // then bucket_take_entries at the selected positions.
 int bucket_select_body(const AotCall &c) {
   using S = sig::ms_optim_dgc_bucket_select;
@@ -529,27 +530,17 @@ int bucket_apply_entries_body(const AotCall &c) {
 // parameter); passing the whole tuple and gidx costs nothing.
 int momentum_body(const AotCall &c) {
   using S = sig::ms_optim_dgc_momentum;
-  const int K = c.K(), M = c.count(S::src);
+  const int K = c.K();
   MSOPT_TRY(c.require_f32(S::lr, 1, K));
   MSOPT_TRY(c.require_f32(S::consts, DgcConsts::kCount));
-  MSOPT_TRY(c.require_dtype(S::gidx, "int32"));
   MSOPT_TRY(c.require_f32(S::done, 1));
   MSOPT_TRY(c.require_dtype(S::u, "float32"));
   MSOPT_TRY(c.require_same_numel(S::param, {S::u}));
-  const int32_t *gidx = c.ptr<int32_t>(S::gidx);
-  for (int j = 0; j < K; ++j) {
+  for (int j = 0; j < K; ++j)
     MSOPT_CHECK(c, c.is(S::param, "float32", j) || c.is(S::param, "float16", j), kErrDtype,
                 "param%d must be float32 or float16, got %s", j, c.dtype(S::param, j));
-    MSOPT_CHECK(c, gidx[j] >= 0 && gidx[j] < M, kErrValue, "gidx[%d] = %d is outside [0, %d)", j,
-                gidx[j], M);
-    MSOPT_CHECK(c, c.is(S::src, "float32", gidx[j]), kErrDtype,
-                "src%d (the gradient of param%d) must be float32, got %s", gidx[j], j,
-                c.dtype(S::src, gidx[j]));
-    MSOPT_CHECK(c, c.numel(S::src, gidx[j]) == c.numel(S::param, j), kErrSize,
-                "src%d (the gradient of param%d) has %lld elements, param%d %lld", gidx[j], j,
-                static_cast<long long>(c.numel(S::src, gidx[j])), j,
-                static_cast<long long>(c.numel(S::param, j)));
-  }
+  MSOPT_TRY(check_sources(c, S::src, S::gidx, S::param));
+  const int32_t *gidx = c.ptr<int32_t>(S::gidx);
   const float *lr = c.ptr<float>(S::lr);
   const DgcConsts &k = *c.ptr<const DgcConsts>(S::consts);
   std::vector<DgcDenseTensor> ts(static_cast<size_t>(K));

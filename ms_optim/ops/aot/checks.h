@@ -83,6 +83,39 @@ int check_dgc_apply(const AotCall &c, bool *half) {
   return c.require_f32(S::done, 1);
 }
 
+// gidx int32[K] naming tensor j's gradient src[gidx[j]] in the kRest group `src`
+// (the step's whole gradient tuple), float32 of as many elements as tensor j of
+// slot `like` (DGC's dense momentum, the bucket's select and propose).
+inline int check_sources(const AotCall &c, int src, int gidx, int like) {
+  MSOPT_TRY(c.require_dtype(gidx, "int32"));
+  const int32_t *at = c.ptr<int32_t>(gidx);
+  const int count = c.count(src);
+  for (int j = 0; j < c.K(); ++j) {
+    MSOPT_CHECK(c, at[j] >= 0 && at[j] < count, kErrValue, "gidx[%d] = %d is outside [0, %d)",
+                j, at[j], count);
+    MSOPT_CHECK(c, c.is(src, "float32", at[j]), kErrDtype,
+                "src%d (the gradient of %s) must be float32, got %s", at[j], c.name(like, j),
+                c.dtype(src, at[j]));
+    MSOPT_CHECK(c, c.numel(src, at[j]) == c.numel(like, j), kErrSize,
+                "src%d (the gradient of %s) has %lld elements, %s %lld", at[j], c.name(like, j),
+                static_cast<long long>(c.numel(src, at[j])), c.name(like, j),
+                static_cast<long long>(c.numel(like, j)));
+  }
+  return kOk;
+}
+
+// The bucket's select and propose (S: their slots): u, v float32, tensor j of
+// each the same size, its gradient src[gidx[j]] (check_sources), consts
+// float32[DgcConsts::kCount].
+template <class S>
+int check_dgc_bucket_residuals(const AotCall &c) {
+  MSOPT_TRY(c.require_dtype(S::u, "float32"));
+  MSOPT_TRY(c.require_dtype(S::v, "float32"));
+  MSOPT_TRY(c.require_same_numel(S::u, {S::v}));
+  MSOPT_TRY(check_sources(c, S::src, S::gidx, S::u));
+  return c.require_f32(S::consts, DgcConsts::kCount);
+}
+
 // DGC's bucket apply, dense or from entries (S: its slots): param each float32 or
 // float16, lr float32[1] or [K], done float32[1].
 template <class S>

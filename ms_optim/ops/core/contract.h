@@ -136,12 +136,15 @@ namespace msopt {
 
 // The bucket of small parameters (DGCMomentum's bucket_sparsity): the select,
 // propose and take above with one selection over the concatenation of the K
-// tensors (k = the length of idx, positions in the concatenation).
-#define MSOPT_AOT_DGC_BUCKET_SELECT(IN, OUT) \
-  IN(u, kEach) IN(v, kEach) IN(grad, kEach) IN(consts, kOne) OUT(idx, kOne) OUT(val, kOne)
+// tensors (k = the length of idx, positions in the concatenation).  src is the
+// step's whole gradient tuple, gidx[j] the source of tensor j (as the dense
+// momentum's below).
+#define MSOPT_AOT_DGC_BUCKET_SELECT(IN, OUT)                                              \
+  IN(u, kEach) IN(v, kEach) IN(src, kRest) IN(consts, kOne) IN(gidx, kCountK)             \
+  OUT(idx, kOne) OUT(val, kOne)
 
-#define MSOPT_AOT_DGC_BUCKET_PROPOSE(IN, OUT) \
-  IN(u, kEach) IN(v, kEach) IN(grad, kEach) IN(consts, kOne) OUT(idx, kOne)
+#define MSOPT_AOT_DGC_BUCKET_PROPOSE(IN, OUT)                                             \
+  IN(u, kEach) IN(v, kEach) IN(src, kRest) IN(consts, kOne) IN(gidx, kCountK) OUT(idx, kOne)
 
 #define MSOPT_AOT_DGC_BUCKET_TAKE(IN, OUT) IN(u, kEach) IN(v, kEach) IN(idx, kOne) OUT(val, kOne)
 
