@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <new>
 #include <utility>
 #include <vector>
@@ -384,16 +385,18 @@ int bucket_accumulate_topk(const AotCall &c, const std::vector<int64_t> &start, 
   // the update alone: no key reaches one above every key, a NaN's too (cap 0 keeps none)
   Gather none{};
   none.threshold_key = UINT32_MAX;
-  std::vector<float> all(static_cast<size_t>(total));
+  std::unique_ptr<float[]> all(new float[static_cast<size_t>(total)]);  // every slot written
+  const ParallelSection section(total);
+  // the tensors handed out to the threads one by one (each whole on one thread)
+#pragma omp parallel for num_threads(section.held() ? kernel_threads() : 1) schedule(dynamic, 1)
   for (int j = 0; j < c.K(); ++j) {
     float *u = c.ptr<float>(S::u, j), *v = c.ptr<float>(S::v, j);
     const int64_t n = c.numel(S::u, j);
     kernels().dgc_accumulate_range_f32(u, v, c.ptr<float>(S::src, gidx[j]), 0, n, k.momentum,
                                        k.nesterov != 0.0f, &none);
-    std::copy(v, v + n, all.begin() + start[j]);
+    std::copy(v, v + n, all.get() + start[j]);
   }
-  const ParallelSection section(total);
-  return topk_abs(all.data(), total, kk, idx, val);
+  return topk_abs(all.get(), total, kk, idx, val);
 }
 
 // val[e] = take_entry at position idx[e], entry by entry, so a position taken
