@@ -185,10 +185,10 @@ void lamb_tensor(const LambTensor &x, const LambArgs &a, int64_t nt, int64_t t,
 // (lamb_team_min: at least 1/nthreads of the call) is split over the team,
 // one after another; every other tensor runs whole on one thread, handed out
 // dynamically in the order given (the adapter sorts them largest first).  A
-// split tensor meets the team at
-// barriers, and a barrier costs a whole time slice whenever MindSpore's own
-// threads hold a core (measured: DGC's select, benchmarks/README.md#where-a-steps-time-goes), so only the
-// tensors that cannot be balanced otherwise pay it.  One region per call, not
+// split tensor meets the team at barriers, and a barrier costs a whole time
+// slice whenever MindSpore's own threads hold a core (measured: DGC's select,
+// benchmarks/README.md#where-a-steps-time-goes), so only the tensors that
+// cannot be balanced otherwise pay it.  One region per call, not
 // two per tensor: waking the team is what costs on small tensors.  Its own
 // schedule, not the walker's (core/multi_tensor.h): a tensor split over the
 // team needs its norm reduced across the threads between the two passes, and
