@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <vector>
 
@@ -76,21 +77,47 @@ uint32_t estimate_threshold(const TopkSource &s, int64_t n, int64_t k, int64_t *
   return keys[rank];
 }
 
+// The k-th largest of the keys key(i), i in [0, n), digit by digit (core/radix.h):
+// returns T, and in *need how many keys equal to T belong to the top k (the
+// first ones by index).  count(prefix, mask, shift, bins, hist) adds to hist[d]
+// the keys matching prefix under mask whose digit at shift is d.
+template <class Count>
+uint32_t kth_key(int64_t k, int64_t *need, const Count &count) {
+  uint32_t prefix = 0, mask = 0;
+  *need = k;
+  for (int level = 0; level < radix::kRadixLevels; ++level) {
+    const int shift = radix::kRadixShift[level];
+    const uint32_t bins = 1u << radix::kRadixWidth[level];
+    std::vector<int64_t> hist(bins, 0);
+    count(prefix, mask, shift, bins, hist.data());
+    for (int64_t b = bins - 1; b >= 0; --b) {
+      if (hist[b] >= *need) {
+        prefix |= static_cast<uint32_t>(b) << shift;
+        mask |= (bins - 1) << shift;
+        break;
+      }
+      *need -= hist[b];
+    }
+  }
+  return prefix;
+}
+
 // Emits the result from the candidates (ascending indices, every value with
-// |x| >= some t <= the k-th largest magnitude), which number at least k.
+// |x| >= some t <= the k-th largest magnitude), which number at least k: their
+// keys once, the k-th largest by its digits (no reordering), then one pass.
 void select_from_candidates(const float *x, const int32_t *cand, int64_t c, int64_t k,
                             int32_t *idx, float *val) {
   std::vector<uint32_t> keys(static_cast<size_t>(c));
   for (int64_t j = 0; j < c; ++j) keys[j] = magnitude_key(x[cand[j]]);
-  std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(), std::greater<uint32_t>());
-  const uint32_t t = keys[k - 1];
-  int64_t above = 0;
-  for (int64_t j = 0; j < c; ++j) above += keys[j] > t;
-  int64_t ties = k - above;  // how many candidates equal to t to take, lowest index first
+  int64_t ties = 0;  // how many candidates equal to t to take, lowest index first
+  const uint32_t t = kth_key(k, &ties, [&](uint32_t prefix, uint32_t mask, int shift,
+                                           uint32_t bins, int64_t *hist) {
+    for (int64_t j = 0; j < c; ++j)
+      if ((keys[j] & mask) == prefix) ++hist[(keys[j] >> shift) & (bins - 1)];
+  });
   int64_t o = 0;
   for (int64_t j = 0; j < c && o < k; ++j) {
-    const uint32_t key = magnitude_key(x[cand[j]]);
-    if (key > t || (key == t && ties-- > 0)) {
+    if (keys[j] > t || (keys[j] == t && ties-- > 0)) {
       idx[o] = cand[j];
       val[o] = x[cand[j]];
       ++o;
@@ -101,32 +128,21 @@ void select_from_candidates(const float *x, const int32_t *cand, int64_t c, int6
 // Exact fallback: radix select of the k-th largest key over the whole array
 // (core/radix.h's digits), then one ordered pass.
 void radix_select(const float *x, int64_t n, int64_t k, int32_t *idx, float *val) {
-  uint32_t prefix = 0, mask = 0;
-  int64_t need = k;  // how many of the keys matching `prefix` still belong to the top k
-  for (int level = 0; level < radix::kRadixLevels; ++level) {
-    const int shift = radix::kRadixShift[level];
-    const uint32_t bins = 1u << radix::kRadixWidth[level];
-    std::vector<int64_t> hist(bins, 0);
+  int64_t need = 0;  // how many keys equal to the k-th largest are taken
+  const uint32_t prefix = kth_key(k, &need, [&](uint32_t prefix_, uint32_t mask, int shift,
+                                                uint32_t bins, int64_t *hist) {
 #pragma omp parallel
     {
       std::vector<int64_t> local(bins, 0);
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < n; ++i) {
         const uint32_t key = magnitude_key(x[i]);
-        if ((key & mask) == prefix) ++local[(key >> shift) & (bins - 1)];
+        if ((key & mask) == prefix_) ++local[(key >> shift) & (bins - 1)];
       }
 #pragma omp critical
       for (uint32_t b = 0; b < bins; ++b) hist[b] += local[b];
     }
-    for (int64_t b = bins - 1; b >= 0; --b) {
-      if (hist[b] >= need) {
-        prefix |= static_cast<uint32_t>(b) << shift;
-        mask |= (bins - 1) << shift;
-        break;
-      }
-      need -= hist[b];
-    }
-  }
+  });
   // prefix is now the k-th largest key; `need` keys equal to it are taken.
   int64_t o = 0;
   for (int64_t i = 0; i < n && o < k; ++i) {
@@ -149,7 +165,7 @@ struct TopkJob {
   const TopkSource *src = nullptr;
   int64_t n = 0, k = 0, cap = 0;
   int nthreads = 1;
-  std::vector<int32_t> slots;
+  std::unique_ptr<int32_t[]> slots;  // cap per thread, written up to its count
   Gather g;
 
   void prepare(const TopkSource &s, int64_t n_, int64_t k_, int threads) {
@@ -162,10 +178,10 @@ struct TopkJob {
     // room for twice the expected candidates per thread: overflow means the
     // sample misjudged badly (or ties), and the exact fallback takes over
     cap = std::min(n, 2 * expect + 4096);
-    slots.assign(static_cast<size_t>(cap) * nthreads, 0);
+    slots.reset(new int32_t[static_cast<size_t>(cap) * nthreads]);
     g.threshold_key = thr;
     g.cap = cap;
-    g.slots = slots.data();
+    g.slots = slots.get();
     std::fill(g.counts, g.counts + kMaxThreads, int64_t{0});
   }
 
@@ -183,12 +199,12 @@ struct TopkJob {
     // compact the per-thread runs (thread order = index order)
     int64_t c = 0;
     for (int t = 0; t < nthreads; ++t) {
-      const int32_t *run = slots.data() + static_cast<int64_t>(t) * cap;
+      const int32_t *run = slots.get() + static_cast<int64_t>(t) * cap;
       if (c != static_cast<int64_t>(t) * cap)
-        std::memmove(slots.data() + c, run, static_cast<size_t>(g.counts[t]) * sizeof(int32_t));
+        std::memmove(slots.get() + c, run, static_cast<size_t>(g.counts[t]) * sizeof(int32_t));
       c += g.counts[t];
     }
-    select_from_candidates(src->x, slots.data(), c, k, idx, val);
+    select_from_candidates(src->x, slots.get(), c, k, idx, val);
   }
 };
 
