@@ -165,9 +165,9 @@ def _lion_alone(sizes, grads, moment_dtype):
 def _dgc_alone(sizes, grads, entry):
     """DGC's `entry` calls of one step (every tensor compressed for the select, the
     momentum kernel over every tensor as if all were sent dense)."""
-    # (the step's own momentum call takes only the tensors too small to compress)
-    calls = [c for c in _step_calls(sizes, 0, grads) if c[0] == entry]
-    if entry == "ms_optim_dgc_momentum":
+    if entry != "ms_optim_dgc_momentum":
+        calls = [c for c in _step_calls(sizes, 0, grads) if c[0] == entry]
+    else:  # (the step's own momentum call takes only the tensors too small to compress)
         rng = np.random.default_rng(3)
         params = [rng.standard_normal(n, dtype=np.float32) for n in sizes]
         u = [np.zeros(n, np.float32) for n in sizes]

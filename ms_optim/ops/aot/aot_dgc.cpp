@@ -506,16 +506,19 @@ int bucket_apply_entries_body(const AotCall &c) {
   MSOPT_TRY(check_bucket_positions(c, S::idx, total));
   const int32_t *idx = c.ptr<int32_t>(S::idx);
   const float *val = c.ptr<float>(S::val), *lr = c.ptr<float>(S::lr);
+  const float ranks = *c.ptr<float>(S::ranks);
+  const bool lr_each = c.numel(S::lr) != 1;
+  const int64_t count = c.numel(S::idx);
   std::vector<float> sum(static_cast<size_t>(total), 0.0f);
-  for (int64_t e = 0; e < c.numel(S::idx); ++e) sum[idx[e]] += val[e];
+  for (int64_t e = 0; e < count; ++e) sum[idx[e]] += val[e];
   std::vector<char> half(c.K()), applied(static_cast<size_t>(total), 0);
   for (int j = 0; j < c.K(); ++j) half[j] = c.is(S::param, "float16", j);
-  for (int64_t e = 0; e < c.numel(S::idx); ++e) {
+  for (int64_t e = 0; e < count; ++e) {
     const int32_t at = idx[e];
     if (applied[at]++) continue;
     const int j = static_cast<int>(std::upper_bound(start.begin(), start.end(), at) -
                                    start.begin()) - 1;
-    const float d = lr[c.numel(S::lr) == 1 ? 0 : j] * (sum[at] / *c.ptr<float>(S::ranks));
+    const float d = lr[lr_each ? j : 0] * (sum[at] / ranks);
     const auto i = static_cast<int32_t>(at - start[j]);
     if (half[j]) F16Param{c.ptr<half_bits>(S::param, j), kernels()}.sub(i, d);
     else F32Param{c.ptr<float>(S::param, j)}.sub(i, d);
