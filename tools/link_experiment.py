@@ -472,7 +472,7 @@ def experiment(args):
     """Every run on a fresh lab; returns {run: record (run_record) with its summary}."""
     jobs = {}
     for run in args.runs:
-        with netlab.Lab(args.hosts, args.rate, args.delay) as lab:
+        with netlab.Lab(args.hosts, args.rate, args.delay, args.cores) as lab:
             print(f"== {run}: {args.steps[run]} steps, {lab.describe()}", flush=True)
             jobs[run] = run_job(lab, run, args.steps[run],
                                 os.path.abspath(os.path.join(args.out, run)),

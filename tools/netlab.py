@@ -15,6 +15,10 @@ The /24 and every name carry a random tag of this run (namespaces
 ``nl<tag>h<i>`` / ``nl<tag>sw``, interfaces ``nl<tag>h<i>`` / ``nl<tag>s<i>`` /
 ``nl<tag>br``, all <= 15 characters), so two runs never collide.
 
+The hosts share the machine's cores unless ``cores="split"`` (``--cores split``) gives each
+host's processes a share of their own, so that one host's threads never wait on a core
+another host's hold, as on separate machines.
+
 Clean-up runs on every exit path: `Lab.close()` (the context manager),
 SIGINT/SIGTERM handlers (they clean up, then defer to the previous handler)
 and atexit.  It kills every process inside the lab's namespaces (msrun puts
@@ -44,6 +48,7 @@ import time
 _RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
 _DELAY_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root
+CORES = ("shared", "split")  # --cores: every host on all the cores, or each on its own share
 UNSHAPED = "unshaped"  # --rate: no tbf, the link moves what the veth and the cores can
 TBF_LATENCY = "20ms"  # tbf queue limit, in time at `rate`: deep enough that TCP reaches the rate
 GSO_MAX = 65536       # a veth hands tbf GSO packets up to 64 KiB; a smaller bucket splits them
@@ -138,10 +143,12 @@ class Lab:
     """N hosts in network namespaces joined by a link shaped to `rate` (and `delay`) per
     direction; built on `build()`/`__enter__`, torn down on `close()`/`__exit__`."""
 
-    def __init__(self, hosts=2, rate="1gbit", delay="0ms"):
+    def __init__(self, hosts=2, rate="1gbit", delay="0ms", cores="shared"):
         if not isinstance(hosts, int) or hosts < 2:
             raise ValueError(f"hosts must be an integer >= 2, got {hosts!r}")
-        self.rate, self.delay = rate, delay
+        if cores not in CORES:
+            raise ValueError(f"cores must be one of {CORES}, got {cores!r}")
+        self.rate, self.delay, self.cores = rate, delay, cores
         self.rate_bps, self.delay_ms = parse_rate(rate), parse_delay(delay)
         self.tag = secrets.token_hex(3)
         rng = secrets.SystemRandom()
@@ -244,11 +251,29 @@ class Lab:
 
     # ------------------------------------------------------------- driving --
 
+    def host_cores(self, host):
+        """The cores host `host`'s processes run on: every core of this process's set, or
+        with cores="split" its own share of them (host i takes the i-th of as many equal
+        slices as there are hosts, round robin when the hosts outnumber the cores), so that
+        one host's threads never wait for another host's, as on separate machines."""
+        allowed = sorted(os.sched_getaffinity(0))
+        if self.cores == "shared":
+            return allowed
+        n = len(self.hosts)
+        if n >= len(allowed):
+            return [allowed[host % len(allowed)]]
+        return allowed[host * len(allowed) // n:(host + 1) * len(allowed) // n]
+
     def popen(self, host, argv, **kwargs):
-        """Starts `argv` inside host `host`'s namespace, in a session of its own (so that
-        Ctrl-C at the terminal reaches only us, and the lab kills it on close)."""
+        """Starts `argv` inside host `host`'s namespace, on its cores (``host_cores``), in a
+        session of its own (so that Ctrl-C at the terminal reaches only us, and the lab
+        kills it on close)."""
+        pin = None
+        if self.cores != "shared":
+            cores = self.host_cores(host)
+            pin = lambda: os.sched_setaffinity(0, cores)  # noqa: E731 (in the child)
         proc = subprocess.Popen(["ip", "netns", "exec", self.hosts[host].netns] + list(argv),
-                                start_new_session=True, **kwargs)
+                                start_new_session=True, preexec_fn=pin, **kwargs)
         self._procs.append(proc)
         return proc
 
@@ -303,8 +328,10 @@ class Lab:
         link = "a bridge" if self.switch else "a veth pair"
         shaping = ("unshaped" if self.rate_bps is None else
                    f"{self.rate} per direction, tbf burst {tbf_burst(self.rate_bps)} B")
-        return (f"{len(self.hosts)} hosts over {link}, {shaping}, delay {self.delay}, subnet "
-                f"{self.subnet}, tag {self.tag}")
+        cores = ("on all cores" if self.cores == "shared" else "cores " + ", ".join(
+            f"{i}: {self.host_cores(i)}" for i in range(len(self.hosts))))
+        return (f"{len(self.hosts)} hosts over {link}, {shaping}, delay {self.delay}, "
+                f"{cores}, subnet {self.subnet}, tag {self.tag}")
 
 
 def _kill_group(proc):
@@ -393,7 +420,8 @@ def measure_throughput(lab, mbytes, sender=-1, receiver=0):
 
 
 def add_lab_arguments(parser):
-    """The options of a lab (--hosts, --rate, --delay), shared by the tools that build one."""
+    """The options of a lab (--hosts, --rate, --delay, --cores), shared by the tools that
+    build one."""
     parser.add_argument("--hosts", type=int, default=2,
                         help="number of hosts (>= 2; more than 2 are joined by a bridge)")
     parser.add_argument("--rate", default="1gbit",
@@ -401,6 +429,9 @@ def add_lab_arguments(parser):
                              "unshaped")
     parser.add_argument("--delay", default="0ms",
                         help="one-way delay added by netem on every egress (0ms: none)")
+    parser.add_argument("--cores", default="shared", choices=CORES,
+                        help="shared: every host's processes on all the cores; split: each "
+                             "host on its own share of them, as separate machines would be")
 
 
 def main():
@@ -413,7 +444,7 @@ def main():
     if args.mbytes < 1:
         parser.error(f"--mbytes must be >= 1, got {args.mbytes}")
     try:
-        with Lab(args.hosts, args.rate, args.delay) as lab:
+        with Lab(args.hosts, args.rate, args.delay, args.cores) as lab:
             print(lab.describe(), flush=True)
             before = [lab.counters(i) for i in range(len(lab.hosts))]
             rate = measure_throughput(lab, args.mbytes)

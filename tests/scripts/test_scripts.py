@@ -511,3 +511,22 @@ def test_lab_rates():
     assert netlab.tbf_burst(1e8) >= netlab.GSO_MAX
     with pytest.raises(ValueError, match="rate 'fast'"):
         netlab.parse_rate("fast")
+
+
+@pytest.mark.parametrize("allowed, hosts, want", [
+    ([0, 1], 2, [[0], [1]]),
+    ([0, 1], 4, [[0], [1], [0], [1]]),
+    ([0, 1, 2, 3], 2, [[0, 1], [2, 3]]),
+    ([2, 3, 5, 7, 11, 13], 4, [[2], [3, 5], [7], [11, 13]]),
+])
+def test_lab_split_cores(monkeypatch, allowed, hosts, want):
+    """tools/netlab.py's --cores split: each host on its own slice of this process's cores
+    (round robin when the hosts outnumber them); shared: every host on all of them."""
+    from tools import netlab
+    monkeypatch.setattr(netlab.os, "sched_getaffinity", lambda pid: set(allowed))
+    split = netlab.Lab(hosts=hosts, cores="split")
+    assert [split.host_cores(h) for h in range(hosts)] == want
+    shared = netlab.Lab(hosts=hosts)
+    assert all(shared.host_cores(h) == allowed for h in range(hosts))
+    with pytest.raises(ValueError, match="cores must be one of"):
+        netlab.Lab(hosts=2, cores="pinned")
