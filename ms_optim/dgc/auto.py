@@ -10,14 +10,18 @@ it works inside a compiled train step as from Python):
   exchange (the rest of the train step, the Python loop, the next forward and backward);
 - the probe's exchange and update: from its gradients to the end of its update;
 - the link: after the update, an AllReduce of zeros of ``chunk_elements[0]`` float32 (the
-  first probing steps) and of 4 times as many (the last one), timed alone.
+  first probing steps) and, on the last one, of 4 times as many, timed alone.
 
 Each kind keeps its least sample, which leaves out a sample that holds a graph compiling
 (the first steps of a branch called from Python).  On the last probing step the workers
 gather their samples, so every worker decides the same (``AutoSparsity.decide``): of the
 compute and the probe's step the largest (the slowest worker sets the pace), of each chunk
 the least (a worker that reaches the AllReduce first also times its wait for the others;
-the last to reach it times the link alone):
+the last to reach it times the link alone).  The larger chunk runs only once the smaller
+one's time is agreed, and only where it would take at most as long as the probing steps
+together (``large_chunk_pays``); on a slower link its time is the smaller one's scaled by
+the bytes (no latency: there the bytes take all the time), and a run at 100 Mbit/s does
+not spend most of a second on it.
 
 1. the two chunks give the link's latency and seconds per wire byte (``wire.py``'s bytes of
    an AllReduce), and a dense step is modeled as the compute plus the dense exchange's wire
@@ -101,6 +105,7 @@ class AutoSparsity(nn.Cell):
         self.dense_bytes = float(dense_bytes)
         small = max(MIN_CHUNK, int(dense_elements) // 64)
         self.chunk_elements = (small, 4 * small)
+        self.chunk_scale = float(self.chunk_elements[1] / self.chunk_elements[0])
         self.chunk_bytes = tuple(wire.allreduce_wire_bytes(wire.FLOAT32_BYTES * n, nranks)
                                  for n in self.chunk_elements)
         self.bytes_t = Tensor(np.array(self.stage_bytes, np.float32))
@@ -157,10 +162,31 @@ class AutoSparsity(nn.Cell):
         if step >= self.probe_begin and step < self.decide_step:
             summed = self.chunk_reduce(F.depend(self.chunks[0], best))
             best = self._read(self.chunk_slots[0], summed)
-        if step == self.decide_step:
-            summed = self.chunk_reduce(F.depend(self.chunks[1], best))
-            best = self._read(self.chunk_slots[1], summed)
         return best
+
+    def large_chunk_pays(self, measured):
+        """Whether the larger chunk runs, from the workers' `measured` (float32[4], the
+        larger chunk's slot not used): where, at the smaller chunk's seconds per element, it
+        would take at most as long as the probing steps (compute and exchange) together."""
+        expected = measured[_CHUNK1] * self.chunk_scale
+        return expected <= PROBE_STEPS * (measured[_COMPUTE] + measured[_PROBE])
+
+    def without_large_chunk(self, measured):
+        """`measured` with the larger chunk's time taken as the smaller one's scaled by the
+        bytes: the chunks' line through the origin (no latency), as on a link whose bytes
+        take all of the smaller chunk's time."""
+        return ops.concat((measured[:_CHUNK2], measured[_CHUNK1:_CHUNK2] * self.chunk_scale))
+
+    def _link(self, measured):
+        """The workers' `measured` with the larger chunk's time: timed (its least over the
+        workers) where ``large_chunk_pays``, the same on every worker, else
+        ``without_large_chunk``."""
+        if self.large_chunk_pays(measured):
+            summed = self.chunk_reduce(F.depend(self.chunks[1], measured))
+            mine = self._read(self.chunk_slots[1], summed)
+            least = self.all_gather(mine.reshape((1, _SLOTS))).min(axis=0)
+            return ops.concat((measured[:_CHUNK2], least[_CHUNK2:]))
+        return self.without_large_chunk(measured)
 
     def modeled_steps(self, best):
         """(the dense step, per entry of SPARSITY_CHOICES the step) in seconds, modeled from
@@ -196,13 +222,14 @@ class AutoSparsity(nn.Cell):
         (``combine``), the choice, kept in ``dgc_auto_choice`` and printed."""
         done = self.zero
         if step == self.decide_step:
-            gathered = self.combine(self.all_gather(best.reshape((1, _SLOTS))))
+            gathered = self._link(self.combine(self.all_gather(best.reshape((1, _SLOTS)))))
             choice = self.decide(gathered)
             done = F.depend(done, F.assign(self.choice, choice))
             done = F.depend(done, self.print(
                 "DGCMomentum sparsity='auto': measured [compute, exchange and update at "
                 f"sparsity {SPARSITY_CHOICES[self.probe]}, AllReduce of "
-                f"{self.chunk_elements[0]} and {self.chunk_elements[1]} floats] (s):",
+                f"{self.chunk_elements[0]} and {self.chunk_elements[1]} floats (the larger "
+                f"scaled from the smaller where it would take longer than the probe)] (s):",
                 gathered, "; sparsity chosen (0.0: dense):", self.sparsity_t[choice + 1]))
         return done
 
@@ -215,6 +242,8 @@ class AutoSparsity(nn.Cell):
         out = {"decided": choice != MEASURING, "step": self.decide_step,
                "sparsity": None if choice < 0 else SPARSITY_CHOICES[choice],
                **{name: (float(v) or None) for name, v in zip(names, best)}}
+        if choice != MEASURING and best[:_CHUNK2].all() and not best[_CHUNK2]:
+            best[_CHUNK2] = best[_CHUNK1] * self.chunk_scale  # not run: without_large_chunk
         if choice != MEASURING and best.all():
             dense, steps = self.modeled_steps(Tensor(best))
             out["modeled_dense_step_s"] = float(dense.asnumpy())

@@ -83,6 +83,31 @@ def test_choice_on_links_of_the_link_experiment():
     assert _pick(rule, (0.07, 0.0, 0.017, 0.068)) == auto.DENSE
 
 
+def test_large_chunk_runs_where_it_costs_at_most_the_probing_steps():
+    """The larger chunk (4 times the smaller's floats) runs where, at the smaller chunk's
+    seconds per float, it takes at most the probing steps' compute and exchange together;
+    elsewhere its time is the smaller one's scaled by the floats (no latency), and the
+    choice is the one the scaled pair gives."""
+    rule, stage_bytes, dense_bytes = _mlp_auto()
+    assert rule.chunk_scale == 4.0
+    for measured, pays in (((0.07, 0.02, 0.017, 0.0), True),     # 1 Gbit/s: 0.068 <= 0.27
+                           ((0.07, 0.02, 0.0675, 0.0), True),    # 0.27 <= 0.27
+                           ((0.07, 0.02, 0.068, 0.0), False),    # 0.272 > 0.27
+                           ((0.07, 0.02, 0.17, 0.0), False),     # 100 Mbit/s
+                           ((0.002, 0.001, 0.0001, 0.0), True)):  # a fast host pair
+        got = rule.large_chunk_pays(Tensor(np.array(measured, np.float32)))
+        assert bool(got.asnumpy()) == pays, measured
+    scaled = rule.without_large_chunk(Tensor(np.float32([0.07, 0.02, 0.17, 0.0]))).asnumpy()
+    np.testing.assert_array_equal(scaled, np.float32([0.07, 0.02, 0.17, 0.17 * 4.0]))
+    assert _pick(rule, tuple(scaled)) == _reference_choice(
+        tuple(float(v) for v in scaled), stage_bytes, dense_bytes, rule.chunk_bytes)
+    # the line through the origin: seconds per wire byte from the smaller chunk alone
+    dense, _ = rule.modeled_steps(Tensor(scaled))
+    per_byte = 0.17 / rule.chunk_bytes[0]
+    np.testing.assert_allclose(float(dense.asnumpy()), 0.07 + per_byte * dense_bytes,
+                               rtol=1e-5)
+
+
 class _Clock(nn.Cell):
     def __init__(self):
         super().__init__()
