@@ -451,6 +451,20 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
         # it was
         synced = F.depend(synced, self.assignadd(
             self.global_step, F.depend(self.global_step_increase_tensor, synced)))
+        if self.auto is not None and self.auto.measures:
+            # sparsity="auto" past its probe, its choice made: the chosen step and nothing
+            # more (no clock, no first-step branch), through as few branches on the device
+            # as there are: MindSpore's runtime pays for each in a graph with collectives
+            if _stage is None:
+                choice = self.auto.choice.reshape(()) * 1
+                # (one tensor condition: `and` between tensors compiles to a branch of its own)
+                if F.logical_and(step > self.auto.choose_begin, choice == DENSE):
+                    return self._warmup_step(lr, F.depend(grads, synced))
+                if F.logical_and(step >= self.auto.choose_begin, choice >= 0):
+                    return self._chosen_step(choice, 0, len(self.sparsity), step, lr,
+                                             F.depend(grads, synced))
+            elif _stage == _DECIDED_DENSE:
+                return self._warmup_step(lr, F.depend(grads, synced))
         if self.nranks > 1:
             if _first_step is None:
                 if step == 0:
@@ -459,15 +473,6 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
                 synced = self.replicas.sync_params(self._parameters, synced)
         grads = F.depend(grads, synced)
         if self.auto is not None and self.auto.measures:
-            # sparsity="auto": once it has chosen dense and left the probe, a dense step and
-            # nothing more (no clock, one branch on the device)
-            if _stage is None:
-                # (one tensor condition: `and` between tensors compiles to a branch of its own)
-                if F.logical_and(step > self.auto.choose_begin,
-                                 self.auto.choice.reshape(()) == DENSE):
-                    return self._warmup_step(lr, grads)
-            elif _stage == _DECIDED_DENSE:
-                return self._warmup_step(lr, grads)
             # the step's clock, read once the gradients are there and at the end of the
             # update (with the link's chunk); the choice made on the last probing step
             grads = F.depend(grads, self.auto.start(step, grads))
@@ -513,6 +518,16 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
                 if stage == s:
                     done = F.depend(done, self._compressed(s, step, lr, grads))
         return done
+
+    def _chosen_step(self, choice, lo, hi, step, lr, grads):
+        """The stage step of `choice` (an int32 scalar Tensor in [lo, hi), constants), by
+        halving the range: a step passes log2(hi - lo) branches, not one per stage."""
+        if hi - lo == 1:
+            return self._stage_step(lo, step, lr, grads)
+        mid = (lo + hi) // 2
+        if choice < mid:
+            return self._chosen_step(choice, lo, mid, step, lr, grads)
+        return self._chosen_step(choice, mid, hi, step, lr, grads)
 
     def _leave_probe(self, lr, grads):
         """sparsity="auto" goes dense: the residuals flushed (steps.ResidualFlush) and the
