@@ -91,7 +91,6 @@ class AutoSparsity(nn.Cell):
         super().__init__()
         self.measures = nranks > 1
         self.probe = len(SPARSITY_CHOICES) - 1
-        self.probe_t = Tensor(self.probe, mstype.int32)
         self.dense_t = Tensor(np.array([DENSE], np.int32))
         self.probe_begin = begin
         self.choose_begin = begin + PROBE_STEPS  # the first step of the choice

@@ -317,6 +317,10 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
         self.grad_dtypes = tuple(mstype.float32 if w else p.dtype
                                  for w, p in zip(self.widened, self._parameters))
         self.stage_bounds = stage_branches(plan)
+        # _step_of's (stage, first key) pairs: the stages by their first step; with
+        # sparsity="auto" every choice by its index
+        self.stage_keys = tuple((s, first) for s, first, _ in self.stage_bounds)
+        self.choice_keys = tuple((s, s) for s in range(len(self.sparsity)))
         self.u = ParameterTuple(_residual(p, U_PREFIX, w)
                                 for p, w in zip(self._parameters, self.widened))
         self.v = ParameterTuple(_residual(self._parameters[i], V_PREFIX, True)
@@ -461,8 +465,8 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
                 if F.logical_and(step > self.auto.choose_begin, choice == DENSE):
                     return self._warmup_step(lr, F.depend(grads, synced))
                 if F.logical_and(step >= self.auto.choose_begin, choice >= 0):
-                    return self._chosen_step(choice, 0, len(self.sparsity), step, lr,
-                                             F.depend(grads, synced))
+                    return self._step_of(choice, self.choice_keys, 0, len(self.choice_keys),
+                                         step, lr, F.depend(grads, synced))
             elif _stage == _DECIDED_DENSE:
                 return self._warmup_step(lr, F.depend(grads, synced))
         if self.nranks > 1:
@@ -495,8 +499,8 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
 
     def _auto_branch(self, _stage, step, lr, grads):
         """sparsity="auto" with several workers: the branch given by __call__, or on the
-        device dense before the probe, the probe's stage, then the choice in
-        dgc_auto_choice (dense while it is not made)."""
+        device dense before the probe, the probe's stage, then dense while no choice is
+        made (construct has taken a choice made past the probe before the clock)."""
         if _stage is not None:
             if _stage == _FLUSH:
                 return self._warmup_step(lr, self._leave_probe(lr, grads))
@@ -504,30 +508,26 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
                 return self._warmup_step(lr, grads)
             return self._stage_step(_stage, step, lr, grads)
         auto = self.auto
-        choice = auto.choice.reshape(()) * 1
-        if step < auto.probe_begin or (step >= auto.choose_begin and choice < 0):
-            if step >= auto.choose_begin and (step == auto.choose_begin or choice == MEASURING):
+        if F.logical_and(step >= auto.probe_begin, step < auto.choose_begin):
+            return self._stage_step(auto.probe, step, lr, grads)
+        if step >= auto.choose_begin:
+            choice = auto.choice.reshape(()) * 1
+            if F.logical_or(step == auto.choose_begin, choice == MEASURING):
                 grads = self._leave_probe(lr, grads)
-            done = self._warmup_step(lr, grads)
-        else:
-            stage = auto.probe_t
-            if step >= auto.choose_begin:
-                stage = choice
-            done = self.dense_momentum(lr, grads)
-            for s in range(len(self.sparsity)):
-                if stage == s:
-                    done = F.depend(done, self._compressed(s, step, lr, grads))
-        return done
+        return self._warmup_step(lr, grads)
 
-    def _chosen_step(self, choice, lo, hi, step, lr, grads):
-        """The stage step of `choice` (an int32 scalar Tensor in [lo, hi), constants), by
-        halving the range: a step passes log2(hi - lo) branches, not one per stage."""
+    def _step_of(self, key, keyed, lo, hi, step, lr, grads):
+        """The stage step of the entry of ``keyed[lo:hi]`` ((stage, first key) pairs, the
+        keys ascending; constants) whose range of keys, from its first to the next entry's,
+        holds `key` (a scalar Tensor: the step, or sparsity="auto"'s choice), found by
+        halving: a step passes log2(hi - lo) branches on the device, not one or two per
+        stage (MindSpore's runtime pays for each in a graph with collectives)."""
         if hi - lo == 1:
-            return self._stage_step(lo, step, lr, grads)
+            return self._stage_step(keyed[lo][0], step, lr, grads)
         mid = (lo + hi) // 2
-        if choice < mid:
-            return self._chosen_step(choice, lo, mid, step, lr, grads)
-        return self._chosen_step(choice, mid, hi, step, lr, grads)
+        if key < keyed[mid][1]:
+            return self._step_of(key, keyed, lo, mid, step, lr, grads)
+        return self._step_of(key, keyed, mid, hi, step, lr, grads)
 
     def _leave_probe(self, lr, grads):
         """sparsity="auto" goes dense: the residuals flushed (steps.ResidualFlush) and the
@@ -542,17 +542,10 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
 
     def _compressing_step(self, step, lr, grads):
         """From rampup_begin_step on: dense momentum for the small parameters, and the
-        compressed ones in the stage of `step` (a branch on the device when there are
+        compressed ones in the stage of `step` (the plan's stages as step ranges,
+        schedule.DGCPlan.stage_starts; found on the device by halving when there are
         several)."""
-        if len(self.stage_bounds) == 1:  # one stage from the first compressing step on
-            return self._stage_step(self.stage_bounds[0][0], step, lr, grads)
-        done = self.dense_momentum(lr, grads)
-        if self.compresses:
-            # the plan's stages as step ranges (schedule.DGCPlan.stage_starts)
-            for s, first, end in self.stage_bounds:
-                if step >= first and step < end:
-                    done = F.depend(done, self._compressed(s, step, lr, grads))
-        return done
+        return self._step_of(step, self.stage_keys, 0, len(self.stage_keys), step, lr, grads)
 
     def _stage_step(self, stage, step, lr, grads):
         """Stage `stage` (a constant) at `step`: dense momentum for the small parameters,
