@@ -183,8 +183,8 @@ class AutoSparsity(nn.Cell):
         if self.large_chunk_pays(measured):
             summed = self.chunk_reduce(F.depend(self.chunks[1], measured))
             mine = self._read(self.chunk_slots[1], summed)
-            least = self.all_gather(mine.reshape((1, _SLOTS))).min(axis=0)
-            return ops.concat((measured[:_CHUNK2], least[_CHUNK2:]))
+            every = self.combine(self.all_gather(mine.reshape((1, _SLOTS))))
+            return ops.concat((measured[:_CHUNK2], every[_CHUNK2:]))
         return self.without_large_chunk(measured)
 
     def modeled_steps(self, best):
@@ -242,7 +242,7 @@ class AutoSparsity(nn.Cell):
                "sparsity": None if choice < 0 else SPARSITY_CHOICES[choice],
                **{name: (float(v) or None) for name, v in zip(names, best)}}
         if choice != MEASURING and best[:_CHUNK2].all() and not best[_CHUNK2]:
-            best[_CHUNK2] = best[_CHUNK1] * self.chunk_scale  # not run: without_large_chunk
+            best = self.without_large_chunk(Tensor(best)).asnumpy()  # the larger did not run
         if choice != MEASURING and best.all():
             dense, steps = self.modeled_steps(Tensor(best))
             out["modeled_dense_step_s"] = float(dense.asnumpy())

@@ -316,10 +316,9 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
         # the dtypes of the local gradients (_local_grads)
         self.grad_dtypes = tuple(mstype.float32 if w else p.dtype
                                  for w, p in zip(self.widened, self._parameters))
-        self.stage_bounds = stage_branches(plan)
         # _step_of's (stage, first key) pairs: the stages by their first step; with
         # sparsity="auto" every choice by its index
-        self.stage_keys = tuple((s, first) for s, first, _ in self.stage_bounds)
+        self.stage_bounds = stage_branches(plan)
         self.choice_keys = tuple((s, s) for s in range(len(self.sparsity)))
         self.u = ParameterTuple(_residual(p, U_PREFIX, w)
                                 for p, w in zip(self._parameters, self.widened))
@@ -459,16 +458,17 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
             # sparsity="auto" past its probe, its choice made: the chosen step and nothing
             # more (no clock, no first-step branch), through as few branches on the device
             # as there are: MindSpore's runtime pays for each in a graph with collectives
+            checked = F.depend(grads, synced)
             if _stage is None:
                 choice = self.auto.choice.reshape(()) * 1
                 # (one tensor condition: `and` between tensors compiles to a branch of its own)
                 if F.logical_and(step > self.auto.choose_begin, choice == DENSE):
-                    return self._warmup_step(lr, F.depend(grads, synced))
+                    return self._warmup_step(lr, checked)
                 if F.logical_and(step >= self.auto.choose_begin, choice >= 0):
                     return self._step_of(choice, self.choice_keys, 0, len(self.choice_keys),
-                                         step, lr, F.depend(grads, synced))
+                                         step, lr, checked)
             elif _stage == _DECIDED_DENSE:
-                return self._warmup_step(lr, F.depend(grads, synced))
+                return self._warmup_step(lr, checked)
         if self.nranks > 1:
             if _first_step is None:
                 if step == 0:
@@ -545,7 +545,8 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
         compressed ones in the stage of `step` (the plan's stages as step ranges,
         schedule.DGCPlan.stage_starts; found on the device by halving when there are
         several)."""
-        return self._step_of(step, self.stage_keys, 0, len(self.stage_keys), step, lr, grads)
+        return self._step_of(step, self.stage_bounds, 0, len(self.stage_bounds), step, lr,
+                             grads)
 
     def _stage_step(self, stage, step, lr, grads):
         """Stage `stage` (a constant) at `step`: dense momentum for the small parameters,

@@ -9,9 +9,6 @@ from typing import NamedTuple
 from ..aot import buckets
 from .schedule import union_k
 
-# The last step a stage branch covers (global_step is int32).
-LAST_STEP = 2 ** 31 - 1
-
 
 class MomentumRun(NamedTuple):
     """Positions ``lo:hi`` of a momentum group that one native momentum op steps."""
@@ -132,8 +129,6 @@ def sparse_buckets(entries, comp_dtypes):
 
 
 def stage_branches(plan):
-    """The graph's stage branches: (stage, first step, first step of the next stage) for
-    the stages of `plan` (a DGCPlan) that some step reaches."""
-    return tuple((s, plan.stage_starts[s],
-                  plan.stage_starts[s + 1] if s + 1 < plan.stages else LAST_STEP)
-                 for s in range(plan.stages) if plan.reached(s))
+    """The graph's stage branches: (stage, first step) for the stages of `plan` (a DGCPlan)
+    that some step reaches; each runs until the next one's first step."""
+    return tuple((s, plan.stage_starts[s]) for s in range(plan.stages) if plan.reached(s))
