@@ -132,16 +132,23 @@ def test_wire_bytes_match_the_model(straight):
 def test_first_step_broadcasts_nothing_when_the_replicas_agree(straight):
     """Both workers start from the same seed: the first step compares parameter digests
     (one more small AllGather) instead of broadcasting rank 0's parameters, which would
-    add about twice the parameters' bytes to host 0's first step."""
+    add about twice the parameters' bytes to host 0's first step.
+
+    Steps 0 and 1 are counted together: a host's step ends when its peer's bytes have
+    arrived, which can be before the last of its own have left the shaped link's queue,
+    and those then count in the next step (tens of KB, now and then)."""
     for result in _finished(straight):
         stats = result["exchange_stats"][0]
-        assert stats["step"] == 0
         log = result["steps_log"]
-        messages = 2 * (stats["workers"] - 1) * (COLLECTIVES_PER_DGC_STEP + 1)
-        model = (stats["wire_bytes"] + HEADER_BYTES_PER_PACKET * log["tx_packets"][0]
+        assert stats["step"] == 0 and log["stage"][1] == stats["stage"]  # same wire bytes
+        messages = 2 * (stats["workers"] - 1) * (2 * COLLECTIVES_PER_DGC_STEP + 1)
+        packets = log["tx_packets"][0] + log["tx_packets"][1]
+        model = (2 * stats["wire_bytes"] + HEADER_BYTES_PER_PACKET * packets
                  + FRAMING_BYTES_PER_MESSAGE * messages)
-        assert abs(log["tx_bytes"][0] - model) <= 0.10 * model, (log["tx_bytes"][0], model)
-        assert 4 * result["params"] > 0.5 * model  # a broadcast would not go unnoticed
+        tx = log["tx_bytes"][0] + log["tx_bytes"][1]
+        assert abs(tx - model) <= 0.10 * model, (log["tx_bytes"][:2], model)
+        broadcast = 2 * 4 * result["params"]
+        assert broadcast > 0.5 * model  # would not go unnoticed
 
 
 def test_link_outage_stalls_then_finishes_with_the_same_bits(straight, outage):
