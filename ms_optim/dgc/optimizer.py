@@ -521,13 +521,23 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
         keys ascending; constants) whose range of keys, from its first to the next entry's,
         holds `key` (a scalar Tensor: the step, or sparsity="auto"'s choice), found by
         halving: a step passes log2(hi - lo) branches on the device, not one or two per
-        stage (MindSpore's runtime pays for each in a graph with collectives)."""
+        stage (MindSpore's runtime pays for each in a graph with collectives).  What is the
+        same at every stage runs or is picked once before the branches (the small
+        parameters' dense momentum, the compressed ones' gradients and learning rates):
+        each branch holds only its stage's selection, exchange and update, and the graph
+        compiles in less time."""
+        done = self.dense_momentum(lr, grads)
+        comp = self._comp_inputs(lr, grads)
+        return F.depend(done, self._compressed_of(key, keyed, lo, hi, step, lr, grads, comp))
+
+    def _compressed_of(self, key, keyed, lo, hi, step, lr, grads, comp):
+        """_step_of's branches: the compressed parameters' step of the stage holding `key`."""
         if hi - lo == 1:
-            return self._stage_step(keyed[lo][0], step, lr, grads)
+            return self._compressed(keyed[lo][0], step, lr, grads, comp)
         mid = (lo + hi) // 2
         if key < keyed[mid][1]:
-            return self._step_of(key, keyed, lo, mid, step, lr, grads)
-        return self._step_of(key, keyed, mid, hi, step, lr, grads)
+            return self._compressed_of(key, keyed, lo, mid, step, lr, grads, comp)
+        return self._compressed_of(key, keyed, mid, hi, step, lr, grads, comp)
 
     def _leave_probe(self, lr, grads):
         """sparsity="auto" goes dense: the residuals flushed (steps.ResidualFlush) and the
@@ -552,15 +562,20 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
         """Stage `stage` (a constant) at `step`: dense momentum for the small parameters,
         and the compressed ones at that stage's sparsity."""
         done = self.dense_momentum(lr, grads)
-        if self.compresses:
-            done = F.depend(done, self._compressed(stage, step, lr, grads))
-        return done
+        return F.depend(done, self._compressed(stage, step, lr, grads,
+                                               self._comp_inputs(lr, grads)))
 
-    def _compressed(self, stage, step, lr, grads):
-        """The compressed parameters and the bucket at stage `stage` (a constant)."""
+    def _comp_inputs(self, lr, grads):
+        """The compressed parameters' (learning rates, gradients): the sparse step's inputs
+        (None without compressed parameters)."""
+        return self.sparse_step.inputs(lr, grads) if self.comp_ids else None
+
+    def _compressed(self, stage, step, lr, grads, comp):
+        """The compressed parameters (`comp`: their inputs, from ``_comp_inputs``) and the
+        bucket at stage `stage` (a constant); nothing when nothing is compressed."""
         done = True
         if self.comp_ids:
-            done = self.sparse_step(stage, lr, grads, step)
+            done = self.sparse_step(stage, comp[0], comp[1], step)
         if self.bucket_ids:
             done = F.depend(done, self.bucket_step(stage, lr, grads, step))
         return done

@@ -145,7 +145,9 @@ class _SparseStep(_Step):
       leader's or every worker's proposals side by side (``take``; `exchanges.shared`, a
       SharedExchange, exchanges indices and values), and applies their mean.
 
-    What each worker contributes per stage is ``plan.stage_entries``'s."""
+    What each worker contributes per stage is ``plan.stage_entries``'s.  The step takes
+    what ``inputs`` picks (the compressed parameters' learning rates and gradients): picked
+    once before the stage branches, not in each of them, the graph compiles in less time."""
 
     def __init__(self, state, plan, stage_exchange, exchanges):
         super().__init__(state, plan.comp_ids)
@@ -161,8 +163,12 @@ class _SparseStep(_Step):
         self.shares = any(ex in ("leader", "union") for ex in stage_exchange)
         self.nranks_t = Tensor(float(state.nranks), mstype.float32)
 
-    def construct(self, stage, lr, grads, step):
-        lrs = self.lrs(lr)
+    def inputs(self, lr, grads):
+        """(lrs, grads) of the compressed parameters, from the step's (of every
+        parameter): what ``construct`` takes."""
+        return self.lrs(lr), self.own(grads)
+
+    def construct(self, stage, lrs, grads, step):
         exchange = self.stage_exchange[stage]
         if exchange == "leader":
             idx = self.shared_exchange.leader_indices(self.propose(stage, grads), step)
@@ -249,16 +255,15 @@ class NativeStep(_SparseStep):
 
     def _local(self, stage, grads, order, stage_ops):
         """One op of ``stage_ops[stage]`` (select or propose ops, of call order `order`) per
-        bucket, on the compressed parameters' gradients alone (not the whole tuple with
-        indices as the dense momentum takes it: MindSpore runs a step ten times slower when
-        two in-place ops take the same gradient Parameters): the outputs, bucket by
+        bucket, on the compressed parameters' gradients `grads` alone (not the whole tuple
+        with indices as the dense momentum takes it: MindSpore runs a step ten times slower
+        when two in-place ops take the same gradient Parameters): the outputs, bucket by
         bucket, in the order of this worker's block of the fused buffer."""
-        comp_grads = self.own(grads)  # the compressed parameters' gradients
         outs = ()
         for b in range(len(self.select_ranges)):
             lo, hi = self.select_ranges[b]
             outs = outs + (aot.call(stage_ops[stage][b], order, u=self.us[lo:hi],
-                                    v=self.v[lo:hi], grad=comp_grads[lo:hi], consts=self.consts,
+                                    v=self.v[lo:hi], grad=grads[lo:hi], consts=self.consts,
                                     ks=self.select_ks[stage][b]),)
         return outs
 
@@ -316,7 +321,7 @@ class OpsStep(_SparseStep):
     def select(self, stage, grads):
         idxs, vals = (), ()
         for j in range(len(self.ids)):
-            idx = self._propose(stage, j, grads[self.ids[j]])
+            idx = self._propose(stage, j, grads[j])
             idxs = idxs + (idx,)
             vals = vals + (self._take(j, idx, False),)
         return idxs, vals
@@ -324,7 +329,7 @@ class OpsStep(_SparseStep):
     def propose(self, stage, grads):
         idxs = ()
         for j in range(len(self.ids)):
-            idxs = idxs + (self._propose(stage, j, grads[self.ids[j]]),)
+            idxs = idxs + (self._propose(stage, j, grads[j]),)
         return _fused(idxs)
 
     def take(self, stage, idx):
