@@ -70,6 +70,19 @@ class BucketStep(_Step):
             self.entries_op = aot.dgc_bucket_apply_entries_op(dtypes)
             self.entries_order = aot.call_order("ms_optim_dgc_bucket_apply_entries")
 
+    def bucket_keys(self, keyed):
+        """`keyed` ((stage, first key) pairs, as DGCMomentum's step branches on) without the
+        entries whose stage steps the bucket as the entry before does (the same k and
+        exchange: the bucket's sparsity stops at ``bucket_sparsity``): the bucket's own
+        branches, each running on to the next one's first key."""
+        out = keyed[:1]
+        for stage, first in keyed[1:]:
+            last = out[-1][0]
+            if (self.k[stage], self.stage_exchange[stage]) != (self.k[last],
+                                                               self.stage_exchange[last]):
+                out = out + ((stage, first),)
+        return out
+
     def construct(self, stage, lr, grads, step):
         exchange = self.stage_exchange[stage]
         if self.native:

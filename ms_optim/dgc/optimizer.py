@@ -400,6 +400,11 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
         self.bucket_step = (BucketStep(state, self.plan, self.bucket_v, self.bucket_exchange,
                                        native=host_native)
                             if self.bucket_ids else None)
+        # the bucket's own branches (_step_of)
+        self.bucket_stage_bounds = self.bucket_choice_keys = ()
+        if self.bucket_step is not None:
+            self.bucket_stage_bounds = self.bucket_step.bucket_keys(self.stage_bounds)
+            self.bucket_choice_keys = self.bucket_step.bucket_keys(self.choice_keys)
 
         def momentum_step(ids, exchange):
             # the native op steps the parameters whose u is float32
@@ -465,7 +470,7 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
                 if F.logical_and(step > self.auto.choose_begin, choice == DENSE):
                     return self._warmup_step(lr, checked)
                 if F.logical_and(step >= self.auto.choose_begin, choice >= 0):
-                    return self._step_of(choice, self.choice_keys, 0, len(self.choice_keys),
+                    return self._step_of(choice, self.choice_keys, self.bucket_choice_keys,
                                          step, lr, checked)
             elif _stage == _DECIDED_DENSE:
                 return self._warmup_step(lr, checked)
@@ -516,28 +521,39 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
                 grads = self._leave_probe(lr, grads)
         return self._warmup_step(lr, grads)
 
-    def _step_of(self, key, keyed, lo, hi, step, lr, grads):
-        """The stage step of the entry of ``keyed[lo:hi]`` ((stage, first key) pairs, the
-        keys ascending; constants) whose range of keys, from its first to the next entry's,
+    def _step_of(self, key, keyed, bucket_keyed, step, lr, grads):
+        """The stage step of the entry of `keyed` ((stage, first key) pairs, the keys
+        ascending; constants) whose range of keys, from its first to the next entry's,
         holds `key` (a scalar Tensor: the step, or sparsity="auto"'s choice), found by
-        halving: a step passes log2(hi - lo) branches on the device, not one or two per
+        halving: a step passes log2(len(keyed)) branches on the device, not one or two per
         stage (MindSpore's runtime pays for each in a graph with collectives).  What is the
         same at every stage runs or is picked once before the branches (the small
-        parameters' dense momentum, the compressed ones' gradients and learning rates):
-        each branch holds only its stage's selection, exchange and update, and the graph
-        compiles in less time."""
+        parameters' dense momentum, the compressed ones' gradients and learning rates), and
+        the bucket branches over `bucket_keyed`, its own steps (``BucketStep.bucket_keys``
+        of `keyed`: stages where the bucket selects alike share one), so the graph compiles
+        in less time."""
         done = self.dense_momentum(lr, grads)
-        comp = self._comp_inputs(lr, grads)
-        return F.depend(done, self._compressed_of(key, keyed, lo, hi, step, lr, grads, comp))
+        if self.comp_ids:
+            lrs, comp = self.sparse_step.inputs(lr, grads)
+            done = F.depend(done, self._branch(True, key, keyed, 0, len(keyed), step, lrs,
+                                               comp))
+        if self.bucket_ids:
+            done = F.depend(done, self._branch(False, key, bucket_keyed, 0, len(bucket_keyed),
+                                               step, lr, grads))
+        return done
 
-    def _compressed_of(self, key, keyed, lo, hi, step, lr, grads, comp):
-        """_step_of's branches: the compressed parameters' step of the stage holding `key`."""
+    def _branch(self, sparse, key, keyed, lo, hi, step, lr, grads):
+        """_step_of's branches: the step of the compressed parameters (`sparse`; `lr` and
+        `grads` theirs, from ``sparse_step.inputs``) or of the bucket, at the stage of the
+        entry of ``keyed[lo:hi]`` that holds `key`."""
         if hi - lo == 1:
-            return self._compressed(keyed[lo][0], step, lr, grads, comp)
+            if sparse:
+                return self.sparse_step(keyed[lo][0], lr, grads, step)
+            return self.bucket_step(keyed[lo][0], lr, grads, step)
         mid = (lo + hi) // 2
         if key < keyed[mid][1]:
-            return self._compressed_of(key, keyed, lo, mid, step, lr, grads, comp)
-        return self._compressed_of(key, keyed, mid, hi, step, lr, grads, comp)
+            return self._branch(sparse, key, keyed, lo, mid, step, lr, grads)
+        return self._branch(sparse, key, keyed, mid, hi, step, lr, grads)
 
     def _leave_probe(self, lr, grads):
         """sparsity="auto" goes dense: the residuals flushed (steps.ResidualFlush) and the
@@ -555,27 +571,10 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
         compressed ones in the stage of `step` (the plan's stages as step ranges,
         schedule.DGCPlan.stage_starts; found on the device by halving when there are
         several)."""
-        return self._step_of(step, self.stage_bounds, 0, len(self.stage_bounds), step, lr,
+        return self._step_of(step, self.stage_bounds, self.bucket_stage_bounds, step, lr,
                              grads)
 
     def _stage_step(self, stage, step, lr, grads):
         """Stage `stage` (a constant) at `step`: dense momentum for the small parameters,
         and the compressed ones at that stage's sparsity."""
-        done = self.dense_momentum(lr, grads)
-        return F.depend(done, self._compressed(stage, step, lr, grads,
-                                               self._comp_inputs(lr, grads)))
-
-    def _comp_inputs(self, lr, grads):
-        """The compressed parameters' (learning rates, gradients): the sparse step's inputs
-        (None without compressed parameters)."""
-        return self.sparse_step.inputs(lr, grads) if self.comp_ids else None
-
-    def _compressed(self, stage, step, lr, grads, comp):
-        """The compressed parameters (`comp`: their inputs, from ``_comp_inputs``) and the
-        bucket at stage `stage` (a constant); nothing when nothing is compressed."""
-        done = True
-        if self.comp_ids:
-            done = self.sparse_step(stage, comp[0], comp[1], step)
-        if self.bucket_ids:
-            done = F.depend(done, self.bucket_step(stage, lr, grads, step))
-        return done
+        return self._step_of(step, ((stage, 0),), ((stage, 0),), step, lr, grads)

@@ -106,6 +106,35 @@ def test_dgc_branches_from_python_follow_the_reference(restore_mode):
             np.testing.assert_allclose(p.asnumpy(), r, rtol=1e-6, atol=1e-6)
 
 
+def _dgc_bucket(params):
+    # as _dgc, the small parameters as one bucket at 0.8: it selects 0.75 of its entries at
+    # stage 0, then 0.8 at stages 1 and 2, which share one bucket branch on the device
+    return ms_optim.DGCMomentum(params, learning_rate=0.1, momentum=0.9, rampup_begin_step=2,
+                                rampup_step=3, sparsity=[0.75, 0.9, 0.99], bucket_sparsity=0.8)
+
+
+def _dgc_bucket_params():
+    return _dgc_params() + [ms.Parameter(Tensor(np.random.default_rng(1).standard_normal(
+        (40, 50)).astype(np.float32)), name="c")]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_dgc_bucket_branches_of_its_own_match_the_stages_called_from_python(route,
+                                                                          restore_mode):
+    """Compiled into a caller's graph, the bucket branches on its own selections (stages that
+    select alike share a branch) apart from the compressed parameters' stages; called from
+    Python, each step runs its stage whole.  Both routes reach the same bits."""
+    opt = _dgc_bucket(_dgc_bucket_params())
+    assert opt.bucketed_params == ["b", "c"] and opt.plan.bucket_k == (501, 401, 401)
+    assert [s for s, _ in opt.stage_bounds] == [0, 1, 2]
+    assert [s for s, _ in opt.bucket_stage_bounds] == [0, 1]
+    expected = _run(_dgc_bucket, _dgc_bucket_params, "graph, in a caller")
+    got = _run(_dgc_bucket, _dgc_bucket_params, route)
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_dgc_reads_its_step_after_a_checkpoint_is_loaded(restore_mode):
     """A step count loaded into global_step picks the branch of that step."""
     ms.set_context(mode=ms.PYNATIVE_MODE)
