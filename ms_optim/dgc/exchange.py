@@ -36,6 +36,7 @@ from typing import NamedTuple
 import numpy as np
 from mindspore import Tensor, nn, ops
 from mindspore import dtype as mstype
+from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
@@ -129,8 +130,10 @@ class DenseExchange(nn.Cell):
         self.nranks = nranks
         self.shapes = tuple(tuple(s) for s in shapes)
         sizes = [int(np.prod(s)) for s in self.shapes]
-        self.bounds = tuple((sum(sizes[:j]), sum(sizes[:j + 1])) for j in range(len(sizes)))
+        self.sizes = tuple(sizes)
+        self.offsets = tuple(sum(sizes[:j]) for j in range(len(sizes)))
         self.send_elements = sum(sizes)
+        self.slice = ops.Slice()
         self.chunks = index_chunks(range(len(sizes)))
         if nranks > 1 and sizes:
             self.all_reduce = ops.AllReduce()
@@ -151,8 +154,9 @@ class DenseExchange(nn.Cell):
         for chunk in self.chunks:
             part = ()
             for j in chunk:
-                lo, hi = self.bounds[j]
-                part = part + (F.cast(total[lo:hi].reshape(self.shapes[j]),
+                # the Slice primitive: indexing (total[lo:hi]) compiles to several graphs
+                lo, n = self.offsets[j], self.sizes[j]
+                part = part + (F.cast(self.slice(total, (lo,), (n,)).reshape(self.shapes[j]),
                                       F.dtype(grads[j])),)
             out = out + part
         return out
@@ -240,6 +244,7 @@ class ReplicaSync(nn.Cell):
             self.all_gather = ops.AllGather()
             self.kinds_digest = aot.digest_op(1, mstype.int32)
             self.broadcast = ops.Broadcast(0)
+            self.map_assign = C.Map()
             self.digest_order = aot.call_order("ms_optim_digest")
             self.digest_groups = self._digest_groups(params)
 
@@ -247,14 +252,21 @@ class ReplicaSync(nn.Cell):
     def _digest_groups(params):
         """(parameter indices, digest op) per bucket of parameters of one dtype: the
         indices grouped by dtype (in the order the dtypes first appear), then cut by
-        ``aot.buckets``."""
+        ``aot.buckets``: (first, end) when they are consecutive, else None, and the
+        indices as ``plan.index_chunks`` (a tuple grown one element at a time compiles in
+        time that grows with the square of its length)."""
         rank = {}
         for p in params:
             rank.setdefault(p.dtype, len(rank))
         order = sorted(range(len(params)), key=lambda i: rank[params[i].dtype])
         dtypes = [params[i].dtype for i in order]
-        return tuple((tuple(order[lo:hi]), aot.digest_op(hi - lo, dtypes[lo]))
-                     for lo, hi in aot.buckets(dtypes))
+        groups = []
+        for lo, hi in aot.buckets(dtypes):
+            ids = tuple(order[lo:hi])
+            # a run of consecutive parameters is one slice of the tuple
+            run = (ids[0], ids[-1] + 1) if ids == tuple(range(ids[0], ids[-1] + 1)) else None
+            groups.append((run, index_chunks(ids), aot.digest_op(hi - lo, dtypes[lo])))
+        return tuple(groups)
 
     def check(self, step, saved_world, saved_rank, saved_kinds, expected=None):
         """int32[1] once every worker's signature, step and optimizer state matched,
@@ -282,16 +294,22 @@ class ReplicaSync(nn.Cell):
         """After `after`: compares a digest of every worker's parameters and, only
         if they differ, overwrites every parameter with rank 0's."""
         digests = ()
-        for ids, op in self.digest_groups:
-            mine = ()
-            for i in ids:
-                mine = mine + (params[i],)
+        for run, chunks, op in self.digest_groups:
+            if run is not None:
+                mine = params[run[0]:run[1]]
+            else:
+                mine = ()
+                for chunk in chunks:
+                    part = ()
+                    for i in chunk:
+                        part = part + (params[i],)
+                    mine = mine + part
             digests = digests + (aot.call(op, self.digest_order, p=mine),)
         gathered = self.all_gather(F.depend(ops.concat(digests), after))
         rows = gathered.reshape(self.nranks, -1)
         done = after
         if not ops.equal(rows, rows[0:1]).all():
             synced = self.broadcast(F.depend(params, gathered))
-            for j in range(len(params)):
-                done = F.depend(done, F.assign(params[j], synced[j]))
+            # one Map, not a loop: a loop compiles to graphs per parameter
+            done = F.depend(done, self.map_assign(F.assign, params, synced))
         return F.depend(done, gathered)

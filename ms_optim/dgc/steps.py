@@ -48,6 +48,10 @@ class _Step(GraphHelpers, nn.Cell):
         self._init_graph_helpers()
         self.ids = tuple(ids)
         self.id_chunks = index_chunks(self.ids)
+        # consecutive ids (every parameter, say) are one slice of the tuple: (first, end)
+        self.id_run = ((self.ids[0], self.ids[-1] + 1)
+                       if self.ids and self.ids == tuple(range(self.ids[0], self.ids[-1] + 1))
+                       else None)
         self.params = tuple(state.params[i] for i in self.ids)
         self.us = tuple(state.u[i] for i in self.ids)
         self.widened = tuple(state.widened[i] for i in self.ids)
@@ -61,8 +65,11 @@ class _Step(GraphHelpers, nn.Cell):
     def own(self, tensors):
         """tensors[i] for this Cell's parameters `ids`, as a tuple grown chunk by chunk
         (plan.index_chunks) inside ``construct``: a generator expression compiles several
-        times slower.  A kernel that can take the whole tuple and pick its tensors by index
-        (``ms_optim_dgc_momentum``, the bucket's select) compiles faster still."""
+        times slower.  Consecutive ids are one slice.  A kernel that can take the whole
+        tuple and pick its tensors by index (``ms_optim_dgc_momentum``, the bucket's select)
+        compiles faster still."""
+        if self.id_run is not None:
+            return tensors[self.id_run[0]:self.id_run[1]]
         out = ()
         for chunk in self.id_chunks:
             part = ()

@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -301,7 +302,19 @@ def test_check_reference_without_paddle_says_how_to_get_it():
     assert "Traceback" not in res.stderr
 
 
+def test_first_call_times_compile_and_the_first_steps():
+    res = run_module("benchmarks.first_call", "--only", "ms_optim.DGCMomentum[warmup5, bucket]",
+                     "--size", "50000")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert re.search(r"ms_optim.DGCMomentum\[warmup5, bucket\], ResNet-50 tensors .*: compile "
+                     r"[0-9.]+ s, first call [0-9.]+ s, together [0-9.]+ s; second call [0-9.]+ s",
+                     res.stdout), res.stdout
+
+
 @pytest.mark.parametrize("name, bad", [
+    ("benchmarks.first_call", ["--only", "ms_optim.DGCMomentum", "--size", "0.5"]),
+    ("benchmarks.first_call", ["--only", "Adam"]),
+
     pytest.param("tools.fidelity", ["--charlm-steps", "0"], marks=pytest.mark.slow),
     pytest.param("benchmarks.profile_step", ["--size", "10"], marks=pytest.mark.slow),
     ("benchmarks.bench_bnb_adam8bit", ["--steps", "0"]),
