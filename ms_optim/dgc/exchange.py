@@ -250,11 +250,12 @@ class ReplicaSync(nn.Cell):
 
     @staticmethod
     def _digest_groups(params):
-        """(parameter indices, digest op) per bucket of parameters of one dtype: the
+        """(run, index chunks, digest op) per bucket of parameters of one dtype: the
         indices grouped by dtype (in the order the dtypes first appear), then cut by
-        ``aot.buckets``: (first, end) when they are consecutive, else None, and the
-        indices as ``plan.index_chunks`` (a tuple grown one element at a time compiles in
-        time that grows with the square of its length)."""
+        ``aot.buckets``; the run is (first, end) when they are consecutive (one slice of
+        the tuple), else None, and the chunks are ``plan.index_chunks`` of them (a tuple
+        grown one element at a time compiles in time that grows with the square of its
+        length)."""
         rank = {}
         for p in params:
             rank.setdefault(p.dtype, len(rank))
