@@ -41,7 +41,7 @@ from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from .. import aot
-from .plan import index_chunks
+from .plan import index_chunks, index_pick, pick
 
 
 def world_size():
@@ -250,24 +250,16 @@ class ReplicaSync(nn.Cell):
 
     @staticmethod
     def _digest_groups(params):
-        """(run, index chunks, digest op) per bucket of parameters of one dtype: the
-        indices grouped by dtype (in the order the dtypes first appear), then cut by
-        ``aot.buckets``; the run is (first, end) when they are consecutive (one slice of
-        the tuple), else None, and the chunks are ``plan.index_chunks`` of them (a tuple
-        grown one element at a time compiles in time that grows with the square of its
-        length)."""
+        """(plan.index_pick of the parameters, digest op) per bucket of parameters of one
+        dtype: the indices grouped by dtype (in the order the dtypes first appear), then
+        cut by ``aot.buckets``."""
         rank = {}
         for p in params:
             rank.setdefault(p.dtype, len(rank))
         order = sorted(range(len(params)), key=lambda i: rank[params[i].dtype])
         dtypes = [params[i].dtype for i in order]
-        groups = []
-        for lo, hi in aot.buckets(dtypes):
-            ids = tuple(order[lo:hi])
-            # a run of consecutive parameters is one slice of the tuple
-            run = (ids[0], ids[-1] + 1) if ids == tuple(range(ids[0], ids[-1] + 1)) else None
-            groups.append((run, index_chunks(ids), aot.digest_op(hi - lo, dtypes[lo])))
-        return tuple(groups)
+        return tuple((index_pick(order[lo:hi]), aot.digest_op(hi - lo, dtypes[lo]))
+                     for lo, hi in aot.buckets(dtypes))
 
     def check(self, step, saved_world, saved_rank, saved_kinds, expected=None):
         """int32[1] once every worker's signature, step and optimizer state matched,
@@ -295,17 +287,8 @@ class ReplicaSync(nn.Cell):
         """After `after`: compares a digest of every worker's parameters and, only
         if they differ, overwrites every parameter with rank 0's."""
         digests = ()
-        for run, chunks, op in self.digest_groups:
-            if run is not None:
-                mine = params[run[0]:run[1]]
-            else:
-                mine = ()
-                for chunk in chunks:
-                    part = ()
-                    for i in chunk:
-                        part = part + (params[i],)
-                    mine = mine + part
-            digests = digests + (aot.call(op, self.digest_order, p=mine),)
+        for how, op in self.digest_groups:
+            digests = digests + (aot.call(op, self.digest_order, p=pick(params, how)),)
         gathered = self.all_gather(F.depend(ops.concat(digests), after))
         rows = gathered.reshape(self.nranks, -1)
         done = after

@@ -2,7 +2,8 @@
 (``ms_optim.dgc.schedule``: what is compressed, k per stage, the fused buffer's
 offsets): which parameters each multi-tensor op steps, where each op reads its
 gradients, and which stages the step's graph branches to.  Plain Python over
-indices; the Cells of ``steps.py`` build their ops from these plans.
+indices; the Cells of ``steps.py`` build their ops from these plans, and take the
+tensors at a plan's indices inside their graphs with ``pick``.
 """
 from typing import NamedTuple
 
@@ -43,6 +44,33 @@ def index_chunks(ids):
     ids = tuple(ids)
     width = int(len(ids) ** 0.5) + 1
     return tuple(ids[j:j + width] for j in range(0, len(ids), width))
+
+
+def index_pick(ids):
+    """How ``pick`` builds the tuple of the tensors at the indices `ids` inside a graph:
+    (run, chunks), run (first, end) when they are consecutive (one slice of the tuple),
+    else None, and chunks the indices as ``index_chunks`` (a plain tuple: a graph reads
+    it as a constant)."""
+    ids = tuple(ids)
+    consecutive = bool(ids) and ids == tuple(range(ids[0], ids[-1] + 1))
+    return (ids[0], ids[-1] + 1) if consecutive else None, index_chunks(ids)
+
+
+def pick(tensors, how):
+    """tensors[i] for the indices of `how` (``index_pick``'s), in graph code: one slice of
+    the tuple when they are consecutive (every parameter, say), else a tuple grown chunk
+    by chunk (a generator expression compiles several times slower; a tuple grown one
+    element at a time, in time that grows with the square of its length)."""
+    run, chunks = how
+    if run is not None:
+        return tensors[run[0]:run[1]]
+    out = ()
+    for chunk in chunks:
+        part = ()
+        for i in chunk:
+            part = part + (tensors[i],)
+        out = out + part
+    return out
 
 
 def momentum_group(ids, native, nranks, num_params):

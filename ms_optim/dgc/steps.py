@@ -21,7 +21,7 @@ from mindspore.ops import functional as F
 
 from .. import aot
 from .._step import GraphHelpers
-from .plan import index_chunks, sparse_buckets, stage_entries
+from .plan import index_pick, pick, sparse_buckets, stage_entries
 
 
 class StepState(NamedTuple):
@@ -47,11 +47,7 @@ class _Step(GraphHelpers, nn.Cell):
         super().__init__(auto_prefix=False)
         self._init_graph_helpers()
         self.ids = tuple(ids)
-        self.id_chunks = index_chunks(self.ids)
-        # consecutive ids (every parameter, say) are one slice of the tuple: (first, end)
-        self.id_run = ((self.ids[0], self.ids[-1] + 1)
-                       if self.ids and self.ids == tuple(range(self.ids[0], self.ids[-1] + 1))
-                       else None)
+        self.id_pick = index_pick(self.ids)
         self.params = tuple(state.params[i] for i in self.ids)
         self.us = tuple(state.u[i] for i in self.ids)
         self.widened = tuple(state.widened[i] for i in self.ids)
@@ -63,20 +59,10 @@ class _Step(GraphHelpers, nn.Cell):
                                      nesterov=state.use_nesterov)
 
     def own(self, tensors):
-        """tensors[i] for this Cell's parameters `ids`, as a tuple grown chunk by chunk
-        (plan.index_chunks) inside ``construct``: a generator expression compiles several
-        times slower.  Consecutive ids are one slice.  A kernel that can take the whole
-        tuple and pick its tensors by index (``ms_optim_dgc_momentum``, the bucket's select)
-        compiles faster still."""
-        if self.id_run is not None:
-            return tensors[self.id_run[0]:self.id_run[1]]
-        out = ()
-        for chunk in self.id_chunks:
-            part = ()
-            for i in chunk:
-                part = part + (tensors[i],)
-            out = out + part
-        return out
+        """tensors[i] for this Cell's parameters `ids`, inside ``construct`` (plan.pick).  A
+        kernel that can take the whole tuple and pick its tensors by index
+        (``ms_optim_dgc_momentum``, the bucket's select) compiles faster still."""
+        return pick(tensors, self.id_pick)
 
     def lrs(self, lr):
         """The learning rates of the parameters, in their order (with group learning rates;

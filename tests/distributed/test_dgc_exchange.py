@@ -188,16 +188,16 @@ def test_digest_ops_of_two_dtypes_in_one_graph():
            for i, s in enumerate([(3,), (16383,)])]
     params = [p32[0], p16[0], p32[1], p16[1]]
     groups = exchange.ReplicaSync._digest_groups(params)
-    # (a run of consecutive parameters or None, the indices in chunks, the op)
-    assert [(run, sum(chunks, ())) for run, chunks, _ in groups] == [(None, (0, 2)),
+    # (how the parameters are picked: a run of consecutive ones or None, and chunks; the op)
+    assert [(run, sum(chunks, ())) for (run, chunks), _ in groups] == [(None, (0, 2)),
                                                                      (None, (1, 3))]
     one_dtype = exchange.ReplicaSync._digest_groups(p32 + p32)
-    assert [(run, sum(chunks, ())) for run, chunks, _ in one_dtype] == [((0, 4), (0, 1, 2, 3))]
+    assert [(run, sum(chunks, ())) for (run, chunks), _ in one_dtype] == [((0, 4), (0, 1, 2, 3))]
 
     class Digests(ms.nn.Cell):
         def __init__(self):
             super().__init__()
-            self.ops = tuple(op for _, _, op in groups)
+            self.ops = tuple(op for _, op in groups)
 
         def construct(self, a, b, c, d):
             return self.ops[0](a, c), self.ops[1](b, d)
