@@ -4,10 +4,12 @@ with any of the exchanges."""
 import numpy as np
 from mindspore import Tensor, ops
 from mindspore import dtype as mstype
+from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
 from .. import aot
 from .exchange import DenseExchange, SharedExchange, SparseExchange
+from .plan import cut, flatten
 from .schedule import union_k
 from .steps import _Step, residual_update
 
@@ -41,6 +43,9 @@ class BucketStep(_Step):
         self.native = native
         self.numel = plan.bucket_numel
         self.bounds = tuple((lo, lo + p.size) for lo, p in zip(plan.bucket_offsets, self.params))
+        self.offsets = tuple(lo for lo, _ in self.bounds)
+        self.sizes = tuple(p.size for p in self.params)
+        self.map_assign = C.Map()
         self.stage_exchange = bucket_exchange
         # per stage, the indices each worker selects (with the union, its proposals)
         self.k = tuple(union_k(k, state.nranks) if ex == "union" else k
@@ -133,16 +138,9 @@ class BucketStep(_Step):
         """Momentum correction of the bucket, on the concatenations of its parameters'
         u, v and gradients (one op per term, not per parameter): the new u and v,
         concatenated (assigned by ``mask``)."""
-        g = self.flat(self.own(grads))
-        u, v = self.flat(self.us), self.flat(self.v)
+        g = flatten(self.own(grads), mstype.float32)
+        u, v = flatten(self.us, mstype.float32), flatten(self.v, mstype.float32)
         return residual_update(self.momentum, self.use_nesterov, u, v, g)
-
-    def flat(self, tensors):
-        """`tensors` (one per parameter of the bucket) flattened and concatenated."""
-        out = ()
-        for t in tensors:
-            out = out + (t.reshape(-1),)
-        return ops.concat(out)
 
     def mask(self, all_u, all_v, rows):
         """u and v set to 0 at `rows` (the taken indices) and assigned, per parameter."""
@@ -152,12 +150,8 @@ class BucketStep(_Step):
                                                                                 zeros)))
 
     def unflatten(self, targets, flat):
-        """`flat` (a concatenation as ``flat`` makes) split and assigned to `targets`."""
-        done = True
-        for j in range(len(self.ids)):
-            lo, hi = self.bounds[j]
-            done = F.depend(done, F.assign(targets[j], flat[lo:hi].reshape(targets[j].shape)))
-        return done
+        """`flat` (a concatenation as ``flatten`` makes) cut and assigned to `targets`."""
+        return self.map_assign(F.assign, targets, cut(flat, targets, self.offsets, self.sizes))
 
     def apply(self, lr, mean):
         """p -= lr * mean for each parameter (its share of the bucket), in float32: one op

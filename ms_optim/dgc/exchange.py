@@ -41,7 +41,7 @@ from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from .. import aot
-from .plan import index_chunks, index_pick, pick
+from .plan import cut, flatten, index_pick, pick
 
 
 def world_size():
@@ -133,8 +133,6 @@ class DenseExchange(nn.Cell):
         self.sizes = tuple(sizes)
         self.offsets = tuple(sum(sizes[:j]) for j in range(len(sizes)))
         self.send_elements = sum(sizes)
-        self.slice = ops.Slice()
-        self.chunks = index_chunks(range(len(sizes)))
         if nranks > 1 and sizes:
             self.all_reduce = ops.AllReduce()
             self.nranks_t = Tensor(float(nranks), mstype.float32)
@@ -142,24 +140,9 @@ class DenseExchange(nn.Cell):
     def construct(self, grads):
         if self.nranks == 1 or not self.shapes:
             return grads
-        flat = ()  # (grown chunk by chunk: plan.index_chunks)
-        for chunk in self.chunks:
-            part = ()
-            for j in chunk:
-                part = part + (F.cast(grads[j], mstype.float32).reshape(-1),)
-            flat = flat + part
         # a division, as the reference and the gathered path's apply kernel do
-        total = self.all_reduce(ops.concat(flat)) / self.nranks_t
-        out = ()
-        for chunk in self.chunks:
-            part = ()
-            for j in chunk:
-                # the Slice primitive: indexing (total[lo:hi]) compiles to several graphs
-                lo, n = self.offsets[j], self.sizes[j]
-                part = part + (F.cast(self.slice(total, (lo,), (n,)).reshape(self.shapes[j]),
-                                      F.dtype(grads[j])),)
-            out = out + part
-        return out
+        total = self.all_reduce(flatten(grads, mstype.float32)) / self.nranks_t
+        return cut(total, grads, self.offsets, self.sizes)
 
 
 class SharedExchange(nn.Cell):

@@ -2,10 +2,15 @@
 (``ms_optim.dgc.schedule``: what is compressed, k per stage, the fused buffer's
 offsets): which parameters each multi-tensor op steps, where each op reads its
 gradients, and which stages the step's graph branches to.  Plain Python over
-indices; the Cells of ``steps.py`` build their ops from these plans, and take the
-tensors at a plan's indices inside their graphs with ``pick``.
+indices; the Cells of ``steps.py`` build their ops from these plans, and inside their
+graphs take the tensors at a plan's indices with ``pick``, and join tensors into one
+buffer and cut it back with ``flatten`` and ``cut``.
 """
 from typing import NamedTuple
+
+from mindspore import ops
+from mindspore.ops import composite as C
+from mindspore.ops import functional as F
 
 from ..aot import buckets
 from .schedule import union_k
@@ -36,41 +41,66 @@ class MomentumGroup(NamedTuple):
     grad_ids: tuple  # the parameters whose gradients the sources index
 
 
-def index_chunks(ids):
-    """`ids` cut into about sqrt(len(ids)) consecutive chunks: a graph that builds a tuple
-    of one tensor per index grows it chunk by chunk (a small tuple per chunk, then the
-    chunks joined), which MindSpore compiles in about half the time of a tuple grown one
-    element at a time (its nodes grow with the square of the tuple's length)."""
-    ids = tuple(ids)
-    width = int(len(ids) ** 0.5) + 1
-    return tuple(ids[j:j + width] for j in range(0, len(ids), width))
-
-
 def index_pick(ids):
     """How ``pick`` builds the tuple of the tensors at the indices `ids` inside a graph:
-    (run, chunks), run (first, end) when they are consecutive (one slice of the tuple),
-    else None, and chunks the indices as ``index_chunks`` (a plain tuple: a graph reads
-    it as a constant)."""
+    (run, ids), run (first, end) when they are consecutive (one slice of the tuple), else
+    None (a plain tuple: a graph reads it as a constant)."""
     ids = tuple(ids)
     consecutive = bool(ids) and ids == tuple(range(ids[0], ids[-1] + 1))
-    return (ids[0], ids[-1] + 1) if consecutive else None, index_chunks(ids)
+    return (ids[0], ids[-1] + 1) if consecutive else None, ids
+
+
+# The tuples of one tensor per parameter are built in graph code by one Map each, not by
+# a loop: MindSpore evaluates a tuple grown in a loop one call deeper per element (a model
+# of a few hundred tensors passes its call-depth limit), in time that grows with the
+# square of the tuple's length.
+_item = C.MultitypeFuncGraph("ms_optim_dgc_item")
+_flat = C.MultitypeFuncGraph("ms_optim_dgc_flat")
+_part = C.MultitypeFuncGraph("ms_optim_dgc_part")
+_map = C.Map()
+_slice = ops.Slice()
+
+
+@_item.register("Tuple", "Number")
+def _item_of(tensors, i):
+    """tensors[i], an element of ``pick``'s Map."""
+    return tensors[i]
+
+
+@_flat.register("TypeType", "Tensor")
+def _flat_of(dtype, t):
+    """t as a vector of `dtype`, an element of ``flatten``'s Map."""
+    return F.cast(t, dtype).reshape(-1)
+
+
+@_part.register("Tensor", "Tensor", "Number", "Number", "Tuple")
+def _part_of(flat, like, lo, n, shape):
+    """flat[lo:lo + n] in the shape and dtype of `like`, an element of ``cut``'s Map (the
+    Slice primitive: indexing compiles to several graphs)."""
+    return F.cast(_slice(flat, (lo,), (n,)).reshape(shape), F.dtype(like))
 
 
 def pick(tensors, how):
     """tensors[i] for the indices of `how` (``index_pick``'s), in graph code: one slice of
-    the tuple when they are consecutive (every parameter, say), else a tuple grown chunk
-    by chunk (a generator expression compiles several times slower; a tuple grown one
-    element at a time, in time that grows with the square of its length)."""
-    run, chunks = how
+    the tuple when they are consecutive (every parameter, say), else one Map over the
+    indices."""
+    run, ids = how
     if run is not None:
         return tensors[run[0]:run[1]]
-    out = ()
-    for chunk in chunks:
-        part = ()
-        for i in chunk:
-            part = part + (tensors[i],)
-        out = out + part
-    return out
+    if not ids:
+        return ()
+    return _map(F.partial(_item, tensors), ids)
+
+
+def flatten(tensors, dtype):
+    """`tensors` as one vector of `dtype`, each reshaped to a vector, in their order."""
+    return ops.concat(_map(F.partial(_flat, dtype), tensors))
+
+
+def cut(flat, like, offsets, sizes):
+    """``flatten``'s inverse: per tensor of `like`, its `sizes[j]` elements of `flat` from
+    `offsets[j]` on, in its shape and dtype."""
+    return _map(F.partial(_part, flat), like, offsets, sizes, _map(F.shape, like))
 
 
 def momentum_group(ids, native, nranks, num_params):
