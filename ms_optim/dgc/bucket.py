@@ -4,12 +4,11 @@ with any of the exchanges."""
 import numpy as np
 from mindspore import Tensor, ops
 from mindspore import dtype as mstype
-from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
 from .. import aot
 from .exchange import DenseExchange, SharedExchange, SparseExchange
-from .plan import cut, flatten
+from .plan import assign_each, cut, flatten
 from .schedule import union_k
 from .steps import _Step, residual_update
 
@@ -42,10 +41,9 @@ class BucketStep(_Step):
         self.v = tuple(bucket_v)
         self.native = native
         self.numel = plan.bucket_numel
-        self.bounds = tuple((lo, lo + p.size) for lo, p in zip(plan.bucket_offsets, self.params))
-        self.offsets = tuple(lo for lo, _ in self.bounds)
+        # each parameter's place in the bucket's concatenation
+        self.offsets = tuple(plan.bucket_offsets)
         self.sizes = tuple(p.size for p in self.params)
-        self.map_assign = C.Map()
         self.stage_exchange = bucket_exchange
         # per stage, the indices each worker selects (with the union, its proposals)
         self.k = tuple(union_k(k, state.nranks) if ex == "union" else k
@@ -151,7 +149,7 @@ class BucketStep(_Step):
 
     def unflatten(self, targets, flat):
         """`flat` (a concatenation as ``flatten`` makes) cut and assigned to `targets`."""
-        return self.map_assign(F.assign, targets, cut(flat, targets, self.offsets, self.sizes))
+        return assign_each(targets, cut(flat, targets, self.offsets, self.sizes))
 
     def apply(self, lr, mean):
         """p -= lr * mean for each parameter (its share of the bucket), in float32: one op
@@ -165,8 +163,8 @@ class BucketStep(_Step):
         done = True
         for j in range(len(self.ids)):
             p = self.params[j]
-            lo, hi = self.bounds[j]
-            step = mean[lo:hi].reshape(p.shape)
+            lo = self.offsets[j]
+            step = mean[lo:lo + self.sizes[j]].reshape(p.shape)
             if self.is_group_lr:
                 step = self.lr_at(lrs, j) * step
             done = F.depend(done, F.assign(

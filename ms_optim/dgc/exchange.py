@@ -36,12 +36,11 @@ from typing import NamedTuple
 import numpy as np
 from mindspore import Tensor, nn, ops
 from mindspore import dtype as mstype
-from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from .. import aot
-from .plan import cut, flatten, index_pick, pick
+from .plan import assign_each, cut, flatten, index_pick, pick
 
 
 def world_size():
@@ -227,7 +226,6 @@ class ReplicaSync(nn.Cell):
             self.all_gather = ops.AllGather()
             self.kinds_digest = aot.digest_op(1, mstype.int32)
             self.broadcast = ops.Broadcast(0)
-            self.map_assign = C.Map()
             self.digest_order = aot.call_order("ms_optim_digest")
             self.digest_groups = self._digest_groups(params)
 
@@ -277,6 +275,5 @@ class ReplicaSync(nn.Cell):
         done = after
         if not ops.equal(rows, rows[0:1]).all():
             synced = self.broadcast(F.depend(params, gathered))
-            # one Map, not a loop: a loop compiles to graphs per parameter
-            done = F.depend(done, self.map_assign(F.assign, params, synced))
+            done = F.depend(done, assign_each(params, synced))
         return F.depend(done, gathered)

@@ -4,7 +4,7 @@ offsets): which parameters each multi-tensor op steps, where each op reads its
 gradients, and which stages the step's graph branches to.  Plain Python over
 indices; the Cells of ``steps.py`` build their ops from these plans, and inside their
 graphs take the tensors at a plan's indices with ``pick``, and join tensors into one
-buffer and cut it back with ``flatten`` and ``cut``.
+buffer and cut it back with ``flatten`` and ``cut`` (assigned with ``assign_each``).
 """
 from typing import NamedTuple
 
@@ -101,6 +101,11 @@ def cut(flat, like, offsets, sizes):
     """``flatten``'s inverse: per tensor of `like`, its `sizes[j]` elements of `flat` from
     `offsets[j]` on, in its shape and dtype."""
     return _map(F.partial(_part, flat), like, offsets, sizes, _map(F.shape, like))
+
+
+def assign_each(targets, values):
+    """``F.assign(targets[j], values[j])`` for every j, in graph code: the assigns' outputs."""
+    return _map(F.assign, targets, values)
 
 
 def momentum_group(ids, native, nranks, num_params):

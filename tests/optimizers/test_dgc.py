@@ -477,8 +477,8 @@ def test_reference_schedule_agrees_with_the_plan():
 
 
 class _Tuples(nn.Cell):
-    """plan.pick, flatten and cut in one graph over `params`: the tensors at `ids` doubled
-    through one float32 buffer and assigned back."""
+    """plan.pick, flatten, cut and assign_each in one graph over `params`: the tensors at
+    `ids` doubled through one float32 buffer and assigned back."""
 
     def __init__(self, params, ids):
         super().__init__()
@@ -493,11 +493,8 @@ class _Tuples(nn.Cell):
     def construct(self):
         picked = dgc.plan.pick(self.params, self.how)
         flat = dgc.plan.flatten(picked, ms.float32) * self.two
-        return ms.ops.depend(self.two, self.map_assign(picked, dgc.plan.cut(
+        return ms.ops.depend(self.two, dgc.plan.assign_each(picked, dgc.plan.cut(
             flat, picked, self.offsets, self.sizes)))
-
-    def map_assign(self, targets, values):
-        return ms.ops.HyperMap()(ms.ops.assign, targets, values)
 
 
 def test_dgc_graph_tuples_of_many_tensors_compile_and_match_numpy():
