@@ -89,7 +89,7 @@ class HostMomentOptimizer(Optimizer):
         self.step_ops = tuple(aot.host_step_op(self.RULE, hi - lo, self._parameters[lo].dtype,
                                                delta, moment_dtype)
                               for lo, hi in self.buckets)
-        self.step_order = aot.call_order(aot.host_step_entry(self.RULE, delta, self.scaled))
+        self.step_call = aot.caller(aot.host_step_entry(self.RULE, delta, self.scaled))
         self._init_bucket_decay(self.buckets)
 
     # ---------------------------------------------------------------- a step --
@@ -121,8 +121,8 @@ class HostMomentOptimizer(Optimizer):
             v, v_scale = second[lo:hi], second_scale[lo:hi]
             key = self.q8_key(b)
             if self.impl == "delta":
-                steps = aot.call(
-                    self.step_ops[b], self.step_order, m=m, v=v, m_scale=m_scale,
+                steps = self.step_call(
+                    self.step_ops[b], m=m, v=v, m_scale=m_scale,
                     v_scale=v_scale, grad=gradients[lo:hi], lr=lr_b, powers=powers,
                     consts=self.consts, key=key)
                 if hi - lo == 1:
@@ -138,8 +138,8 @@ class HostMomentOptimizer(Optimizer):
                 wd_b = self.bucket_weight_decay(weight_decay, b, lo, hi)
                 if self.decoupled:
                     wd_b = wd_b * self.inv_loss_scale
-                done = F.depend(done, aot.call(
-                    self.step_ops[b], self.step_order, param=params[lo:hi], m=m, v=v,
+                done = F.depend(done, self.step_call(
+                    self.step_ops[b], param=params[lo:hi], m=m, v=v,
                     m_scale=m_scale, v_scale=v_scale, grad=gradients[lo:hi], lr=lr_b, wd=wd_b,
                     powers=powers, consts=self.consts, key=key))
         return done

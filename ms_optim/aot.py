@@ -6,8 +6,8 @@ Four things live here and nowhere else:
   declared once, with its constants, in ``ops/core/contract.h``; the library
   reports it (``signature(entry)``).  An op is built with each slot's dtype
   given by name (``native_op``), and called with its tensors given by name
-  (``call``, ``arrange_arrays``): a missing or unknown name is a ValueError,
-  and no argument order is written on this side.
+  (``caller``, ``arrange_arrays``): a missing name is an error, and no argument
+  order is written on this side.
 - **Constants layouts.**  A kernel's fixed hyper-parameters travel as one
   float32 tensor whose layout is a C++ struct declared by a list of field
   names in the same file, the one place they are written: the library reports
@@ -27,6 +27,7 @@ Four things live here and nowhere else:
   ``device="GPU"`` for the CUDA library's entry of the same declaration (ops/cuda/).
 """
 import ctypes
+import keyword
 import zlib
 
 from mindspore import Tensor, ops
@@ -85,41 +86,45 @@ def signature(entry):
     return _signatures[entry]
 
 
-# The most input slots an entry declares: ``call`` passes that many slots, the missing ones
-# empty (tests/kernels/test_kernel_signatures.py checks every declaration against it).
-MAX_SLOTS = 12
-
-
 def call_order(entry):
-    """The inputs of `entry` as ``(name, multi)`` pairs, for ``call``."""
-    order = tuple((s.name, s.multi) for s in signature(entry) if not s.output)
-    if len(order) > MAX_SLOTS:
-        raise RuntimeError(f"native kernel {entry} declares {len(order)} input slots; "
-                           f"aot.call passes at most MAX_SLOTS = {MAX_SLOTS}")
-    return order
+    """The inputs of `entry` as ``(name, multi)`` pairs: a slot of several tensors takes a
+    tuple."""
+    return tuple((s.name, s.multi) for s in signature(entry) if not s.output)
 
 
-def _slot(order, i, named):
-    """Slot i of `order` as a tuple of tensors (empty past the last slot)."""
-    if i >= len(order):
-        return ()
-    name, multi = order[i]
-    if multi:
-        return named[name]
-    return (named[name],)
+_callers = {}
 
 
-def call(op, order, **named):
-    """``op`` on its inputs given by name: `order` is ``call_order(entry)``, a slot of
-    several tensors takes a tuple; names the order does not hold are not used (a caller of
-    several entries passes the union).  Runs inside a cell's ``construct``: the slots are
-    picked by constant positions and passed as starred tuples, which MindSpore compiles in
-    a fraction of the time a tuple built slot by slot in a loop takes (with ResNet-50's
-    161 tensors, about a second less per op)."""
-    return op(*_slot(order, 0, named), *_slot(order, 1, named), *_slot(order, 2, named),
-              *_slot(order, 3, named), *_slot(order, 4, named), *_slot(order, 5, named),
-              *_slot(order, 6, named), *_slot(order, 7, named), *_slot(order, 8, named),
-              *_slot(order, 9, named), *_slot(order, 10, named), *_slot(order, 11, named))
+def caller(entry):
+    """The function ``f(op, **slots)`` that calls `op`, an op of `entry`, on its input slots
+    given by name (a slot of several tensors as a tuple; names `entry` does not declare are
+    not used, so a caller of several entries can pass their union), for a cell's
+    ``construct``.
+
+    Its text is written here from the declaration, ``def f(op, u, v, grad, consts, ks,
+    **unused): return op(*u, *v, *grad, consts, ks)`` for DGC's select, and handed to
+    MindSpore's parser as the function's ``source`` (its mechanism for functions without a
+    source file): called with keywords, it compiles as fast as the op called on its tensors
+    directly, where picking the slots out of a dict of keywords inside the graph costs
+    MindSpore about 30 ms per call site and branch (benchmarks/README.md#the-first-step)."""
+    if entry not in _callers:
+        slots = call_order(entry)
+        clash = [n for n, _ in slots if n in ("op", "unused") or keyword.iskeyword(n)
+                 or not n.isidentifier()]
+        if clash:
+            raise ValueError(f"native kernel {entry}: slot names {clash} cannot name "
+                             f"arguments of its caller")
+        params = ", ".join(name for name, _ in slots)
+        args = ", ".join(("*" if multi else "") + name for name, multi in slots)
+        name = f"call_{entry}"
+        text = f"def {name}(op, {params}, **unused):\n    return op({args})\n"
+        scope = {"__name__": __name__}
+        # the file name in <>: nothing reads it from disk, MindSpore reads `source`
+        exec(compile(text, f"<ms_optim.aot.caller {entry}>", "exec"), scope)
+        fn = scope[name]
+        fn.source = (text.splitlines(keepends=True), 1)
+        _callers[entry] = fn
+    return _callers[entry]
 
 
 def first_index(entry, name, k):

@@ -271,8 +271,8 @@ class Lamb(Optimizer):
                 sumsq.add_prim_attr("ms_optim_bucket", b)
                 sumsq_ops.append(sumsq)
         self.lamb_ops = tuple(ops_)
-        self.lamb_order = aot.call_order("ms_optim_lamb")
-        self.sumsq_order = aot.call_order("ms_optim_sumsq")
+        self.lamb_call = aot.caller("ms_optim_lamb")
+        self.sumsq_call = aot.caller("ms_optim_sumsq")
         self.decay_masks = tuple(masks)
         self.sumsq_ops = tuple(sumsq_ops)
 
@@ -289,8 +289,8 @@ class Lamb(Optimizer):
                 # one multi-tensor op per bucket sums the squares of all its gradients
                 sq_norms = ()
                 for b, (lo, hi) in enumerate(self.buckets):
-                    sq_norms = sq_norms + (aot.call(self.sumsq_ops[b], self.sumsq_order,
-                                                    grad=gradients[lo:hi]),)
+                    sq_norms = sq_norms + (self.sumsq_call(self.sumsq_ops[b],
+                                                           grad=gradients[lo:hi]),)
                 # the squared norms are of the loss-scaled gradients
                 grad_scale = self.inv_scale * self.grad_clip.factor(sq_norms, self.inv_scale)
             return self._native_step(params, gradients, lr, weight_decay, grad_scale, powers)
@@ -310,8 +310,8 @@ class Lamb(Optimizer):
             wd_b = self.bucket_values(weight_decay, lo, hi, self.is_group)
             if self.decay_masks[b] is not None:
                 wd_b = wd_b * self.decay_masks[b]
-            ratios = ratios + (aot.call(
-                self.lamb_ops[b], self.lamb_order, param=params[lo:hi], m=self.moment1[lo:hi],
+            ratios = ratios + (self.lamb_call(
+                self.lamb_ops[b], param=params[lo:hi], m=self.moment1[lo:hi],
                 v=self.moment2[lo:hi], grad=gradients[lo:hi], lr=lr_b, wd=wd_b,
                 gscale=grad_scale, powers=powers, consts=self.consts),)
         return self.concat(ratios) if len(ratios) > 1 else ratios[0]

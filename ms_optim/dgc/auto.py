@@ -116,7 +116,7 @@ class AutoSparsity(nn.Cell):
         self.print = ops.Print()
         if self.measures:
             self.clock_op = clock_op()
-            self.clock_order = aot.call_order("ms_optim_step_clock")
+            self.clock_call = aot.caller("ms_optim_step_clock")
             self.all_gather = ops.AllGather()
             self.chunk_reduce = ops.AllReduce()
             self.chunks = tuple(Tensor(np.zeros(n, np.float32)) for n in self.chunk_elements)
@@ -145,8 +145,8 @@ class AutoSparsity(nn.Cell):
     def _read(self, slot, after):
         """Reads the clock once `after` is done, the interval since the last reading going to
         `slot`: float32[4], this worker's least samples so far (0: none yet)."""
-        return aot.call(self.clock_op, self.clock_order, clock=self.clock, slot=slot,
-                        after=F.depend(self.zero, after))
+        return self.clock_call(self.clock_op, clock=self.clock, slot=slot,
+                               after=F.depend(self.zero, after))
 
     def start(self, step, grads):
         """At the step's start, once its gradients are there: the compute since the last

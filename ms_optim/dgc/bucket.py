@@ -64,14 +64,14 @@ class BucketStep(_Step):
             self.select_ops = tuple(aot.dgc_bucket_select_op(count, k, src) for k in self.k)
             self.propose_ops = tuple(aot.dgc_bucket_propose_op(count, k, src) for k in self.k)
             self.take_op = aot.dgc_bucket_take_op(count)
-            self.select_order = aot.call_order("ms_optim_dgc_bucket_select")
-            self.propose_order = aot.call_order("ms_optim_dgc_bucket_propose")
-            self.take_order = aot.call_order("ms_optim_dgc_bucket_take")
+            self.select_call = aot.caller("ms_optim_dgc_bucket_select")
+            self.propose_call = aot.caller("ms_optim_dgc_bucket_propose")
+            self.take_call = aot.caller("ms_optim_dgc_bucket_take")
             dtypes = [p.dtype for p in self.params]
             self.apply_op = aot.dgc_bucket_apply_op(dtypes)
-            self.apply_order = aot.call_order("ms_optim_dgc_bucket_apply")
+            self.apply_call = aot.caller("ms_optim_dgc_bucket_apply")
             self.entries_op = aot.dgc_bucket_apply_entries_op(dtypes)
-            self.entries_order = aot.call_order("ms_optim_dgc_bucket_apply_entries")
+            self.entries_call = aot.caller("ms_optim_dgc_bucket_apply_entries")
 
     def bucket_keys(self, keyed):
         """`keyed` ((stage, first key) pairs, as DGCMomentum's step branches on) without the
@@ -111,13 +111,13 @@ class BucketStep(_Step):
         """This worker's (idx, val) by the kernels: one select op, or with shared indices
         one propose op, the exchange of indices and one take op; u and v masked in place."""
         if exchange in ("leader", "union"):
-            idx = aot.call(self.propose_ops[stage], self.propose_order, u=self.us, v=self.v,
-                           src=grads, consts=self.consts, gidx=self.gidx)
+            idx = self.propose_call(self.propose_ops[stage], u=self.us, v=self.v, src=grads,
+                                    consts=self.consts, gidx=self.gidx)
             idx = self.shared_indices(exchange, idx, step)
             # an index proposed twice takes its value once (the kernel gives 0 after)
-            return idx, aot.call(self.take_op, self.take_order, u=self.us, v=self.v, idx=idx)
-        return aot.call(self.select_ops[stage], self.select_order, u=self.us, v=self.v,
-                        src=grads, consts=self.consts, gidx=self.gidx)
+            return idx, self.take_call(self.take_op, u=self.us, v=self.v, idx=idx)
+        return self.select_call(self.select_ops[stage], u=self.us, v=self.v, src=grads,
+                                consts=self.consts, gidx=self.gidx)
 
     def local_ops(self, stage, exchange, grads, step):
         """This worker's (idx, val) by MindSpore ops, u and v masked by assignment."""
@@ -156,8 +156,8 @@ class BucketStep(_Step):
         (`native`) or graph code per parameter."""
         lrs = self.lrs(lr)
         if self.native:
-            return aot.call(self.apply_op, self.apply_order, param=self.params, mean=mean,
-                            lr=self.bucket_values(lrs, 0, len(self.ids), self.is_group_lr))
+            return self.apply_call(self.apply_op, param=self.params, mean=mean,
+                                   lr=self.bucket_values(lrs, 0, len(self.ids), self.is_group_lr))
         if not self.is_group_lr:
             mean = lrs * mean
         done = True
@@ -179,8 +179,8 @@ class BucketStep(_Step):
                                            idx.reshape(-1, 1), val)
             return self.apply(lr, total / self.nranks_t)
         lr_b = self.bucket_values(self.lrs(lr), 0, len(self.ids), self.is_group_lr)
-        return aot.call(self.entries_op, self.entries_order, param=self.params, idx=idx,
-                        val=val, lr=lr_b, ranks=self.nranks_t)
+        return self.entries_call(self.entries_op, param=self.params, idx=idx, val=val, lr=lr_b,
+                                 ranks=self.nranks_t)
 
     def gather(self, idx, val, k):
         """Every worker's `k` (index, value) entries, in rank order."""

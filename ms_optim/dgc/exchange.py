@@ -219,14 +219,14 @@ class ReplicaSync(nn.Cell):
         # the step a branch compiled on the device is for: any (the check's -1)
         self.any_step = Tensor(np.array([-1], np.int32))
         self.check_op = aot.check_replicas_op()
-        self.check_order = aot.call_order("ms_optim_check_replicas")
+        self.check_call = aot.caller("ms_optim_check_replicas")
         # one worker's digest column is compared with nobody's
         self.no_digest = Tensor(np.zeros(2, np.int32))
         if nranks > 1:
             self.all_gather = ops.AllGather()
             self.kinds_digest = aot.digest_op(1, mstype.int32)
             self.broadcast = ops.Broadcast(0)
-            self.digest_order = aot.call_order("ms_optim_digest")
+            self.digest_call = aot.caller("ms_optim_digest")
             self.digest_groups = self._digest_groups(params)
 
     @staticmethod
@@ -252,13 +252,13 @@ class ReplicaSync(nn.Cell):
         MSOPT_ERR_STALE on that last)."""
         digest = self.no_digest
         if self.nranks > 1:
-            digest = aot.call(self.kinds_digest, self.digest_order, p=(saved_kinds,))
+            digest = self.digest_call(self.kinds_digest, p=(saved_kinds,))
         if expected is None:
             expected = self.any_step
         mine = ops.concat((self.signature, F.cast(step, mstype.int32).reshape(1), saved_world,
                            saved_rank, digest, expected))
-        return aot.call(
-            self.check_op, self.check_order,
+        return self.check_call(
+            self.check_op,
             signatures=self.all_gather(mine) if self.nranks > 1 else mine, width=self.width,
             world=ops.concat((saved_world, self.nranks_t)),
             residuals=ops.concat((saved_kinds, self.kinds_t)), names=self.names,
@@ -269,7 +269,7 @@ class ReplicaSync(nn.Cell):
         if they differ, overwrites every parameter with rank 0's."""
         digests = ()
         for how, op in self.digest_groups:
-            digests = digests + (aot.call(op, self.digest_order, p=pick(params, how)),)
+            digests = digests + (self.digest_call(op, p=pick(params, how)),)
         gathered = self.all_gather(F.depend(ops.concat(digests), after))
         rows = gathered.reshape(self.nranks, -1)
         done = after

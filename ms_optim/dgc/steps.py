@@ -91,7 +91,7 @@ class DenseMomentum(_Step):
             [self.params[j].dtype for j in range(run.lo, run.hi)], src_dtypes)
             for run in group.runs)
         self.run_gidx = tuple(Tensor(np.array(run.sources, np.int32)) for run in group.runs)
-        self.run_order = aot.call_order("ms_optim_dgc_momentum")
+        self.run_call = aot.caller("ms_optim_dgc_momentum")
         self.others = group.others
 
     def construct(self, lr, grads):
@@ -101,8 +101,8 @@ class DenseMomentum(_Step):
         lrs = self.lrs(lr)
         done = True
         for r, (lo, hi) in enumerate(self.run_bounds):
-            done = F.depend(done, aot.call(
-                self.run_ops[r], self.run_order, param=self.params[lo:hi], u=self.us[lo:hi],
+            done = F.depend(done, self.run_call(
+                self.run_ops[r], param=self.params[lo:hi], u=self.us[lo:hi],
                 src=src, lr=self.bucket_values(lrs, lo, hi, self.is_group_lr),
                 consts=self.consts, gidx=self.run_gidx[r]))
         for j, g in self.others:
@@ -235,19 +235,19 @@ class NativeStep(_SparseStep):
         self.apply_ops = tuple(aot.dgc_apply_multi_op(hi - lo, self.params[lo].dtype, device)
                                for lo, hi in self.apply_ranges)
         self.apply_layouts = _int32_tensors(b.apply_layouts)
-        self.select_order = aot.call_order("ms_optim_dgc_select_multi")
-        self.apply_order = aot.call_order("ms_optim_dgc_apply_multi")
+        self.select_call = aot.caller("ms_optim_dgc_select_multi")
+        self.apply_call = aot.caller("ms_optim_dgc_apply_multi")
         if self.shares:
             self.propose_ops = tuple(tuple(aot.dgc_propose_multi_op(ks, device)
                                            for ks in stage_ks) for stage_ks in b.select_ks)
             self.take_ops = tuple(aot.dgc_take_multi_op(hi - lo, device)
                                   for lo, hi in self.select_ranges)
             self.take_layouts = _int32_tensors(b.take_layouts)
-            self.propose_order = aot.call_order("ms_optim_dgc_propose_multi")
-            self.take_order = aot.call_order("ms_optim_dgc_take_multi")
+            self.propose_call = aot.caller("ms_optim_dgc_propose_multi")
+            self.take_call = aot.caller("ms_optim_dgc_take_multi")
 
-    def _local(self, stage, grads, order, stage_ops):
-        """One op of ``stage_ops[stage]`` (select or propose ops, of call order `order`) per
+    def _local(self, stage, grads, call, stage_ops):
+        """One op of ``stage_ops[stage]`` (select or propose ops, called by `call`) per
         bucket, on the compressed parameters' gradients `grads` alone (not the whole tuple
         with indices as the dense momentum takes it: MindSpore runs a step ten times slower
         when two in-place ops take the same gradient Parameters): the outputs, bucket by
@@ -255,22 +255,22 @@ class NativeStep(_SparseStep):
         outs = ()
         for b in range(len(self.select_ranges)):
             lo, hi = self.select_ranges[b]
-            outs = outs + (aot.call(stage_ops[stage][b], order, u=self.us[lo:hi],
-                                    v=self.v[lo:hi], grad=grads[lo:hi], consts=self.consts,
-                                    ks=self.select_ks[stage][b]),)
+            outs = outs + (call(stage_ops[stage][b], u=self.us[lo:hi], v=self.v[lo:hi],
+                                grad=grads[lo:hi], consts=self.consts,
+                                ks=self.select_ks[stage][b]),)
         return outs
 
     def select(self, stage, grads):
         """One select op per bucket: the (idx, val) outputs, bucket by bucket."""
         idxs, vals = (), ()
-        for idx, val in self._local(stage, grads, self.select_order, self.select_ops):
+        for idx, val in self._local(stage, grads, self.select_call, self.select_ops):
             idxs = idxs + (idx,)
             vals = vals + (val,)
         return idxs, vals
 
     def propose(self, stage, grads):
         """One propose op per bucket: this worker's indices, as one fused buffer."""
-        return _fused(self._local(stage, grads, self.propose_order, self.propose_ops))
+        return _fused(self._local(stage, grads, self.propose_call, self.propose_ops))
 
     def take(self, stage, idx):
         """One take op per bucket, each reading its parameters' entries of the exchanged
@@ -279,8 +279,8 @@ class NativeStep(_SparseStep):
         val = None
         for b in range(len(self.select_ranges)):
             lo, hi = self.select_ranges[b]
-            part = aot.call(self.take_ops[b], self.take_order, u=self.us[lo:hi],
-                            v=self.v[lo:hi], idx=idx, layout=self.take_layouts[stage][b])
+            part = self.take_call(self.take_ops[b], u=self.us[lo:hi], v=self.v[lo:hi], idx=idx,
+                                  layout=self.take_layouts[stage][b])
             val = part if val is None else val + part
         return val
 
@@ -300,8 +300,8 @@ class NativeStep(_SparseStep):
         done = True
         for b in range(len(self.apply_ranges)):
             lo, hi = self.apply_ranges[b]
-            done = F.depend(done, aot.call(
-                self.apply_ops[b], self.apply_order, param=self.params[lo:hi], idx=idx_all,
+            done = F.depend(done, self.apply_call(
+                self.apply_ops[b], param=self.params[lo:hi], idx=idx_all,
                 val=val_all, lr=self.bucket_values(lrs, lo, hi, self.is_group_lr),
                 layout=self.apply_layouts[stage][b]))
         return done

@@ -44,21 +44,27 @@ def test_the_reported_signatures_hold_the_declared_slots_in_order():
     assert aot.first_index("ms_optim_adam_q8_delta", "grad", 3) == 12
 
 
-def test_call_puts_named_tensors_in_the_declared_order():
-    order = aot.call_order("ms_optim_dgc_apply_multi")
-    args = aot.call(lambda *a: a, order, layout="L", lr="r", val="V", idx="I",
-                    param=("p0", "p1"), unused="x")
+def test_caller_puts_named_tensors_in_the_declared_order():
+    call = aot.caller("ms_optim_dgc_apply_multi")
+    assert call is aot.caller("ms_optim_dgc_apply_multi")
+    args = call(lambda *a: a, layout="L", lr="r", val="V", idx="I", param=("p0", "p1"),
+                unused="x")
     assert args == ("p0", "p1", "I", "V", "r", "L")
-    with pytest.raises(KeyError):
-        aot.call(lambda *a: a, order, param=("p0",), idx="I", val="V", lr="r")
+    with pytest.raises(TypeError, match="layout"):
+        call(lambda *a: a, param=("p0",), idx="I", val="V", lr="r")
 
 
-def test_every_declaration_fits_the_slots_call_passes():
-    most = max(len(aot.call_order(e)) for e in testing.kernel_names())
-    assert most <= aot.MAX_SLOTS
-    order = tuple((f"s{i}", False) for i in range(aot.MAX_SLOTS))
-    assert aot.call(lambda *a: a, order, **{f"s{i}": i for i in range(aot.MAX_SLOTS)}) == tuple(
-        range(aot.MAX_SLOTS))
+def test_every_kernels_caller_follows_its_declaration():
+    """Each slot named by a distinct value (a pair for a slot of several tensors), given in
+    the reverse of the declared order: the op gets them in the declared order."""
+    for entry in testing.kernel_names():
+        order = aot.call_order(entry)
+        named = {name: (f"{name}.0", f"{name}.1") if multi else name for name, multi in order}
+        expected = []
+        for name, multi in order:
+            expected.extend(named[name] if multi else [named[name]])
+        args = aot.caller(entry)(lambda *a: a, **dict(reversed(list(named.items()))))
+        assert args == tuple(expected), entry
 
 
 def test_named_calls_reject_missing_unknown_and_uneven_slots():

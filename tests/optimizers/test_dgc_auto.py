@@ -113,12 +113,11 @@ class _Clock(nn.Cell):
         super().__init__()
         self.clock = Parameter(Tensor(np.zeros(5, np.float64)), name="clock")
         self.op = auto.clock_op()
-        self.order = ms_optim.aot.call_order("ms_optim_step_clock")
+        self.call = ms_optim.aot.caller("ms_optim_step_clock")
 
     @ms.jit
     def construct(self, slot, after):
-        return ms_optim.aot.call(self.op, self.order, clock=self.clock, slot=slot,
-                                 after=after)
+        return self.call(self.op, clock=self.clock, slot=slot, after=after)
 
 
 def test_workers_samples_combine_slowest_step_and_least_chunks():
