@@ -8,7 +8,7 @@ from mindspore.ops import functional as F
 
 from .. import aot
 from .exchange import DenseExchange, SharedExchange, SparseExchange
-from .plan import assign_each, cut, flatten
+from .plan import assign_each, cut, cut_plan, flatten
 from .schedule import union_k
 from .steps import _Step, residual_update
 
@@ -44,6 +44,7 @@ class BucketStep(_Step):
         # each parameter's place in the bucket's concatenation
         self.offsets = tuple(plan.bucket_offsets)
         self.sizes = tuple(p.size for p in self.params)
+        self.cut_plan = cut_plan(self.sizes)
         self.stage_exchange = bucket_exchange
         # per stage, the indices each worker selects (with the union, its proposals)
         self.k = tuple(union_k(k, state.nranks) if ex == "union" else k
@@ -149,7 +150,7 @@ class BucketStep(_Step):
 
     def unflatten(self, targets, flat):
         """`flat` (a concatenation as ``flatten`` makes) cut and assigned to `targets`."""
-        return assign_each(targets, cut(flat, targets, self.offsets, self.sizes))
+        return assign_each(targets, cut(flat, targets, self.cut_plan))
 
     def apply(self, lr, mean):
         """p -= lr * mean for each parameter (its share of the bucket), in float32: one op

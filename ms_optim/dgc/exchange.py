@@ -40,7 +40,7 @@ from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from .. import aot
-from .plan import assign_each, cut, flatten, index_pick, pick
+from .plan import assign_each, cut, cut_plan, flatten, index_pick, pick
 
 
 def world_size():
@@ -130,7 +130,7 @@ class DenseExchange(nn.Cell):
         self.shapes = tuple(tuple(s) for s in shapes)
         sizes = [int(np.prod(s)) for s in self.shapes]
         self.sizes = tuple(sizes)
-        self.offsets = tuple(sum(sizes[:j]) for j in range(len(sizes)))
+        self.cut_plan = cut_plan(sizes)
         self.send_elements = sum(sizes)
         if nranks > 1 and sizes:
             self.all_reduce = ops.AllReduce()
@@ -141,7 +141,7 @@ class DenseExchange(nn.Cell):
             return grads
         # a division, as the reference and the gathered path's apply kernel do
         total = self.all_reduce(flatten(grads, mstype.float32)) / self.nranks_t
-        return cut(total, grads, self.offsets, self.sizes)
+        return cut(total, grads, self.cut_plan)
 
 
 class SharedExchange(nn.Cell):

@@ -11,6 +11,7 @@ from typing import NamedTuple
 from mindspore import ops
 from mindspore.ops import composite as C
 from mindspore.ops import functional as F
+from mindspore.ops.auto_generate import SplitWithSize
 
 from ..aot import buckets
 from .schedule import union_k
@@ -58,7 +59,8 @@ _item = C.MultitypeFuncGraph("ms_optim_dgc_item")
 _flat = C.MultitypeFuncGraph("ms_optim_dgc_flat")
 _part = C.MultitypeFuncGraph("ms_optim_dgc_part")
 _map = C.Map()
-_slice = ops.Slice()
+# (not exported by mindspore.ops in 2.10; ops.split makes a Slice per part)
+_split = SplitWithSize()
 
 
 @_item.register("Tuple", "Number")
@@ -73,11 +75,10 @@ def _flat_of(dtype, t):
     return F.cast(t, dtype).reshape(-1)
 
 
-@_part.register("Tensor", "Tensor", "Number", "Number", "Tuple")
-def _part_of(flat, like, lo, n, shape):
-    """flat[lo:lo + n] in the shape and dtype of `like`, an element of ``cut``'s Map (the
-    Slice primitive: indexing compiles to several graphs)."""
-    return F.cast(_slice(flat, (lo,), (n,)).reshape(shape), F.dtype(like))
+@_part.register("Tensor", "Tensor")
+def _part_of(part, like):
+    """A part of a cut vector in the shape and dtype of `like`, an element of ``cut``'s Map."""
+    return F.cast(part.reshape(F.shape(like)), F.dtype(like))
 
 
 def pick(tensors, how):
@@ -97,10 +98,36 @@ def flatten(tensors, dtype):
     return ops.concat(_map(F.partial(_flat, dtype), tensors))
 
 
-def cut(flat, like, offsets, sizes):
-    """``flatten``'s inverse: per tensor of `like`, its `sizes[j]` elements of `flat` from
-    `offsets[j]` on, in its shape and dtype."""
-    return _map(F.partial(_part, flat), like, offsets, sizes, _map(F.shape, like))
+# The most parts one split makes in ``cut``: its compilation grows faster than its parts
+# (MindSpore passes its call-depth limit at a few hundred)
+CUT_PARTS = 64
+
+
+def cut_plan(sizes):
+    """``cut``'s plan of a vector made of parts of `sizes`, in order: (the sizes of its
+    chunks of at most CUT_PARTS parts, each chunk's part sizes)."""
+    sizes = tuple(int(n) for n in sizes)
+    chunks = tuple(sizes[lo:lo + CUT_PARTS] for lo in range(0, len(sizes), CUT_PARTS))
+    return tuple(sum(c) for c in chunks), chunks
+
+
+def cut(flat, like, plan):
+    """``flatten``'s inverse: `flat` cut into the parts of ``cut_plan``'s `plan` (its sizes
+    those of the tensors of `like`, in order), each in its tensor's shape and dtype.  Split
+    chunk by chunk (one SplitWithSize op per chunk), where a Slice per part cost MindSpore
+    about 10 ms of compilation each."""
+    chunk_sizes, chunks = plan
+    if not chunks:
+        return ()
+    if len(chunks) == 1:
+        return _map(_part, _split(flat, chunks[0], 0), like)
+    parts = _split(flat, chunk_sizes, 0)
+    out = ()
+    for c in range(len(chunks)):
+        lo = c * CUT_PARTS
+        out = out + _map(_part, _split(parts[c], chunks[c], 0),
+                         like[lo:lo + len(chunks[c])])
+    return out
 
 
 def assign_each(targets, values):

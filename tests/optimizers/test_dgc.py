@@ -487,14 +487,14 @@ class _Tuples(nn.Cell):
         picked = [params[i] for i in ids]
         sizes = [int(np.prod(p.shape)) for p in picked]
         self.sizes = tuple(sizes)
-        self.offsets = tuple(int(o) for o in np.cumsum([0] + sizes[:-1]))
+        self.cut_plan = dgc.plan.cut_plan(sizes)
         self.two = Tensor(2.0, ms.float32)
 
     def construct(self):
         picked = dgc.plan.pick(self.params, self.how)
         flat = dgc.plan.flatten(picked, ms.float32) * self.two
         return ms.ops.depend(self.two, dgc.plan.assign_each(picked, dgc.plan.cut(
-            flat, picked, self.offsets, self.sizes)))
+            flat, picked, self.cut_plan)))
 
 
 def test_dgc_graph_tuples_of_many_tensors_compile_and_match_numpy():
