@@ -114,10 +114,10 @@ def caller(entry):
         if clash:
             raise ValueError(f"native kernel {entry}: slot names {clash} cannot name "
                              f"arguments of its caller")
-        params = ", ".join(name for name, _ in slots)
+        params = "".join(f"{name}, " for name, _ in slots)
         args = ", ".join(("*" if multi else "") + name for name, multi in slots)
         name = f"call_{entry}"
-        text = f"def {name}(op, {params}, **unused):\n    return op({args})\n"
+        text = f"def {name}(op, {params}**unused):\n    return op({args})\n"
         scope = {"__name__": __name__}
         # the file name in <>: nothing reads it from disk, MindSpore reads `source`
         exec(compile(text, f"<ms_optim.aot.caller {entry}>", "exec"), scope)

@@ -129,7 +129,6 @@ class DenseExchange(nn.Cell):
         self.nranks = nranks
         self.shapes = tuple(tuple(s) for s in shapes)
         sizes = [int(np.prod(s)) for s in self.shapes]
-        self.sizes = tuple(sizes)
         self.cut_plan = cut_plan(sizes)
         self.send_elements = sum(sizes)
         if nranks > 1 and sizes:

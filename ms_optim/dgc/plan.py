@@ -113,9 +113,10 @@ def cut_plan(sizes):
 
 def cut(flat, like, plan):
     """``flatten``'s inverse: `flat` cut into the parts of ``cut_plan``'s `plan` (its sizes
-    those of the tensors of `like`, in order), each in its tensor's shape and dtype.  Split
-    chunk by chunk (one SplitWithSize op per chunk), where a Slice per part cost MindSpore
-    about 10 ms of compilation each."""
+    those of the tensors of `like`, in order), each in its tensor's shape and dtype: one
+    SplitWithSize op into chunks, then one per chunk.  (A Slice per part, mapped, costs
+    MindSpore about 10 ms of compilation per part: it specializes the mapped function for
+    each part's constant offset and size.)"""
     chunk_sizes, chunks = plan
     if not chunks:
         return ()

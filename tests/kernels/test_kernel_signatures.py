@@ -54,6 +54,17 @@ def test_caller_puts_named_tensors_in_the_declared_order():
         call(lambda *a: a, param=("p0",), idx="I", val="V", lr="r")
 
 
+def test_caller_of_no_slots_and_refused_slot_names(monkeypatch):
+    orders = {"none": (), "op": (("op", False),), "keyword": (("lambda", True),),
+              "odd": (("a-b", False),)}
+    monkeypatch.setattr(aot, "call_order", orders.__getitem__)
+    monkeypatch.setattr(aot, "_callers", {})
+    assert aot.caller("none")(lambda *a: a, extra=1) == ()
+    for entry in ("op", "keyword", "odd"):
+        with pytest.raises(ValueError, match=f"native kernel {entry}: slot names .* cannot"):
+            aot.caller(entry)
+
+
 def test_every_kernels_caller_follows_its_declaration():
     """Each slot named by a distinct value (a pair for a slot of several tensors), given in
     the reverse of the declared order: the op gets them in the declared order."""

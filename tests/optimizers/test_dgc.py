@@ -485,9 +485,7 @@ class _Tuples(nn.Cell):
         self.params = tuple(params)
         self.how = dgc.plan.index_pick(ids)
         picked = [params[i] for i in ids]
-        sizes = [int(np.prod(p.shape)) for p in picked]
-        self.sizes = tuple(sizes)
-        self.cut_plan = dgc.plan.cut_plan(sizes)
+        self.cut_plan = dgc.plan.cut_plan([int(np.prod(p.shape)) for p in picked])
         self.two = Tensor(2.0, ms.float32)
 
     def construct(self):
