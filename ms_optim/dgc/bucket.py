@@ -41,10 +41,8 @@ class BucketStep(_Step):
         self.v = tuple(bucket_v)
         self.native = native
         self.numel = plan.bucket_numel
-        # each parameter's place in the bucket's concatenation
-        self.offsets = tuple(plan.bucket_offsets)
-        self.sizes = tuple(p.size for p in self.params)
-        self.cut_plan = cut_plan(self.sizes)
+        # each parameter's part of the bucket's concatenation
+        self.cut_plan = cut_plan(p.size for p in self.params)
         self.stage_exchange = bucket_exchange
         # per stage, the indices each worker selects (with the union, its proposals)
         self.k = tuple(union_k(k, state.nranks) if ex == "union" else k
@@ -161,11 +159,12 @@ class BucketStep(_Step):
                                    lr=self.bucket_values(lrs, 0, len(self.ids), self.is_group_lr))
         if not self.is_group_lr:
             mean = lrs * mean
+        # each parameter's share in its shape, float32 as its residual u
+        steps = cut(mean, self.us, self.cut_plan)
         done = True
         for j in range(len(self.ids)):
             p = self.params[j]
-            lo = self.offsets[j]
-            step = mean[lo:lo + self.sizes[j]].reshape(p.shape)
+            step = steps[j]
             if self.is_group_lr:
                 step = self.lr_at(lrs, j) * step
             done = F.depend(done, F.assign(
