@@ -27,6 +27,7 @@ from mindspore.ops import functional as F
 
 from . import _checks, aot
 from ._base import Optimizer
+from ._step import fault_in
 
 
 class HostMomentOptimizer(Optimizer):
@@ -63,9 +64,9 @@ class HostMomentOptimizer(Optimizer):
         flat), named like MindSpore's clone()."""
         def shape(p):
             return p.shape if block is None else (-(-int(np.prod(p.shape)) // block),)
-        return ParameterTuple(
+        return ParameterTuple(fault_in([
             Parameter(initializer("zeros", shape(p), dtype), name=f"{prefix}.{p.name}")
-            for p in self._parameters)
+            for p in self._parameters]))
 
     def _init_host_step(self, moment_dtype, delta):
         """The host step's state and ops: a moment Parameter per parameter for each of

@@ -33,6 +33,7 @@ ops paths map their per-parameter rule with ``map_params``.
 """
 import logging
 
+import numpy as np
 from mindspore import context, ops
 from mindspore.ops import constexpr
 from mindspore.ops import composite as C
@@ -104,6 +105,25 @@ def kernel_device(impl, cuda=False):
     (`cuda`: it has them) on a GPU device target, else "CPU" (the host)."""
     on_gpu = cuda and context.get_context("device_target") == "GPU"
     return "GPU" if impl == "native" and on_gpu else "CPU"
+
+
+def fault_in(params):
+    """`params`, new zeros Parameters of a state that a host kernel reads and writes in
+    place, with their memory written once now on a CPU device target; returns `params`.
+
+    A new zeros tensor's memory is mapped lazily.  Left so, the first step's kernel reads
+    each page as the system's shared zero page, then faults again when it writes the page,
+    and every such fault interrupts the kernel's other threads to flush their address
+    translations: that cost fell on the first step.  Written here, from one thread before
+    any kernel runs, each page faults once.  Nothing changes where the data is not the
+    host's (another device target, or a Parameter whose initialization MindSpore defers).
+    """
+    if context.get_context("device_target") == "CPU":
+        for p in params:
+            if not p.has_init:
+                # on a CPU target asnumpy() is a view of the Parameter's memory
+                p.asnumpy().view(np.uint8)[...] = 0
+    return params
 
 
 class GraphHelpers:

@@ -7,7 +7,7 @@ from mindspore.ops import functional as F
 
 from . import _checks, aot
 from ._base import Optimizer
-from ._step import kernel_device, resolve_impl
+from ._step import fault_in, kernel_device, resolve_impl
 from .clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, check_grad_clip
 
 
@@ -235,8 +235,8 @@ class Lamb(Optimizer):
         self._init_beta_powers(beta1, beta2)
         self._init_graph_helpers()
         self.eps = Tensor([epsilon], mstype.float32)
-        self.moment1 = self._parameters.clone(prefix="moment1", init="zeros")
-        self.moment2 = self._parameters.clone(prefix="moment2", init="zeros")
+        self.moment1 = fault_in(self._parameters.clone(prefix="moment1", init="zeros"))
+        self.moment2 = fault_in(self._parameters.clone(prefix="moment2", init="zeros"))
         self.inv_scale = Tensor([1.0 / loss_scale], mstype.float32)
         self.concat = ops.Concat()
         self.global_clip = isinstance(grad_clip, ClipGradByGlobalNorm)

@@ -8,7 +8,7 @@ from mindspore.ops import functional as F
 
 from .. import _checks
 from .._base import _ALWAYS, Optimizer
-from .._step import kernel_device
+from .._step import fault_in, kernel_device
 from ..clip import ClipGradByNorm
 from ..regularizer import L1Decay, L2Decay
 from . import checks
@@ -33,11 +33,12 @@ def _residual(param, prefix, float32):
     """Zeros named `prefix.<param name>`: float32 when asked (v, and u of a widened,
     compressed float16 parameter), else of the parameter's dtype."""
     if float32:
-        return Parameter(initializer("zeros", param.shape, mstype.float32),
-                         name=f"{prefix}.{param.name}")
-    out = param.clone(init="zeros")
-    out.name = f"{prefix}.{param.name}"
-    return out
+        out = Parameter(initializer("zeros", param.shape, mstype.float32),
+                        name=f"{prefix}.{param.name}")
+    else:
+        out = param.clone(init="zeros")
+        out.name = f"{prefix}.{param.name}"
+    return fault_in((out,))[0]
 
 
 class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):

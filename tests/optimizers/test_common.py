@@ -1,11 +1,14 @@
 """The checks every optimizer passes, driven by its row of tests/optim_db.py: construction errors
 and edge values, implementations and their agreement, checkpoint resume, training through
 ms.Model, the learning-rate API, parameter groups and duplicates, repr."""
+import resource
+
 import numpy as np
 import pytest
 
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn
+from mindspore.common.initializer import initializer
 
 import ms_optim
 from ms_optim import _native
@@ -157,6 +160,34 @@ def test_impls_by_name_and_the_default_on_cpu(info):
     assert info.make(named_params()).impl == info.impls[0]
     for impl in info.impls:
         assert info.make(named_params(), impl=impl).impl == impl
+
+
+def _write_faults(param):
+    """The page faults this process takes writing zeros over `param`'s memory, and its
+    pages (4 KiB)."""
+    data = param.asnumpy().view(np.uint8)  # a view of the memory on a CPU target
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    data[...] = 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, data.size // 4096
+
+
+@optimizers
+def test_the_state_memory_is_mapped_at_construction(info):
+    """The state the host kernels read and write is written once when the optimizer is
+    built (_step.fault_in), so the first step does not fault on every page of it; a fresh
+    zeros Parameter of the same size faults on nearly every page."""
+    size = 1 << 24  # 64 MiB: above the C allocator's largest threshold for mapping anew
+    params = [Parameter(Tensor(np.full((size,), 0.5, np.float32)), name="w")]
+    opt = info.make(params)
+    own = {p.name for p in params}
+    state = [p for p in opt.get_parameters() if p.name not in own and p.size >= size]
+    assert state, "no state as large as a parameter"
+    for p in state:
+        faults, pages = _write_faults(p)
+        assert faults < pages // 10, (p.name, faults, pages)
+    fresh = Parameter(initializer("zeros", (size,), ms.float32), name="fresh")
+    faults, pages = _write_faults(fresh)
+    assert faults > pages // 2, (faults, pages)
 
 
 def _train(build, impl, data, steps, sens, state):
