@@ -13,7 +13,8 @@ Run from the repository root, one process::
     python -m benchmarks.first_call --only "ms_optim.DGCMomentum[warmup5]" --size 1.4e6
 
 or as the script of ``msrun``, with the repository root on PYTHONPATH
-(``mindspore.communication.init()`` is called when msrun launched it; rank 0 prints)::
+(``mindspore.communication.init()`` is called when msrun launched it, then the workers meet
+in one AllReduce before the optimizer is built; rank 0 prints)::
 
     PYTHONPATH=$PWD msrun --worker_num=2 --local_worker_num=2 --master_addr=127.0.0.1 \\
         --master_port=8129 --join=True --log_dir=/tmp/first_call benchmarks/first_call.py \\
@@ -24,7 +25,9 @@ import os
 import sys
 import time
 
+import numpy as np
 import mindspore as ms
+from mindspore import ops
 
 import ms_optim
 from benchmarks.bench_optimizers import OPTIMIZERS, _Step, make_grads, make_params
@@ -71,6 +74,10 @@ def main(argv=None):
         from mindspore.communication import get_rank, init
         init()
         rank = get_rank()
+        # the workers meet before anything is timed: a worker that starts later (msrun's
+        # cluster set-up ends at different times) would otherwise make the other's first
+        # call wait for it, and that wait is no optimizer's
+        ops.AllReduce()(ms.Tensor(np.ones(1, np.float32))).asnumpy()
     sizes, described = layout_sizes(args.layout, args.size)
     params, grads = make_params(sizes, "p", args.seed), make_grads(sizes, args.seed)
     tic = time.perf_counter()
