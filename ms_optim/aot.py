@@ -147,13 +147,14 @@ def arrange_arrays(entry, **named):
     return _slots.flat_arrays(entry, signature(entry), named)
 
 
-def native_op(entry, k, dtypes, out_shape, out_dtype, inplace, rest=0, device="CPU"):
+def native_op(entry, k, dtypes, out_shape, out_dtype, inplace, rest=0, device="CPU", key=None):
     """A ``mindspore.ops.Custom`` running AOT kernel `entry` on `k` parameters (and `rest`
     tensors in a ``"rest"`` slot): `dtypes` gives each slot's dtype by name, one mindspore
     dtype for all its tensors or a sequence of one per tensor.  ValueError naming a
     missing or unknown slot.  `device`: "CPU" (the host library, the op pinned to the
     host) or "GPU" (the CUDA library's entry of the same declaration, one of
-    ``ms_optim._cuda.kernels()``)."""
+    ``ms_optim._cuda.kernels()``).  `key`: what else tells this op's registration from
+    others of the same inputs (an output size its inputs do not give)."""
     slots = signature(entry)
     _slots.check_names(entry, dtypes, [s.name for s in slots])
     names = {False: [], True: []}
@@ -169,10 +170,11 @@ def native_op(entry, k, dtypes, out_shape, out_dtype, inplace, rest=0, device="C
         names[s.output].extend([s.name] if s.arity in ("one", "count") else
                                [f"{s.name}{i}" for i in range(n)])
     return _custom_op(entry, out_shape, out_dtype, tuple(names[False]), tuple(names[True]),
-                      tuple(formats), inplace, device)
+                      tuple(formats), inplace, device, key)
 
 
-def _custom_op(entry, out_shape, out_dtype, inputs, outputs, formats, inplace, device):
+def _custom_op(entry, out_shape, out_dtype, inputs, outputs, formats, inplace, device,
+               key=None):
     """The ``mindspore.ops.Custom`` AOT op of `entry`: on the host CPU (pinned there
     whatever the device target), or with `device` "GPU" the CUDA library's entry of that
     name.  inputs/outputs: names; formats: the ``DataType`` of each; inplace: the op writes
@@ -180,8 +182,9 @@ def _custom_op(entry, out_shape, out_dtype, inputs, outputs, formats, inplace, d
     (``side_effect_mem``)."""
     # MindSpore keeps one registration per name: ops of one entry with different input
     # counts (multi-tensor kernels) or dtypes (the digest of float32 and of float16
-    # parameters) need names of their own.
-    crc = zlib.crc32(repr([formats]).encode())
+    # parameters), or with the same inputs and outputs of other sizes (two packs of the
+    # same gradients), need names of their own.
+    crc = zlib.crc32(repr([formats] if key is None else [formats, key]).encode())
     suffix = "_gpu" if device == "GPU" else ""
     reg = CustomRegOp(f"{entry}_{len(inputs)}_{crc:08x}{suffix}")
     for i, name in enumerate(inputs):
@@ -399,6 +402,24 @@ def dgc_momentum_op(dtypes, src_dtypes):
                           gidx=mstype.int32, done=f32),
                      out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32, inplace=True,
                      rest=len(src_dtypes))
+
+
+def dgc_momentum_flat_op(dtypes):
+    """dgc_momentum_op with the K parameters' gradients one after another in one float32
+    buffer, the dense exchange's (ops/aot/aot_dense.cpp)."""
+    f32 = mstype.float32
+    return native_op("ms_optim_dgc_momentum_flat", len(dtypes),
+                     dict(param=tuple(dtypes), u=f32, flat=f32, lr=f32, consts=f32, done=f32),
+                     out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32, inplace=True)
+
+
+def pack_op(src_dtypes, total):
+    """The sources src[gidx[j]] (float32) one after another in one float32[total] buffer,
+    among the sources of `src_dtypes` (ops/aot/aot_dense.cpp)."""
+    f32 = mstype.float32
+    return native_op("ms_optim_pack", 0, dict(src=tuple(src_dtypes), gidx=mstype.int32, flat=f32),
+                     out_shape=lambda *shapes: [total], out_dtype=lambda *dts: f32,
+                     inplace=False, rest=len(src_dtypes), key=total)
 
 
 def check_replicas_op():

@@ -138,9 +138,13 @@ class DenseExchange(nn.Cell):
     def construct(self, grads):
         if self.nranks == 1 or not self.shapes:
             return grads
-        # a division, as the reference and the gathered path's apply kernel do
-        total = self.all_reduce(flatten(grads, mstype.float32)) / self.nranks_t
-        return cut(total, grads, self.cut_plan)
+        return cut(self.mean(flatten(grads, mstype.float32)), grads, self.cut_plan)
+
+    def mean(self, flat):
+        """The mean over the workers of `flat`, the gradients' fused float32 buffer (built
+        here by ``flatten``, or by a native pack): a sum, then a division, as the reference
+        and the gathered path's apply kernel do."""
+        return self.all_reduce(flat) / self.nranks_t
 
 
 class SharedExchange(nn.Cell):

@@ -80,26 +80,55 @@ class DenseMomentum(_Step):
     """u = m*u + g; p -= lr * u (Nesterov: lr * (g + m*u)) for the parameters of `group`
     (a MomentumGroup), their gradients averaged over the workers by `exchange` (a
     DenseExchange; unused with one worker).  Each of the group's runs is one native
-    momentum op; the other parameters step in graph code."""
+    momentum op; the other parameters step in graph code.
+
+    With several workers and every parameter in a run (float32 gradients), the gradients
+    cross as one buffer that native ops build and read (``ms_optim_pack``, then
+    ``ms_optim_dgc_momentum_flat`` on each run's slice of the mean): no tuple of one
+    tensor per parameter is built in the graph, which MindSpore compiles slowly."""
 
     def __init__(self, state, group, exchange):
         super().__init__(state, group.ids)
         self.exchange = exchange
         src_dtypes = [state.grad_dtypes[i] for i in group.grad_ids]
         self.run_bounds = tuple((run.lo, run.hi) for run in group.runs)
+        self.others = group.others
+        self.flat = (state.nranks > 1 and bool(group.runs) and not group.others
+                     and all(state.grad_dtypes[i] == mstype.float32 for i in group.ids))
+        if self.flat:
+            sizes = [p.size for p in self.params]
+            starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+            self.run_slices = tuple((starts[lo], starts[hi]) for lo, hi in self.run_bounds)
+            self.pack_op = aot.pack_op([state.grad_dtypes[i] for i in range(len(state.params))],
+                                       starts[-1])
+            self.pack_gidx = Tensor(np.array(group.ids, np.int32))
+            self.pack_call = aot.caller("ms_optim_pack")
+            self.run_ops = tuple(aot.dgc_momentum_flat_op(
+                [self.params[j].dtype for j in range(run.lo, run.hi)]) for run in group.runs)
+            self.run_call = aot.caller("ms_optim_dgc_momentum_flat")
+            return
         self.run_ops = tuple(aot.dgc_momentum_op(
             [self.params[j].dtype for j in range(run.lo, run.hi)], src_dtypes)
             for run in group.runs)
         self.run_gidx = tuple(Tensor(np.array(run.sources, np.int32)) for run in group.runs)
         self.run_call = aot.caller("ms_optim_dgc_momentum")
-        self.others = group.others
 
     def construct(self, lr, grads):
+        lrs = self.lrs(lr)
+        done = True
+        if self.flat:
+            mean = self.exchange.mean(self.pack_call(self.pack_op, src=grads,
+                                                     gidx=self.pack_gidx))
+            for r, (lo, hi) in enumerate(self.run_bounds):
+                a, b = self.run_slices[r]
+                done = F.depend(done, self.run_call(
+                    self.run_ops[r], param=self.params[lo:hi], u=self.us[lo:hi],
+                    flat=mean[a:b], lr=self.bucket_values(lrs, lo, hi, self.is_group_lr),
+                    consts=self.consts))
+            return done
         src = grads
         if self.nranks > 1:
             src = self.exchange(self.own(grads))
-        lrs = self.lrs(lr)
-        done = True
         for r, (lo, hi) in enumerate(self.run_bounds):
             done = F.depend(done, self.run_call(
                 self.run_ops[r], param=self.params[lo:hi], u=self.us[lo:hi],

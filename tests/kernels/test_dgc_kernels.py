@@ -615,12 +615,29 @@ def test_apply_multi_kernel_matches_reference(isa, ranks, dtype, group_lr):
         np.testing.assert_array_equal(p[j].view(np.uint8), want.view(np.uint8))
 
 
+def _momentum_by_sources(p, u, g, lrs, nesterov):
+    """ms_optim_dgc_momentum, tensor j's gradient picked from a longer list by index (a
+    float64 source it does not name is never read)."""
+    src = [np.zeros(2)] + g[::-1]  # tensor j's gradient at 1 + (len - 1 - j)
+    gidx = np.array([len(g) - j for j in range(len(g))], np.int32)
+    testing.call_kernel("ms_optim_dgc_momentum", param=p, u=u, src=src, lr=lrs,
+                        consts=_consts(nesterov), gidx=gidx, done=np.zeros(1, np.float32))
+
+
+def _momentum_flat(p, u, g, lrs, nesterov):
+    """ms_optim_dgc_momentum_flat, the gradients one after another in one buffer (the dense
+    exchange's)."""
+    testing.call_kernel("ms_optim_dgc_momentum_flat", param=p, u=u, flat=np.concatenate(g),
+                        lr=lrs, consts=_consts(nesterov), done=np.zeros(1, np.float32))
+
+
 @pytest.mark.parametrize("nesterov", [False, True])
 @pytest.mark.parametrize("group_lr", [False, True])
-def test_momentum_kernel_matches_reference(isa, nesterov, group_lr):
+@pytest.mark.parametrize("call", [_momentum_by_sources, _momentum_flat],
+                         ids=["by_sources", "flat"])
+def test_momentum_kernel_matches_reference(isa, nesterov, group_lr, call):
     """The dense momentum of float32 and (widened) float16 parameters of odd sizes, their
-    gradients picked from a longer list by index, against reference.dgc_momentum bit for bit;
-    a source the op does not name (float64) is never read."""
+    gradients given either way, against reference.dgc_momentum bit for bit."""
     rng = np.random.default_rng(3)
     sizes = MULTI_SIZES + [1_000_003]
     dtypes = [np.float32, np.float16] * 3
@@ -630,15 +647,55 @@ def test_momentum_kernel_matches_reference(isa, nesterov, group_lr):
     lrs = np.array([0.05 * (j + 1) for j in range(len(sizes))] if group_lr else [0.05], np.float32)
     for _ in range(3):
         g = [rng.standard_normal(n).astype(np.float32) for n in sizes]
-        src = [np.zeros(2)] + g[::-1]  # tensor j's gradient at 1 + (len - 1 - j)
-        gidx = np.array([len(sizes) - j for j in range(len(sizes))], np.int32)
-        testing.call_kernel("ms_optim_dgc_momentum", param=p, u=u, src=src, lr=lrs,
-                            consts=_consts(nesterov), gidx=gidx, done=np.zeros(1, np.float32))
+        call(p, u, g, lrs, nesterov)
         for j in range(len(sizes)):
             reference.dgc_momentum(rp[j], ru[j], g[j], lrs[j if group_lr else 0], 0.9, nesterov)
     for j in range(len(sizes)):
         np.testing.assert_array_equal(u[j], ru[j])
         np.testing.assert_array_equal(p[j].view(np.uint8), rp[j].view(np.uint8))
+
+
+@pytest.mark.parametrize("sizes", [[1], [7, 16383, 16385], MULTI_SIZES + [1_000_003]])
+def test_pack_puts_the_named_sources_one_after_another(sizes):
+    """ms_optim_pack: src[gidx[j]] for j in order, as np.concatenate, with sources the op
+    does not name (float64 among them) left unread; over the threads from the largest."""
+    rng = np.random.default_rng(len(sizes))
+    g = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+    src = [np.zeros(3)] + g[::-1]
+    gidx = np.array([len(sizes) - j for j in range(len(sizes))], np.int32)
+    flat = np.full(sum(sizes), np.nan, np.float32)
+    testing.call_kernel("ms_optim_pack", src=src, gidx=gidx, flat=flat)
+    np.testing.assert_array_equal(flat, np.concatenate(g))
+
+
+def test_pack_and_momentum_flat_reject_bad_input():
+    x, z1 = np.zeros(10, np.float32), np.zeros(1, np.float32)
+    pack = "ms_optim_pack"
+    rejects(pack, "MSOPT_ERR_VALUE", r"^gidx\[1\] = 2 is outside \[0, 2\)$", slot="gidx",
+            src=[x, x], gidx=np.array([0, 2], np.int32), flat=np.zeros(20, np.float32))
+    rejects(pack, "MSOPT_ERR_DTYPE", "^src1 must be float32, got float64$", slot="src",
+            src=[x, np.zeros(10)], gidx=np.array([0, 1], np.int32), flat=np.zeros(20, np.float32))
+    rejects(pack, "MSOPT_ERR_SIZE", "^flat has 19 elements, the sources 20$", slot="flat",
+            src=[x, x], gidx=np.array([0, 1], np.int32), flat=np.zeros(19, np.float32))
+    rejects(pack, "MSOPT_ERR_DTYPE", "^flat must be float32, got float64$", slot="flat",
+            src=[x, x], gidx=np.array([0, 1], np.int32), flat=np.zeros(20))
+    mom = "ms_optim_dgc_momentum_flat"
+
+    def momentum(**bad):
+        call = dict(param=[x, x], u=[x, x], flat=np.zeros(20, np.float32), lr=z1,
+                    consts=_consts(False), done=z1)
+        return {**call, **bad}
+
+    rejects(mom, "MSOPT_ERR_SIZE", "^flat has 21 elements, the parameters 20$", slot="flat",
+            **momentum(flat=np.zeros(21, np.float32)))
+    rejects(mom, "MSOPT_ERR_DTYPE", "^flat must be float32, got float16$", slot="flat",
+            **momentum(flat=np.zeros(20, np.float16)))
+    rejects(mom, "MSOPT_ERR_DTYPE", "^param1 must be float32 or float16, got float64$",
+            slot="param", **momentum(param=[x, np.zeros(10)]))
+    rejects(mom, "MSOPT_ERR_SIZE", "^u1 has 9 elements, param1 10$", slot="u",
+            **momentum(u=[x, np.zeros(9, np.float32)]))
+    rejects(mom, "MSOPT_ERR_SIZE", "^lr must have 1 or 2 elements, got 3$", slot="lr",
+            **momentum(lr=np.zeros(3, np.float32)))
 
 
 def test_multi_kernels_reject_bad_input():

@@ -527,42 +527,6 @@ int bucket_apply_entries_body(const AotCall &c) {
   return kOk;
 }
 
-// param (float32, or float16 updated in float32 and rounded once), u
-// (float32), src (the step's whole gradient tuple; tensor j's is src[gidx[j]],
-// float32), lr float32[1] or float32[K], consts float32[2] = (momentum,
-// use_nesterov), gidx int32[K] -> done float32[1].  DGC's dense momentum
-// (rules::dgc_dense_momentum; p -= lr * step), u and p in place.  MindSpore's
-// graph compiler builds a sub-tuple element by element (about 10 ms a
-// parameter); passing the whole tuple and gidx costs nothing.
-int momentum_body(const AotCall &c) {
-  using S = sig::ms_optim_dgc_momentum;
-  const int K = c.K();
-  MSOPT_TRY(c.require_f32(S::lr, 1, K));
-  MSOPT_TRY(c.require_f32(S::consts, DgcConsts::kCount));
-  MSOPT_TRY(c.require_f32(S::done, 1));
-  MSOPT_TRY(c.require_dtype(S::u, "float32"));
-  MSOPT_TRY(c.require_same_numel(S::param, {S::u}));
-  for (int j = 0; j < K; ++j)
-    MSOPT_CHECK(c, c.is(S::param, "float32", j) || c.is(S::param, "float16", j), kErrDtype,
-                "param%d must be float32 or float16, got %s", j, c.dtype(S::param, j));
-  MSOPT_TRY(check_sources(c, S::src, S::gidx, S::param));
-  const int32_t *gidx = c.ptr<int32_t>(S::gidx);
-  const float *lr = c.ptr<float>(S::lr);
-  const DgcConsts &k = *c.ptr<const DgcConsts>(S::consts);
-  std::vector<DgcDenseTensor> ts(static_cast<size_t>(K));
-  int64_t total = 0;
-  for (int j = 0; j < K; ++j) {
-    const int64_t n = c.numel(S::param, j);
-    ts[j] = {c.ptr<void>(S::param, j), c.is(S::param, "float16", j), c.ptr<float>(S::u, j),
-             c.ptr<float>(S::src, gidx[j]), n, lr[c.numel(S::lr) == 1 ? 0 : j]};
-    total += n;
-  }
-  const ParallelSection section(total);
-  kernels().dgc_momentum(ts.data(), K, k.momentum, k.nesterov != 0.0f);
-  *c.ptr<float>(S::done) = 0.0f;
-  return kOk;
-}
-
 }  // namespace
 }  // namespace msopt
 
@@ -576,4 +540,3 @@ MSOPT_AOT_ENTRY(ms_optim_dgc_bucket_propose, msopt::bucket_propose_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_bucket_take, msopt::bucket_take_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_bucket_apply, msopt::bucket_apply_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_bucket_apply_entries, msopt::bucket_apply_entries_body)
-MSOPT_AOT_ENTRY(ms_optim_dgc_momentum, msopt::momentum_body)

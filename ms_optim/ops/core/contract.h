@@ -168,6 +168,16 @@ namespace msopt {
   IN(param, kEach) IN(u, kEach) IN(src, kRest) IN(lr, kOne) IN(consts, kOne)              \
   IN(gidx, kCountK) OUT(done, kOne)
 
+// The same momentum with the gradients in one buffer: parameter j's are the
+// elements of flat after those of parameters 0..j-1 (a packed buffer, averaged
+// over the workers).
+#define MSOPT_AOT_DGC_MOMENTUM_FLAT(IN, OUT) \
+  IN(param, kEach) IN(u, kEach) IN(flat, kOne) IN(lr, kOne) IN(consts, kOne) OUT(done, kOne)
+
+// The sources src[gidx[j]], j = 0..K-1, one after another in one buffer (the
+// dense exchange's, for the workers' AllReduce).
+#define MSOPT_AOT_PACK(IN, OUT) IN(src, kRest) IN(gidx, kCountK) OUT(flat, kOne)
+
 // The workers' rows, gathered (model signature, step, then the state's world
 // size, the rank that saved it, a two-word digest of its residual kinds and the
 // step the caller compiled the branch for, or -1):
@@ -227,6 +237,8 @@ namespace msopt {
   X(ms_optim_dgc_bucket_apply, MSOPT_AOT_DGC_BUCKET_APPLY)     \
   X(ms_optim_dgc_bucket_apply_entries, MSOPT_AOT_DGC_BUCKET_APPLY_ENTRIES) \
   X(ms_optim_dgc_momentum, MSOPT_AOT_DGC_MOMENTUM)             \
+  X(ms_optim_dgc_momentum_flat, MSOPT_AOT_DGC_MOMENTUM_FLAT)   \
+  X(ms_optim_pack, MSOPT_AOT_PACK)                             \
   X(ms_optim_check_replicas, MSOPT_AOT_CHECK_REPLICAS)         \
   X(ms_optim_digest, MSOPT_AOT_DIGEST)                         \
   X(ms_optim_step_clock, MSOPT_AOT_STEP_CLOCK)

@@ -1,0 +1,124 @@
+// MindSpore AOT adapters for DGC's dense step (docs/algorithms.md §3): the
+// momentum of the parameters it does not compress, their gradients given one
+// tensor each or in one buffer, and the pack that builds that buffer for the
+// workers' AllReduce.  The tensors each takes are declared in core/contract.h.
+#include <cstring>
+#include <vector>
+
+#include "aot/call.h"
+#include "aot/checks.h"
+#include "core/contract.h"
+#include "core/multi_tensor.h"
+#include "kernels/table.h"
+
+namespace msopt {
+namespace {
+
+// What both dense momenta check and do (S: their slots): param float32 or
+// float16 (updated in float32 and rounded once), u float32 of the same sizes,
+// lr float32[1] or [K], consts float32[2] = (momentum, use_nesterov), done
+// float32[1]; then rules::dgc_dense_momentum and p -= lr * step, u and p in
+// place, parameter j's gradient at grad(j) (float32, its parameter's size).
+template <class S, class Grad>
+int dense_momentum(const AotCall &c, const Grad &grad) {
+  const int K = c.K();
+  const float *lr = c.ptr<float>(S::lr);
+  const DgcConsts &k = *c.ptr<const DgcConsts>(S::consts);
+  std::vector<DgcDenseTensor> ts(static_cast<size_t>(K));
+  int64_t total = 0;
+  for (int j = 0; j < K; ++j) {
+    const int64_t n = c.numel(S::param, j);
+    ts[j] = {c.ptr<void>(S::param, j), c.is(S::param, "float16", j), c.ptr<float>(S::u, j),
+             grad(j), n, lr[c.numel(S::lr) == 1 ? 0 : j]};
+    total += n;
+  }
+  const ParallelSection section(total);
+  kernels().dgc_momentum(ts.data(), K, k.momentum, k.nesterov != 0.0f);
+  *c.ptr<float>(S::done) = 0.0f;
+  return kOk;
+}
+
+template <class S>
+int check_dense_momentum(const AotCall &c) {
+  MSOPT_TRY(c.require_f32(S::lr, 1, c.K()));
+  MSOPT_TRY(c.require_f32(S::consts, DgcConsts::kCount));
+  MSOPT_TRY(c.require_f32(S::done, 1));
+  MSOPT_TRY(c.require_dtype(S::u, "float32"));
+  MSOPT_TRY(c.require_same_numel(S::param, {S::u}));
+  for (int j = 0; j < c.K(); ++j)
+    MSOPT_CHECK(c, c.is(S::param, "float32", j) || c.is(S::param, "float16", j), kErrDtype,
+                "param%d must be float32 or float16, got %s", j, c.dtype(S::param, j));
+  return kOk;
+}
+
+// The dense momentum, tensor j's gradient src[gidx[j]] (the step's whole
+// gradient tuple, float32).  MindSpore's graph compiler builds a sub-tuple
+// element by element (about 10 ms a parameter); passing the whole tuple and
+// gidx costs nothing.
+int momentum_body(const AotCall &c) {
+  using S = sig::ms_optim_dgc_momentum;
+  MSOPT_TRY(check_dense_momentum<S>(c));
+  MSOPT_TRY(check_sources(c, S::src, S::gidx, S::param));
+  const int32_t *gidx = c.ptr<int32_t>(S::gidx);
+  return dense_momentum<S>(c, [&](int j) { return c.ptr<float>(S::src, gidx[j]); });
+}
+
+// The dense momentum, the gradients one after another in flat (float32[the
+// parameters' total]): the dense exchange's packed buffer, used as it is.
+int momentum_flat_body(const AotCall &c) {
+  using S = sig::ms_optim_dgc_momentum_flat;
+  MSOPT_TRY(check_dense_momentum<S>(c));
+  MSOPT_TRY(c.require_dtype(S::flat, "float32"));
+  int64_t total = 0;
+  std::vector<int64_t> start(static_cast<size_t>(c.K()));
+  for (int j = 0; j < c.K(); ++j) {
+    start[j] = total;
+    total += c.numel(S::param, j);
+  }
+  MSOPT_CHECK(c, c.numel(S::flat) == total, kErrSize,
+              "flat has %lld elements, the parameters %lld",
+              static_cast<long long>(c.numel(S::flat)), static_cast<long long>(total));
+  const float *flat = c.ptr<float>(S::flat);
+  return dense_momentum<S>(c, [&](int j) { return flat + start[j]; });
+}
+
+// src[gidx[j]] (float32), j = 0..K-1, copied one after another into flat
+// (float32[their total]); both threads copy from kParallelMin elements in all.
+int pack_body(const AotCall &c) {
+  using S = sig::ms_optim_pack;
+  MSOPT_TRY(c.require_dtype(S::gidx, "int32"));
+  MSOPT_TRY(c.require_dtype(S::flat, "float32"));
+  const int K = static_cast<int>(c.numel(S::gidx)), count = c.count(S::src);
+  const int32_t *gidx = c.ptr<int32_t>(S::gidx);
+  std::vector<const float *> from(static_cast<size_t>(K));
+  std::vector<int64_t> size(static_cast<size_t>(K)), start(static_cast<size_t>(K));
+  int64_t total = 0;
+  for (int j = 0; j < K; ++j) {
+    MSOPT_CHECK(c, gidx[j] >= 0 && gidx[j] < count, kErrValue, "gidx[%d] = %d is outside [0, %d)",
+                j, gidx[j], count);
+    MSOPT_CHECK(c, c.is(S::src, "float32", gidx[j]), kErrDtype, "src%d must be float32, got %s",
+                gidx[j], c.dtype(S::src, gidx[j]));
+    from[j] = c.ptr<float>(S::src, gidx[j]);
+    size[j] = c.numel(S::src, gidx[j]);
+    start[j] = total;
+    total += size[j];
+  }
+  MSOPT_CHECK(c, c.numel(S::flat) == total, kErrSize,
+              "flat has %lld elements, the sources %lld",
+              static_cast<long long>(c.numel(S::flat)), static_cast<long long>(total));
+  float *flat = c.ptr<float>(S::flat);
+  const ParallelSection section(total);
+  walk_tensors(K, [&](int64_t j) { return size[j]; }, WalkPlan{},
+               [&](int64_t j, int64_t lo, int64_t hi) {
+                 std::memcpy(flat + start[j] + lo, from[j] + lo,
+                             static_cast<size_t>(hi - lo) * sizeof(float));
+               });
+  return kOk;
+}
+
+}  // namespace
+}  // namespace msopt
+
+MSOPT_AOT_ENTRY(ms_optim_dgc_momentum, msopt::momentum_body)
+MSOPT_AOT_ENTRY(ms_optim_dgc_momentum_flat, msopt::momentum_flat_body)
+MSOPT_AOT_ENTRY(ms_optim_pack, msopt::pack_body)
