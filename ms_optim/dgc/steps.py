@@ -98,7 +98,9 @@ class DenseMomentum(_Step):
         if self.flat:
             sizes = [p.size for p in self.params]
             starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-            self.run_slices = tuple((starts[lo], starts[hi]) for lo, hi in self.run_bounds)
+            # each run's part of the buffer; None for a run that holds all of it (no copy)
+            self.run_slices = tuple(None if (lo, hi) == (0, len(sizes))
+                                    else (starts[lo], starts[hi]) for lo, hi in self.run_bounds)
             self.pack_op = aot.pack_op([state.grad_dtypes[i] for i in range(len(state.params))],
                                        starts[-1])
             self.pack_gidx = Tensor(np.array(group.ids, np.int32))
@@ -120,11 +122,11 @@ class DenseMomentum(_Step):
             mean = self.exchange.mean(self.pack_call(self.pack_op, src=grads,
                                                      gidx=self.pack_gidx))
             for r, (lo, hi) in enumerate(self.run_bounds):
-                a, b = self.run_slices[r]
+                part = self.run_slices[r]
                 done = F.depend(done, self.run_call(
                     self.run_ops[r], param=self.params[lo:hi], u=self.us[lo:hi],
-                    flat=mean[a:b], lr=self.bucket_values(lrs, lo, hi, self.is_group_lr),
-                    consts=self.consts))
+                    flat=mean if part is None else mean[part[0]:part[1]],
+                    lr=self.bucket_values(lrs, lo, hi, self.is_group_lr), consts=self.consts))
             return done
         src = grads
         if self.nranks > 1:

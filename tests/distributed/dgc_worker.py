@@ -5,8 +5,9 @@ tests/distributed/test_dgc_msrun.py), with the repository root on PYTHONPATH.
 
 Modes:
   exchange       known per-worker gradients straight into the optimizer (workers start from
-                 different parameters), then a small network trained with ms.Model on the
-                 worker's shard, then a checkpoint resume; writes rank<r>.npz
+                 different parameters; also with one parameter per native op), then a small
+                 network trained with ms.Model on the worker's shard, then a checkpoint
+                 resume; writes rank<r>.npz
   data_parallel  DGCMomentum under DATA_PARALLEL must refuse, at construction and at compile
   shared         the bucket of small parameters (bucket_sparsity) on known per-worker
                  gradients, gathered or all-reduced (with lr_in_residuals); the exchanges of shared indices
@@ -145,6 +146,17 @@ def train_net(rank, nranks, start, stop, seed, ckpt_load=None, ckpt_save=None):
     return state + [u.asnumpy() for u in opt.u] + [v.asnumpy() for v in opt.v]
 
 
+@contextlib.contextmanager
+def _max_tensors(n):
+    """ms_optim.aot.MAX_TENSORS = n (parameters per multi-tensor op) inside the block."""
+    before = ms_optim.aot.MAX_TENSORS
+    ms_optim.aot.MAX_TENSORS = n
+    try:
+        yield
+    finally:
+        ms_optim.aot.MAX_TENSORS = before
+
+
 def known_steps(rank, nranks, impl, exchange, tag, bucket_sparsity=None,
                 lr_in_residuals=False):
     """STEPS of known gradients straight into the optimizer, from parameters that differ on
@@ -175,6 +187,10 @@ def mode_exchange(rank, nranks, out):
     for impl, exchange, tag in (("native", "allgather", ""), ("ops", "allgather", "ops_"),
                                 ("native", "allreduce", "ar_")):
         arrays.update(known_steps(rank, nranks, impl, exchange, tag))
+    # every parameter its own native op: the dense momentum reads its part of the packed
+    # mean, not all of it
+    with _max_tensors(1):
+        arrays.update(known_steps(rank, nranks, "native", "allgather", "one_"))
 
     # the user's path: ms.Model on the worker's shard of a dataset
     from mindspore import dataset as ds

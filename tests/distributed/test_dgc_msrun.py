@@ -101,10 +101,12 @@ def test_aggregate_matches_reference_of_the_exchange(exchange_run):
             assert_close_to_mindspore([run[f"{tag}u{i}"] for i in range(4)], ref.u[rank])
             assert_close_to_mindspore([run[f"{tag}v0"], run[f"{tag}v1"]], ref.v[rank][:2])
     assert not np.array_equal(a["v0"], b["v0"])
-    # the dense all-reduce of the sparsified gradient gives the gathered path's bits
+    # the dense all-reduce of the sparsified gradient gives the gathered path's bits, and so
+    # does a native op per parameter (each reading its part of the dense exchange's buffer)
     for key in [k for k in a.files if k.startswith(("param", "u", "v"))]:
         for run in (a, b):
             np.testing.assert_array_equal(run[f"ar_{key}"], run[key], err_msg=key)
+            np.testing.assert_array_equal(run[f"one_{key}"], run[key], err_msg=key)
     # compressed step: 16 + 20 selected (index + value) and 32 dense floats per worker
     assert int(a["exchange_bytes"]) == 8 * (16 + 20) + 4 * (21 + 11)
     assert int(a["ar_exchange_bytes"]) == 4 * (130 * 129 + 20000) + 4 * (21 + 11)
