@@ -114,8 +114,8 @@ def fault_in(params):
     A new zeros tensor's memory is mapped lazily.  Left so, the first step's kernel reads
     each page as the system's shared zero page, then faults again when it writes the page,
     and every such fault interrupts the kernel's other threads to flush their address
-    translations: that cost fell on the first step.  Written here, from one thread before
-    any kernel runs, each page faults once.  Nothing changes where the data is not the
+    translations, all of it on the first step.  Written here, from one thread before any
+    kernel runs, each page faults once.  Nothing changes where the data is not the
     host's (another device target, or a Parameter whose initialization MindSpore defers).
     """
     if context.get_context("device_target") == "CPU":
