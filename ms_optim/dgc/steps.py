@@ -90,7 +90,6 @@ class DenseMomentum(_Step):
     def __init__(self, state, group, exchange):
         super().__init__(state, group.ids)
         self.exchange = exchange
-        src_dtypes = [state.grad_dtypes[i] for i in group.grad_ids]
         self.run_bounds = tuple((run.lo, run.hi) for run in group.runs)
         self.others = group.others
         self.flat = (state.nranks > 1 and bool(group.runs) and not group.others
@@ -101,14 +100,15 @@ class DenseMomentum(_Step):
             # each run's part of the buffer; None for a run that holds all of it (no copy)
             self.run_slices = tuple(None if (lo, hi) == (0, len(sizes))
                                     else (starts[lo], starts[hi]) for lo, hi in self.run_bounds)
-            self.pack_op = aot.pack_op([state.grad_dtypes[i] for i in range(len(state.params))],
-                                       starts[-1])
+            # the step's whole gradient tuple, of every parameter
+            self.pack_op = aot.pack_op(state.grad_dtypes, starts[-1])
             self.pack_gidx = Tensor(np.array(group.ids, np.int32))
             self.pack_call = aot.caller("ms_optim_pack")
             self.run_ops = tuple(aot.dgc_momentum_flat_op(
                 [self.params[j].dtype for j in range(run.lo, run.hi)]) for run in group.runs)
             self.run_call = aot.caller("ms_optim_dgc_momentum_flat")
             return
+        src_dtypes = [state.grad_dtypes[i] for i in group.grad_ids]
         self.run_ops = tuple(aot.dgc_momentum_op(
             [self.params[j].dtype for j in range(run.lo, run.hi)], src_dtypes)
             for run in group.runs)
