@@ -422,6 +422,16 @@ def pack_op(src_dtypes, total):
                      inplace=False, rest=len(src_dtypes), key=total)
 
 
+def dgc_flush_flat_op(dtypes):
+    """DGC's flush of the residuals of K parameters of `dtypes` (float32, or float16
+    stepped in float32) from the workers' mean of their packed v's and u's
+    (ops/aot/aot_dense.cpp)."""
+    f32 = mstype.float32
+    return native_op("ms_optim_dgc_flush_flat", len(dtypes),
+                     dict(param=tuple(dtypes), u=f32, v=f32, mean=f32, lr=f32, done=f32),
+                     out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32, inplace=True)
+
+
 def check_replicas_op():
     """Fails unless every worker's gathered int32 row (model signature, step, the state's
     world size, rank and digest of residual kinds) is the same, the world size the

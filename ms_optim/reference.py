@@ -428,6 +428,15 @@ def dgc_momentum(p, u, g, lr, momentum, nesterov=False):
     p[...] = (p.astype(f32) - f32(lr) * step).astype(p.dtype)
 
 
+def dgc_flush(p, u, v, mean_u, mean_v, lr):
+    """DGC's residuals flushed where sparsity="auto" goes dense, in place: p -= lr * mean_v
+    in float32, rounded once to p's dtype; u = mean_u; v = 0 (the means: the workers'
+    mean of u and of v)."""
+    p[...] = (p.astype(f32) - f32(lr) * mean_v).astype(p.dtype)
+    u[...] = mean_u
+    v[...] = 0
+
+
 class DGCReference:
     """Data-parallel DGCMomentum (docs/algorithms.md §3) over `nranks` workers in numpy.
 

@@ -428,7 +428,8 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
             ids = self.comp_ids + self.bucket_ids
             self.residual_flush = ResidualFlush(
                 state, ids, tuple(self.v) + tuple(self.bucket_v),
-                DenseExchange(self.nranks, [self._parameters[i].shape for i in ids] * 2))
+                DenseExchange(self.nranks, [self._parameters[i].shape for i in ids] * 2),
+                native=host_native)
         # whether a step has a branch to choose (warm-up or stage; the first step's check
         # of the workers' parameters): __call__ chooses it on the host
         self.host_branches = (self.has_warmup or self.nranks > 1 or self.auto is not None

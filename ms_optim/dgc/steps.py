@@ -436,15 +436,38 @@ class ResidualFlush(_Step):
     probe): each compressed and bucketed parameter applies the mean of the workers'
     residuals v, ``p -= lr * mean(v)`` (the selections they still hold, at the rate of the
     step, 1 for learning-rate-scaled residuals), v is set to zero, and u becomes the mean
-    of the workers' u, so every worker continues from one state."""
+    of the workers' u, so every worker continues from one state.
 
-    def __init__(self, state, ids, vs, exchange):
+    With the host's kernels (`native`) and float32 or float16 parameters, the residuals
+    cross as one buffer that native ops build and read (``ms_optim_pack``, then
+    ``ms_optim_dgc_flush_flat``), as the dense momentum's gradients do; otherwise graph
+    code steps each parameter."""
+
+    def __init__(self, state, ids, vs, exchange, native):
         super().__init__(state, ids)
         self.vs = tuple(vs)  # per parameter of `ids`, its v
         self.exchange = exchange  # a DenseExchange of the parameters' shapes, twice
+        f32 = mstype.float32
+        self.native = (native and bool(self.ids)
+                       and all(p.dtype in (f32, mstype.float16) for p in self.params)
+                       and all(t.dtype == f32 for t in self.us + self.vs))
+        if self.native:
+            n, total = len(self.ids), sum(p.size for p in self.params)
+            # every v, then every u, in one buffer
+            self.pack_op = aot.pack_op([f32] * (2 * n), 2 * total)
+            self.pack_gidx = Tensor(np.arange(2 * n, dtype=np.int32))
+            self.pack_call = aot.caller("ms_optim_pack")
+            self.flush_op = aot.dgc_flush_flat_op([p.dtype for p in self.params])
+            self.flush_call = aot.caller("ms_optim_dgc_flush_flat")
 
     def construct(self, lr):
         lrs = self.lrs(lr)
+        if self.native:
+            mean = self.exchange.mean(self.pack_call(self.pack_op, src=self.vs + self.us,
+                                                     gidx=self.pack_gidx))
+            return self.flush_call(self.flush_op, param=self.params, u=self.us, v=self.vs,
+                                   mean=mean, lr=self.bucket_values(lrs, 0, len(self.ids),
+                                                                    self.is_group_lr))
         means = self.exchange(self.vs + self.us)  # one AllReduce of both
         n = len(self.ids)
         done = True

@@ -668,6 +668,32 @@ def test_pack_puts_the_named_sources_one_after_another(sizes):
     np.testing.assert_array_equal(flat, np.concatenate(g))
 
 
+@pytest.mark.parametrize("group_lr", [False, True])
+def test_flush_flat_kernel_matches_reference(isa, group_lr):
+    """The flush of float32 and float16 parameters of odd sizes from one buffer of the v
+    means, then the u means, against reference.dgc_flush bit for bit; v ends all zero."""
+    rng = np.random.default_rng(5)
+    sizes = MULTI_SIZES + [1_000_003]
+    dtypes = [np.float32, np.float16] * 3
+    p = [rng.standard_normal(n).astype(d) for n, d in zip(sizes, dtypes)]
+    u = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+    v = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+    mean_v = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+    mean_u = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+    rp, ru, rv = [x.copy() for x in p], [x.copy() for x in u], [x.copy() for x in v]
+    lrs = np.array([0.05 * (j + 1) for j in range(len(sizes))] if group_lr else [0.05], np.float32)
+    testing.call_kernel("ms_optim_dgc_flush_flat", param=p, u=u, v=v,
+                        mean=np.concatenate(mean_v + mean_u), lr=lrs,
+                        done=np.zeros(1, np.float32))
+    for j in range(len(sizes)):
+        reference.dgc_flush(rp[j], ru[j], rv[j], mean_u[j], mean_v[j],
+                            lrs[j if group_lr else 0])
+        np.testing.assert_array_equal(p[j].view(np.uint8), rp[j].view(np.uint8))
+        np.testing.assert_array_equal(u[j].view(np.uint8), ru[j].view(np.uint8))
+        np.testing.assert_array_equal(v[j].view(np.uint8), rv[j].view(np.uint8))
+        assert not v[j].any()
+
+
 def test_pack_and_momentum_flat_reject_bad_input():
     x, z1 = np.zeros(10, np.float32), np.zeros(1, np.float32)
     pack = "ms_optim_pack"
@@ -696,6 +722,29 @@ def test_pack_and_momentum_flat_reject_bad_input():
             **momentum(u=[x, np.zeros(9, np.float32)]))
     rejects(mom, "MSOPT_ERR_SIZE", "^lr must have 1 or 2 elements, got 3$", slot="lr",
             **momentum(lr=np.zeros(3, np.float32)))
+
+
+def test_flush_flat_rejects_bad_input():
+    x, z1 = np.zeros(10, np.float32), np.zeros(1, np.float32)
+
+    def flush(**bad):
+        call = dict(param=[x, x], u=[x, x], v=[x, x], mean=np.zeros(40, np.float32), lr=z1,
+                    done=z1)
+        return {**call, **bad}
+
+    op = "ms_optim_dgc_flush_flat"
+    rejects(op, "MSOPT_ERR_SIZE", "^mean has 20 elements, twice the parameters' is 40$",
+            slot="mean", **flush(mean=np.zeros(20, np.float32)))
+    rejects(op, "MSOPT_ERR_DTYPE", "^mean must be float32, got float64$", slot="mean",
+            **flush(mean=np.zeros(40)))
+    rejects(op, "MSOPT_ERR_DTYPE", "^param1 must be float32 or float16, got float64$",
+            slot="param", **flush(param=[x, np.zeros(10)]))
+    rejects(op, "MSOPT_ERR_SIZE", "^v1 has 9 elements, param1 10$", slot="v",
+            **flush(v=[x, np.zeros(9, np.float32)]))
+    rejects(op, "MSOPT_ERR_DTYPE", "^u1 must be float32, got float16$", slot="u",
+            **flush(u=[x, np.zeros(10, np.float16)]))
+    rejects(op, "MSOPT_ERR_SIZE", "^lr must have 1 or 2 elements, got 3$", slot="lr",
+            **flush(lr=np.zeros(3, np.float32)))
 
 
 def test_multi_kernels_reject_bad_input():

@@ -1,7 +1,9 @@
 // MindSpore AOT adapters for DGC's dense step (docs/algorithms.md §3): the
 // momentum of the parameters it does not compress, their gradients given one
-// tensor each or in one buffer, and the pack that builds that buffer for the
-// workers' AllReduce.  The tensors each takes are declared in core/contract.h.
+// tensor each or in one buffer, the pack that builds that buffer for the
+// workers' AllReduce, and the flush of the residuals where sparsity="auto" goes
+// dense.  The tensors each takes are declared in core/contract.h.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -116,9 +118,67 @@ int pack_body(const AotCall &c) {
   return kOk;
 }
 
+// DGC's flush where sparsity="auto" goes dense: param each float32 or float16
+// (p - lr * m in float32, rounded once, as the graph's casts and the bucket's
+// apply), u and v float32 of the same sizes, mean float32[2 x their total] (v's
+// means, then u's), lr float32[1] or [K], done float32[1]; then u = u's mean
+// and v = 0, all in place, both threads from kParallelMin elements in all.
+int flush_flat_body(const AotCall &c) {
+  using S = sig::ms_optim_dgc_flush_flat;
+  const int K = c.K();
+  for (int j = 0; j < K; ++j)
+    MSOPT_CHECK(c, c.is(S::param, "float32", j) || c.is(S::param, "float16", j), kErrDtype,
+                "param%d must be float32 or float16, got %s", j, c.dtype(S::param, j));
+  MSOPT_TRY(c.require_dtype(S::u, "float32"));
+  MSOPT_TRY(c.require_dtype(S::v, "float32"));
+  MSOPT_TRY(c.require_same_numel(S::param, {S::u, S::v}));
+  MSOPT_TRY(c.require_dtype(S::mean, "float32"));
+  MSOPT_TRY(c.require_f32(S::lr, 1, K));
+  MSOPT_TRY(c.require_f32(S::done, 1));
+  std::vector<int64_t> start(static_cast<size_t>(K));
+  int64_t total = 0;
+  for (int j = 0; j < K; ++j) {
+    start[j] = total;
+    total += c.numel(S::param, j);
+  }
+  MSOPT_CHECK(c, c.numel(S::mean) == 2 * total, kErrSize,
+              "mean has %lld elements, twice the parameters' is %lld",
+              static_cast<long long>(c.numel(S::mean)), static_cast<long long>(2 * total));
+  const float *mean = c.ptr<float>(S::mean), *lr = c.ptr<float>(S::lr);
+  const bool lr_each = c.numel(S::lr) != 1;
+  const KernelTable &table = kernels();
+  const ParallelSection section(total);
+  walk_tensors(K, [&](int64_t j) { return c.numel(S::param, static_cast<int>(j)); }, WalkPlan{},
+               [&](int64_t jj, int64_t lo, int64_t hi) {
+                 const int j = static_cast<int>(jj);
+                 const float lr_j = lr[lr_each ? j : 0];
+                 const float *mv = mean + start[j], *mu = mean + total + start[j];
+                 float *u = c.ptr<float>(S::u, j), *v = c.ptr<float>(S::v, j);
+                 std::memcpy(u + lo, mu + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+                 std::memset(v + lo, 0, static_cast<size_t>(hi - lo) * sizeof(float));
+                 if (!c.is(S::param, "float16", j)) {
+                   float *p = c.ptr<float>(S::param, j);
+                   for (int64_t i = lo; i < hi; ++i) p[i] = p[i] - lr_j * mv[i];
+                   return;
+                 }
+                 half_bits *p = c.ptr<half_bits>(S::param, j);
+                 constexpr int64_t kBlock = 1024;
+                 float x[kBlock];
+                 for (int64_t b = lo; b < hi; b += kBlock) {
+                   const int64_t len = std::min(kBlock, hi - b);
+                   table.f16_to_f32(p + b, x, len);
+                   for (int64_t i = 0; i < len; ++i) x[i] = x[i] - lr_j * mv[b + i];
+                   table.f32_to_f16(x, p + b, len);
+                 }
+               });
+  *c.ptr<float>(S::done) = 0.0f;
+  return kOk;
+}
+
 }  // namespace
 }  // namespace msopt
 
 MSOPT_AOT_ENTRY(ms_optim_dgc_momentum, msopt::momentum_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_momentum_flat, msopt::momentum_flat_body)
 MSOPT_AOT_ENTRY(ms_optim_pack, msopt::pack_body)
+MSOPT_AOT_ENTRY(ms_optim_dgc_flush_flat, msopt::flush_flat_body)

@@ -178,6 +178,13 @@ namespace msopt {
 // dense exchange's, for the workers' AllReduce).
 #define MSOPT_AOT_PACK(IN, OUT) IN(src, kRest) IN(gidx, kCountK) OUT(flat, kOne)
 
+// DGC's residuals flushed where sparsity="auto" goes dense: mean holds the
+// workers' mean of every v, then of every u, each parameter's elements after
+// those of parameters 0..j-1 (a packed buffer); p_j -= lr_j * its v's mean,
+// u_j = its u's mean, v_j = 0.
+#define MSOPT_AOT_DGC_FLUSH_FLAT(IN, OUT) \
+  IN(param, kEach) IN(u, kEach) IN(v, kEach) IN(mean, kOne) IN(lr, kOne) OUT(done, kOne)
+
 // The workers' rows, gathered (model signature, step, then the state's world
 // size, the rank that saved it, a two-word digest of its residual kinds and the
 // step the caller compiled the branch for, or -1):
@@ -239,6 +246,7 @@ namespace msopt {
   X(ms_optim_dgc_momentum, MSOPT_AOT_DGC_MOMENTUM)             \
   X(ms_optim_dgc_momentum_flat, MSOPT_AOT_DGC_MOMENTUM_FLAT)   \
   X(ms_optim_pack, MSOPT_AOT_PACK)                             \
+  X(ms_optim_dgc_flush_flat, MSOPT_AOT_DGC_FLUSH_FLAT)         \
   X(ms_optim_check_replicas, MSOPT_AOT_CHECK_REPLICAS)         \
   X(ms_optim_digest, MSOPT_AOT_DIGEST)                         \
   X(ms_optim_step_clock, MSOPT_AOT_STEP_CLOCK)
