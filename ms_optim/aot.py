@@ -413,13 +413,23 @@ def dgc_momentum_flat_op(dtypes):
                      out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32, inplace=True)
 
 
-def pack_op(src_dtypes, total):
-    """The sources src[gidx[j]] (float32) one after another in one float32[total] buffer,
-    among the sources of `src_dtypes` (ops/aot/aot_dense.cpp)."""
-    f32 = mstype.float32
-    return native_op("ms_optim_pack", 0, dict(src=tuple(src_dtypes), gidx=mstype.int32, flat=f32),
-                     out_shape=lambda *shapes: [total], out_dtype=lambda *dts: f32,
+def pack_op(src_dtypes, total, dtype=mstype.float32):
+    """The sources src[gidx[j]] (of `dtype`) one after another in one buffer of `total`
+    elements, among the sources of `src_dtypes` (ops/aot/aot_dense.cpp)."""
+    return native_op("ms_optim_pack", 0,
+                     dict(src=tuple(src_dtypes), gidx=mstype.int32, flat=dtype),
+                     out_shape=lambda *shapes: [total], out_dtype=lambda *dts: dtype,
                      inplace=False, rest=len(src_dtypes), key=total)
+
+
+def unpack_op(dst_dtypes, dtype):
+    """pack_op's reverse, in place: dst[gidx[j]] (of `dtype`, among tensors of
+    `dst_dtypes`) takes its elements of the packed buffer (ops/aot/aot_dense.cpp)."""
+    f32 = mstype.float32
+    return native_op("ms_optim_unpack", 0,
+                     dict(dst=tuple(dst_dtypes), gidx=mstype.int32, flat=dtype, done=f32),
+                     out_shape=lambda *shapes: [1], out_dtype=lambda *dts: f32,
+                     inplace=True, rest=len(dst_dtypes))
 
 
 def dgc_flush_flat_op(dtypes):

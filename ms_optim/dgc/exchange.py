@@ -40,7 +40,7 @@ from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from .. import aot
-from .plan import assign_each, cut, cut_plan, flatten, index_pick, pick
+from .plan import cut, cut_plan, flatten, index_pick, pick
 
 
 def world_size():
@@ -231,6 +231,17 @@ class ReplicaSync(nn.Cell):
             self.broadcast = ops.Broadcast(0)
             self.digest_call = aot.caller("ms_optim_digest")
             self.digest_groups = self._digest_groups(params)
+            # rank 0's parameters: one buffer per dtype, packed and unpacked by native ops
+            dtypes = [p.dtype for p in params]
+            groups = {}
+            for i, d in enumerate(dtypes):
+                groups.setdefault(d, []).append(i)
+            self.sync_gidx = tuple(Tensor(np.array(ids, np.int32)) for ids in groups.values())
+            self.pack_ops = tuple(aot.pack_op(dtypes, sum(params[i].size for i in ids), d)
+                                  for d, ids in groups.items())
+            self.unpack_ops = tuple(aot.unpack_op(dtypes, d) for d in groups)
+            self.pack_call = aot.caller("ms_optim_pack")
+            self.unpack_call = aot.caller("ms_optim_unpack")
 
     @staticmethod
     def _digest_groups(params):
@@ -277,6 +288,18 @@ class ReplicaSync(nn.Cell):
         rows = gathered.reshape(self.nranks, -1)
         done = after
         if not ops.equal(rows, rows[0:1]).all():
-            synced = self.broadcast(F.depend(params, gathered))
-            done = F.depend(done, assign_each(params, synced))
+            done = F.depend(done, self._take_rank0s(params))
         return F.depend(done, gathered)
+
+    def _take_rank0s(self, params):
+        """Every parameter overwritten with rank 0's: one buffer per dtype, broadcast."""
+        packed = ()
+        for g in range(len(self.sync_gidx)):
+            packed = packed + (self.pack_call(self.pack_ops[g], src=params,
+                                              gidx=self.sync_gidx[g]),)
+        synced = self.broadcast(packed)
+        done = True
+        for g in range(len(self.sync_gidx)):
+            done = F.depend(done, self.unpack_call(self.unpack_ops[g], dst=params,
+                                                   gidx=self.sync_gidx[g], flat=synced[g]))
+        return done

@@ -655,17 +655,26 @@ def test_momentum_kernel_matches_reference(isa, nesterov, group_lr, call):
         np.testing.assert_array_equal(p[j].view(np.uint8), rp[j].view(np.uint8))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int32, np.uint8])
 @pytest.mark.parametrize("sizes", [[1], [7, 16383, 16385], MULTI_SIZES + [1_000_003]])
-def test_pack_puts_the_named_sources_one_after_another(sizes):
-    """ms_optim_pack: src[gidx[j]] for j in order, as np.concatenate, with sources the op
-    does not name (float64 among them) left unread; over the threads from the largest."""
+def test_pack_and_unpack_copy_the_named_tensors(sizes, dtype):
+    """ms_optim_pack: src[gidx[j]] for j in order, as np.concatenate, with tensors the op
+    does not name (of another dtype among them) left unread; ms_optim_unpack writes them
+    back in place, leaving the others as they were; over the threads from the largest."""
     rng = np.random.default_rng(len(sizes))
-    g = [rng.standard_normal(n).astype(np.float32) for n in sizes]
-    src = [np.zeros(3)] + g[::-1]
+    g = [(rng.standard_normal(n) * 100).astype(dtype) for n in sizes]
+    other = np.zeros(3, np.int8 if dtype == np.float64 else np.float64)
+    src = [other] + g[::-1]
     gidx = np.array([len(sizes) - j for j in range(len(sizes))], np.int32)
-    flat = np.full(sum(sizes), np.nan, np.float32)
+    flat = np.full(sum(sizes), 77, dtype)
     testing.call_kernel("ms_optim_pack", src=src, gidx=gidx, flat=flat)
-    np.testing.assert_array_equal(flat, np.concatenate(g))
+    np.testing.assert_array_equal(flat.view(np.uint8), np.concatenate(g).view(np.uint8))
+    dst = [other.copy()] + [np.zeros_like(x) for x in g[::-1]]
+    testing.call_kernel("ms_optim_unpack", dst=dst, gidx=gidx, flat=flat,
+                        done=np.zeros(1, np.float32))
+    np.testing.assert_array_equal(dst[0], other)
+    for j in range(len(sizes)):
+        np.testing.assert_array_equal(dst[gidx[j]].view(np.uint8), g[j].view(np.uint8))
 
 
 @pytest.mark.parametrize("group_lr", [False, True])
@@ -699,12 +708,21 @@ def test_pack_and_momentum_flat_reject_bad_input():
     pack = "ms_optim_pack"
     rejects(pack, "MSOPT_ERR_VALUE", r"^gidx\[1\] = 2 is outside \[0, 2\)$", slot="gidx",
             src=[x, x], gidx=np.array([0, 2], np.int32), flat=np.zeros(20, np.float32))
-    rejects(pack, "MSOPT_ERR_DTYPE", "^src1 must be float32, got float64$", slot="src",
-            src=[x, np.zeros(10)], gidx=np.array([0, 1], np.int32), flat=np.zeros(20, np.float32))
-    rejects(pack, "MSOPT_ERR_SIZE", "^flat has 19 elements, the sources 20$", slot="flat",
+    rejects(pack, "MSOPT_ERR_DTYPE", r"^src1 must be float32 \(flat's dtype\), got float64$",
+            slot="src", src=[x, np.zeros(10)], gidx=np.array([0, 1], np.int32),
+            flat=np.zeros(20, np.float32))
+    rejects(pack, "MSOPT_ERR_SIZE", "^flat has 19 elements, the tensors 20$", slot="flat",
             src=[x, x], gidx=np.array([0, 1], np.int32), flat=np.zeros(19, np.float32))
-    rejects(pack, "MSOPT_ERR_DTYPE", "^flat must be float32, got float64$", slot="flat",
-            src=[x, x], gidx=np.array([0, 1], np.int32), flat=np.zeros(20))
+    rejects(pack, "MSOPT_ERR_DTYPE", r"^src0 must be float64 \(flat's dtype\), got float32$",
+            slot="src", src=[x, x], gidx=np.array([0, 1], np.int32), flat=np.zeros(20))
+    unpack = "ms_optim_unpack"
+    rejects(unpack, "MSOPT_ERR_VALUE", r"^gidx\[0\] = -1 is outside \[0, 2\)$", slot="gidx",
+            dst=[x, x], gidx=np.array([-1], np.int32), flat=np.zeros(10, np.float32), done=z1)
+    rejects(unpack, "MSOPT_ERR_SIZE", "^flat has 21 elements, the tensors 20$", slot="flat",
+            dst=[x, x], gidx=np.array([0, 1], np.int32), flat=np.zeros(21, np.float32), done=z1)
+    rejects(unpack, "MSOPT_ERR_DTYPE", r"^dst1 must be float16 \(flat's dtype\), got float32$",
+            slot="dst", dst=[np.zeros(10, np.float16), x], gidx=np.array([0, 1], np.int32),
+            flat=np.zeros(20, np.float16), done=z1)
     mom = "ms_optim_dgc_momentum_flat"
 
     def momentum(**bad):

@@ -84,37 +84,91 @@ int momentum_flat_body(const AotCall &c) {
   return dense_momentum<S>(c, [&](int j) { return flat + start[j]; });
 }
 
-// src[gidx[j]] (float32), j = 0..K-1, copied one after another into flat
-// (float32[their total]); both threads copy from kParallelMin elements in all.
-int pack_body(const AotCall &c) {
-  using S = sig::ms_optim_pack;
+// Bytes per element of a dtype MindSpore names; 0 for another.
+size_t element_bytes(const char *dtype) {
+  static const struct {
+    const char *name;
+    size_t bytes;
+  } kSizes[] = {{"float64", 8}, {"float32", 4}, {"int32", 4}, {"float16", 2},
+                {"bfloat16", 2}, {"int8", 1}, {"uint8", 1}};
+  for (const auto &s : kSizes)
+    if (std::strcmp(dtype, s.name) == 0) return s.bytes;
+  return 0;
+}
+
+// What pack and unpack share (S: their slots, T: the slot of the tensors): the
+// tensors T[gidx[j]], j = 0..K-1, each of flat's dtype, and each one's bytes
+// and first byte in flat, whose size they fill.
+template <class S>
+int packed_layout(const AotCall &c, int T, std::vector<char *> *at, std::vector<size_t> *bytes,
+                  std::vector<size_t> *start) {
   MSOPT_TRY(c.require_dtype(S::gidx, "int32"));
-  MSOPT_TRY(c.require_dtype(S::flat, "float32"));
-  const int K = static_cast<int>(c.numel(S::gidx)), count = c.count(S::src);
+  const char *dtype = c.dtype(S::flat);
+  const size_t width = element_bytes(dtype);
+  MSOPT_CHECK(c, width != 0, kErrDtype, "flat's dtype %s is not one the pack copies", dtype);
+  const int K = static_cast<int>(c.numel(S::gidx)), count = c.count(T);
   const int32_t *gidx = c.ptr<int32_t>(S::gidx);
-  std::vector<const float *> from(static_cast<size_t>(K));
-  std::vector<int64_t> size(static_cast<size_t>(K)), start(static_cast<size_t>(K));
-  int64_t total = 0;
+  at->resize(static_cast<size_t>(K));
+  bytes->resize(static_cast<size_t>(K));
+  start->resize(static_cast<size_t>(K));
+  size_t total = 0;
   for (int j = 0; j < K; ++j) {
     MSOPT_CHECK(c, gidx[j] >= 0 && gidx[j] < count, kErrValue, "gidx[%d] = %d is outside [0, %d)",
                 j, gidx[j], count);
-    MSOPT_CHECK(c, c.is(S::src, "float32", gidx[j]), kErrDtype, "src%d must be float32, got %s",
-                gidx[j], c.dtype(S::src, gidx[j]));
-    from[j] = c.ptr<float>(S::src, gidx[j]);
-    size[j] = c.numel(S::src, gidx[j]);
-    start[j] = total;
-    total += size[j];
+    MSOPT_CHECK(c, c.is(T, dtype, gidx[j]), kErrDtype, "%s must be %s (flat's dtype), got %s",
+                c.name(T, gidx[j]), dtype, c.dtype(T, gidx[j]));
+    (*at)[j] = c.ptr<char>(T, gidx[j]);
+    (*bytes)[j] = static_cast<size_t>(c.numel(T, gidx[j])) * width;
+    (*start)[j] = total;
+    total += (*bytes)[j];
   }
-  MSOPT_CHECK(c, c.numel(S::flat) == total, kErrSize,
-              "flat has %lld elements, the sources %lld",
-              static_cast<long long>(c.numel(S::flat)), static_cast<long long>(total));
-  float *flat = c.ptr<float>(S::flat);
-  const ParallelSection section(total);
-  walk_tensors(K, [&](int64_t j) { return size[j]; }, WalkPlan{},
+  MSOPT_CHECK(c, static_cast<size_t>(c.numel(S::flat)) * width == total, kErrSize,
+              "flat has %lld elements, the tensors %lld", static_cast<long long>(c.numel(S::flat)),
+              static_cast<long long>(total / width));
+  return kOk;
+}
+
+// Copies between flat and the K tensors, both threads from kParallelMin float32s
+// in all; to_flat: from the tensors into flat, else back.
+void copy_packed(char *flat, const std::vector<char *> &at, const std::vector<size_t> &bytes,
+                 const std::vector<size_t> &start, bool to_flat) {
+  int64_t words = 0;
+  for (const size_t b : bytes) words += static_cast<int64_t>(b / sizeof(float));
+  const ParallelSection section(words);
+  WalkPlan plan;  // in bytes
+  plan.parallel_min = kParallelMin * static_cast<int64_t>(sizeof(float));
+  walk_tensors(static_cast<int64_t>(at.size()),
+               [&](int64_t j) { return static_cast<int64_t>(bytes[j]); }, plan,
                [&](int64_t j, int64_t lo, int64_t hi) {
-                 std::memcpy(flat + start[j] + lo, from[j] + lo,
-                             static_cast<size_t>(hi - lo) * sizeof(float));
+                 char *packed = flat + start[j] + lo, *own = at[j] + lo;
+                 const size_t n = static_cast<size_t>(hi - lo);
+                 if (to_flat)
+                   std::memcpy(packed, own, n);
+                 else
+                   std::memcpy(own, packed, n);
                });
+}
+
+// src[gidx[j]], j = 0..K-1, copied one after another into flat (their dtype,
+// their total).
+int pack_body(const AotCall &c) {
+  using S = sig::ms_optim_pack;
+  std::vector<char *> at;
+  std::vector<size_t> bytes, start;
+  MSOPT_TRY(packed_layout<S>(c, S::src, &at, &bytes, &start));
+  copy_packed(c.ptr<char>(S::flat), at, bytes, start, true);
+  return kOk;
+}
+
+// dst[gidx[j]], j = 0..K-1, in place, from flat as pack fills it; done float32[1].
+int unpack_body(const AotCall &c) {
+  using S = sig::ms_optim_unpack;
+  MSOPT_TRY(c.require_f32(S::done, 1));
+  std::vector<char *> at;
+  std::vector<size_t> bytes, start;
+  MSOPT_TRY(packed_layout<S>(c, S::dst, &at, &bytes, &start));
+  copy_packed(c.ptr<char>(S::flat), at, bytes, start, false);
+  *c.ptr<float>(S::done) = 0.0f;
   return kOk;
 }
 
@@ -181,4 +235,5 @@ int flush_flat_body(const AotCall &c) {
 MSOPT_AOT_ENTRY(ms_optim_dgc_momentum, msopt::momentum_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_momentum_flat, msopt::momentum_flat_body)
 MSOPT_AOT_ENTRY(ms_optim_pack, msopt::pack_body)
+MSOPT_AOT_ENTRY(ms_optim_unpack, msopt::unpack_body)
 MSOPT_AOT_ENTRY(ms_optim_dgc_flush_flat, msopt::flush_flat_body)

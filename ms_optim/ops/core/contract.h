@@ -174,9 +174,14 @@ namespace msopt {
 #define MSOPT_AOT_DGC_MOMENTUM_FLAT(IN, OUT) \
   IN(param, kEach) IN(u, kEach) IN(flat, kOne) IN(lr, kOne) IN(consts, kOne) OUT(done, kOne)
 
-// The sources src[gidx[j]], j = 0..K-1, one after another in one buffer (the
-// dense exchange's, for the workers' AllReduce).
+// The sources src[gidx[j]], j = 0..K-1, one after another in one buffer of
+// their dtype (the dense exchange's, for the workers' AllReduce).
 #define MSOPT_AOT_PACK(IN, OUT) IN(src, kRest) IN(gidx, kCountK) OUT(flat, kOne)
+
+// The reverse, in place: dst[gidx[j]] takes its elements of flat, which holds
+// them one after another.
+#define MSOPT_AOT_UNPACK(IN, OUT) \
+  IN(dst, kRest) IN(gidx, kCountK) IN(flat, kOne) OUT(done, kOne)
 
 // DGC's residuals flushed where sparsity="auto" goes dense: mean holds the
 // workers' mean of every v, then of every u, each parameter's elements after
@@ -246,6 +251,7 @@ namespace msopt {
   X(ms_optim_dgc_momentum, MSOPT_AOT_DGC_MOMENTUM)             \
   X(ms_optim_dgc_momentum_flat, MSOPT_AOT_DGC_MOMENTUM_FLAT)   \
   X(ms_optim_pack, MSOPT_AOT_PACK)                             \
+  X(ms_optim_unpack, MSOPT_AOT_UNPACK)                         \
   X(ms_optim_dgc_flush_flat, MSOPT_AOT_DGC_FLUSH_FLAT)         \
   X(ms_optim_check_replicas, MSOPT_AOT_CHECK_REPLICAS)         \
   X(ms_optim_digest, MSOPT_AOT_DIGEST)                         \
