@@ -34,13 +34,13 @@ import zlib
 from typing import NamedTuple
 
 import numpy as np
-from mindspore import Tensor, nn, ops
+from mindspore import Tensor, context, nn, ops
 from mindspore import dtype as mstype
 from mindspore.ops import functional as F
 from mindspore.ops.primitive import constexpr
 
 from .. import aot
-from .plan import cut, cut_plan, flatten, index_pick, pick
+from .plan import assign_each, cut, cut_plan, flatten, index_pick, pick
 
 
 def world_size():
@@ -207,6 +207,11 @@ class ReplicaSync(nn.Cell):
     every worker refuses it, and so does a branch that one worker compiled for another
     step."""
 
+    # device targets whose parameters cross the first step's broadcast packed by the host's
+    # native ops; elsewhere (the ops would write host copies of device memory) one tensor per
+    # parameter crosses and is assigned
+    PACKED_TARGETS = ("CPU",)
+
     def __init__(self, nranks, signature, params, residual_kinds, roles):
         super().__init__()
         self.nranks = nranks
@@ -231,17 +236,23 @@ class ReplicaSync(nn.Cell):
             self.broadcast = ops.Broadcast(0)
             self.digest_call = aot.caller("ms_optim_digest")
             self.digest_groups = self._digest_groups(params)
-            # rank 0's parameters: one buffer per dtype, packed and unpacked by native ops
-            dtypes = [p.dtype for p in params]
-            groups = {}
-            for i, d in enumerate(dtypes):
-                groups.setdefault(d, []).append(i)
-            self.sync_gidx = tuple(Tensor(np.array(ids, np.int32)) for ids in groups.values())
-            self.pack_ops = tuple(aot.pack_op(dtypes, sum(params[i].size for i in ids), d)
-                                  for d, ids in groups.items())
-            self.unpack_ops = tuple(aot.unpack_op(dtypes, d) for d in groups)
-            self.pack_call = aot.caller("ms_optim_pack")
-            self.unpack_call = aot.caller("ms_optim_unpack")
+            self.packed = context.get_context("device_target") in self.PACKED_TARGETS
+            if self.packed:
+                self._init_packed(params)
+
+    def _init_packed(self, params):
+        """Rank 0's parameters cross as one buffer per dtype (in the order the dtypes first
+        appear), packed and unpacked in place by the host's native ops."""
+        dtypes = [p.dtype for p in params]
+        groups = {}
+        for i, d in enumerate(dtypes):
+            groups.setdefault(d, []).append(i)
+        self.sync_gidx = tuple(Tensor(np.array(ids, np.int32)) for ids in groups.values())
+        self.pack_ops = tuple(aot.pack_op(dtypes, sum(params[i].size for i in ids), d)
+                              for d, ids in groups.items())
+        self.unpack_ops = tuple(aot.unpack_op(dtypes, d) for d in groups)
+        self.pack_call = aot.caller("ms_optim_pack")
+        self.unpack_call = aot.caller("ms_optim_unpack")
 
     @staticmethod
     def _digest_groups(params):
@@ -292,7 +303,10 @@ class ReplicaSync(nn.Cell):
         return F.depend(done, gathered)
 
     def _take_rank0s(self, params):
-        """Every parameter overwritten with rank 0's: one buffer per dtype, broadcast."""
+        """Every parameter overwritten with rank 0's: one buffer per dtype, broadcast (or
+        one tensor per parameter)."""
+        if not self.packed:
+            return assign_each(params, self.broadcast(params))
         packed = ()
         for g in range(len(self.sync_gidx)):
             packed = packed + (self.pack_call(self.pack_ops[g], src=params,

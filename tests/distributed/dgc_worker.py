@@ -157,6 +157,18 @@ def _max_tensors(n):
         ms_optim.aot.MAX_TENSORS = before
 
 
+@contextlib.contextmanager
+def _per_parameter_sync():
+    """The first step's parameters broadcast one tensor per parameter inside the block."""
+    sync = ms_optim.dgc.exchange.ReplicaSync
+    before = sync.PACKED_TARGETS
+    sync.PACKED_TARGETS = ()
+    try:
+        yield
+    finally:
+        sync.PACKED_TARGETS = before
+
+
 def known_steps(rank, nranks, impl, exchange, tag, bucket_sparsity=None,
                 lr_in_residuals=False):
     """STEPS of known gradients straight into the optimizer, from parameters that differ on
@@ -188,9 +200,20 @@ def mode_exchange(rank, nranks, out):
                                 ("native", "allreduce", "ar_")):
         arrays.update(known_steps(rank, nranks, impl, exchange, tag))
     # every parameter its own native op: the dense momentum reads its part of the packed
-    # mean, not all of it
-    with _max_tensors(1):
+    # mean, not all of it; and the first step's broadcast one tensor per parameter, as on
+    # device targets other than the CPU
+    with _max_tensors(1), _per_parameter_sync():
         arrays.update(known_steps(rank, nranks, "native", "allgather", "one_"))
+
+    # parameters of several dtypes, apart on every worker: after a step at rate 0 on zero
+    # gradients each worker holds rank 0's, each dtype crossing in its own buffer
+    mixed = [Parameter(Tensor((np.arange(n) * (rank + 1)).astype(d)), name=f"mixed{i}")
+             for i, (n, d) in enumerate([(7, np.float16), (30000, np.float32),
+                                         (5, np.float16), (3, np.float64)])]
+    arrays.update({f"mixed_init{i}": p.asnumpy().copy() for i, p in enumerate(mixed)})
+    ms_optim.DGCMomentum(mixed, learning_rate=0.0, momentum=0.9, rampup_begin_step=0,
+                         sparsity=[0.99])(tuple(Tensor(np.zeros_like(p.asnumpy())) for p in mixed))
+    arrays.update({f"mixed{i}": p.asnumpy() for i, p in enumerate(mixed)})
 
     # the user's path: ms.Model on the worker's shard of a dataset
     from mindspore import dataset as ds

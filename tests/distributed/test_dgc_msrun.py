@@ -88,6 +88,15 @@ def test_replicas_identical_after_training(exchange_run):
     assert not np.array_equal(a["model0"], a["straight0"])
 
 
+def test_first_step_gives_every_worker_rank_0s_parameters_of_every_dtype(exchange_run):
+    a, b = exchange_run
+    for i in range(4):
+        assert not np.array_equal(a[f"mixed_init{i}"], b[f"mixed_init{i}"])
+        for run in (a, b):
+            np.testing.assert_array_equal(run[f"mixed{i}"], a[f"mixed_init{i}"])
+            assert run[f"mixed{i}"].dtype == a[f"mixed_init{i}"].dtype
+
+
 def test_aggregate_matches_reference_of_the_exchange(exchange_run):
     """Known per-worker gradients: the result equals the numpy rule of the exchange."""
     a, b = exchange_run
