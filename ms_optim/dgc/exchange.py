@@ -299,17 +299,18 @@ class ReplicaSync(nn.Cell):
         rows = gathered.reshape(self.nranks, -1)
         done = after
         if not ops.equal(rows, rows[0:1]).all():
-            done = F.depend(done, self._take_rank0s(params))
+            done = F.depend(done, self._take_rank0s(F.depend(params, gathered), params))
         return F.depend(done, gathered)
 
-    def _take_rank0s(self, params):
-        """Every parameter overwritten with rank 0's: one buffer per dtype, broadcast (or
-        one tensor per parameter)."""
+    def _take_rank0s(self, values, params):
+        """Every parameter of `params` overwritten with rank 0's `values` (the parameters'
+        values, after the digests' exchange): one buffer per dtype, broadcast (or one
+        tensor per parameter)."""
         if not self.packed:
-            return assign_each(params, self.broadcast(params))
+            return assign_each(params, self.broadcast(values))
         packed = ()
         for g in range(len(self.sync_gidx)):
-            packed = packed + (self.pack_call(self.pack_ops[g], src=params,
+            packed = packed + (self.pack_call(self.pack_ops[g], src=values,
                                               gidx=self.sync_gidx[g]),)
         synced = self.broadcast(packed)
         done = True

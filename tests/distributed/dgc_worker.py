@@ -169,6 +169,23 @@ def _per_parameter_sync():
         sync.PACKED_TARGETS = before
 
 
+@contextlib.contextmanager
+def _graph_flush():
+    """sparsity="auto"'s flush of the residuals in graph code inside the block."""
+    from ms_optim.dgc import optimizer
+
+    class GraphFlush(optimizer.ResidualFlush):
+        def __init__(self, *args, native):
+            super().__init__(*args, native=False)
+
+    before = optimizer.ResidualFlush
+    optimizer.ResidualFlush = GraphFlush
+    try:
+        yield
+    finally:
+        optimizer.ResidualFlush = before
+
+
 def known_steps(rank, nranks, impl, exchange, tag, bucket_sparsity=None,
                 lr_in_residuals=False):
     """STEPS of known gradients straight into the optimizer, from parameters that differ on
@@ -397,6 +414,15 @@ def mode_auto(rank, nranks, out):
                                              for s in map(opt.stage, range(12))])
         arrays[f"{name}_sampled"] = np.array([stats[key] is not None for key in (
             "compute_s", "probe_exchange_s", "chunk_small_s", "chunk_large_s")])
+    # dense_bucket with the residuals flushed in graph code (as with impl="ops" or on a
+    # GPU): the native flush's bits
+    with _graph_flush():
+        opt, straight = auto_run(rank, nranks, 0, 12, AUTO_RUNS["dense_bucket"],
+                                 **AUTO_SETTINGS["dense_bucket"])
+    arrays.update({f"graph_flush_straight{i}": a for i, a in enumerate(straight)})
+    arrays.update({f"graph_flush_u{i}": u.asnumpy() for i, u in enumerate(opt.u)})
+    arrays.update({f"graph_flush_v{i}": v.asnumpy() for i, v in enumerate(opt.v)})
+    arrays.update({f"graph_flush_bucket_v{i}": v.asnumpy() for i, v in enumerate(opt.bucket_v)})
     # a state saved by a run at a fixed sparsity, resumed past the probe: dense from there,
     # the residuals flushed, in a compiled step and from Python
     path = os.path.join(out, f"fixed_rank{rank}.ckpt")

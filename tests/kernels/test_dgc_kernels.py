@@ -720,6 +720,12 @@ def test_pack_and_momentum_flat_reject_bad_input():
             dst=[x, x], gidx=np.array([-1], np.int32), flat=np.zeros(10, np.float32), done=z1)
     rejects(unpack, "MSOPT_ERR_SIZE", "^flat has 21 elements, the tensors 20$", slot="flat",
             dst=[x, x], gidx=np.array([0, 1], np.int32), flat=np.zeros(21, np.float32), done=z1)
+    rejects(unpack, "MSOPT_ERR_VALUE", r"^gidx\[1\] = 0 names the tensor gidx\[0\] names$",
+            slot="gidx", dst=[x, x], gidx=np.array([0, 0], np.int32),
+            flat=np.zeros(20, np.float32), done=z1)
+    rejects(unpack, "MSOPT_ERR_DTYPE", "^flat's dtype complex64 is not one a tensor has$",
+            slot="flat", dst=[x], gidx=np.array([0], np.int32), flat=np.zeros(10, np.complex64),
+            done=z1)
     rejects(unpack, "MSOPT_ERR_DTYPE", r"^dst1 must be float16 \(flat's dtype\), got float32$",
             slot="dst", dst=[np.zeros(10, np.float16), x], gidx=np.array([0, 1], np.int32),
             flat=np.zeros(20, np.float16), done=z1)
@@ -751,7 +757,7 @@ def test_flush_flat_rejects_bad_input():
         return {**call, **bad}
 
     op = "ms_optim_dgc_flush_flat"
-    rejects(op, "MSOPT_ERR_SIZE", "^mean has 20 elements, twice the parameters' is 40$",
+    rejects(op, "MSOPT_ERR_SIZE", "^mean has 20 elements, twice the parameters' 20$",
             slot="mean", **flush(mean=np.zeros(20, np.float32)))
     rejects(op, "MSOPT_ERR_DTYPE", "^mean must be float32, got float64$", slot="mean",
             **flush(mean=np.zeros(40)))

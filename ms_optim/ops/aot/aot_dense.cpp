@@ -1,8 +1,8 @@
 // MindSpore AOT adapters for DGC's dense step (docs/algorithms.md §3): the
 // momentum of the parameters it does not compress, their gradients given one
-// tensor each or in one buffer, the pack that builds that buffer for the
-// workers' AllReduce, and the flush of the residuals where sparsity="auto" goes
-// dense.  The tensors each takes are declared in core/contract.h.
+// tensor each or in one buffer, the pack that builds one buffer of tensors for
+// a collective and the unpack that writes it back, and the flush of the
+// residuals where sparsity="auto" goes dense.  The tensors each takes are declared in core/contract.h.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -84,37 +84,30 @@ int momentum_flat_body(const AotCall &c) {
   return dense_momentum<S>(c, [&](int j) { return flat + start[j]; });
 }
 
-// Bytes per element of a dtype MindSpore names; 0 for another.
-size_t element_bytes(const char *dtype) {
-  static const struct {
-    const char *name;
-    size_t bytes;
-  } kSizes[] = {{"float64", 8}, {"float32", 4}, {"int32", 4}, {"float16", 2},
-                {"bfloat16", 2}, {"int8", 1}, {"uint8", 1}};
-  for (const auto &s : kSizes)
-    if (std::strcmp(dtype, s.name) == 0) return s.bytes;
-  return 0;
-}
-
 // What pack and unpack share (S: their slots, T: the slot of the tensors): the
-// tensors T[gidx[j]], j = 0..K-1, each of flat's dtype, and each one's bytes
-// and first byte in flat, whose size they fill.
+// tensors T[gidx[j]], j = 0..K-1, each of flat's dtype (and each named once
+// when `once`: they are written), and each one's bytes and first byte in flat,
+// whose size they fill.
 template <class S>
-int packed_layout(const AotCall &c, int T, std::vector<char *> *at, std::vector<size_t> *bytes,
-                  std::vector<size_t> *start) {
+int packed_layout(const AotCall &c, int T, bool once, std::vector<char *> *at,
+                  std::vector<size_t> *bytes, std::vector<size_t> *start) {
   MSOPT_TRY(c.require_dtype(S::gidx, "int32"));
   const char *dtype = c.dtype(S::flat);
-  const size_t width = element_bytes(dtype);
-  MSOPT_CHECK(c, width != 0, kErrDtype, "flat's dtype %s is not one the pack copies", dtype);
+  const auto width = static_cast<size_t>(element_bytes(dtype));
+  MSOPT_CHECK(c, width != 0, kErrDtype, "flat's dtype %s is not one a tensor has", dtype);
   const int K = static_cast<int>(c.numel(S::gidx)), count = c.count(T);
   const int32_t *gidx = c.ptr<int32_t>(S::gidx);
   at->resize(static_cast<size_t>(K));
   bytes->resize(static_cast<size_t>(K));
   start->resize(static_cast<size_t>(K));
+  std::vector<int> first(static_cast<size_t>(count), -1);
   size_t total = 0;
   for (int j = 0; j < K; ++j) {
     MSOPT_CHECK(c, gidx[j] >= 0 && gidx[j] < count, kErrValue, "gidx[%d] = %d is outside [0, %d)",
                 j, gidx[j], count);
+    MSOPT_CHECK(c, !once || first[gidx[j]] < 0, kErrValue,
+                "gidx[%d] = %d names the tensor gidx[%d] names", j, gidx[j], first[gidx[j]]);
+    first[gidx[j]] = j;
     MSOPT_CHECK(c, c.is(T, dtype, gidx[j]), kErrDtype, "%s must be %s (flat's dtype), got %s",
                 c.name(T, gidx[j]), dtype, c.dtype(T, gidx[j]));
     (*at)[j] = c.ptr<char>(T, gidx[j]);
@@ -132,9 +125,9 @@ int packed_layout(const AotCall &c, int T, std::vector<char *> *at, std::vector<
 // in all; to_flat: from the tensors into flat, else back.
 void copy_packed(char *flat, const std::vector<char *> &at, const std::vector<size_t> &bytes,
                  const std::vector<size_t> &start, bool to_flat) {
-  int64_t words = 0;
-  for (const size_t b : bytes) words += static_cast<int64_t>(b / sizeof(float));
-  const ParallelSection section(words);
+  size_t total = 0;
+  for (const size_t b : bytes) total += b;
+  const ParallelSection section(static_cast<int64_t>(total / sizeof(float)));
   WalkPlan plan;  // in bytes
   plan.parallel_min = kParallelMin * static_cast<int64_t>(sizeof(float));
   walk_tensors(static_cast<int64_t>(at.size()),
@@ -155,7 +148,7 @@ int pack_body(const AotCall &c) {
   using S = sig::ms_optim_pack;
   std::vector<char *> at;
   std::vector<size_t> bytes, start;
-  MSOPT_TRY(packed_layout<S>(c, S::src, &at, &bytes, &start));
+  MSOPT_TRY(packed_layout<S>(c, S::src, false, &at, &bytes, &start));
   copy_packed(c.ptr<char>(S::flat), at, bytes, start, true);
   return kOk;
 }
@@ -166,7 +159,7 @@ int unpack_body(const AotCall &c) {
   MSOPT_TRY(c.require_f32(S::done, 1));
   std::vector<char *> at;
   std::vector<size_t> bytes, start;
-  MSOPT_TRY(packed_layout<S>(c, S::dst, &at, &bytes, &start));
+  MSOPT_TRY(packed_layout<S>(c, S::dst, true, &at, &bytes, &start));
   copy_packed(c.ptr<char>(S::flat), at, bytes, start, false);
   *c.ptr<float>(S::done) = 0.0f;
   return kOk;
@@ -196,8 +189,8 @@ int flush_flat_body(const AotCall &c) {
     total += c.numel(S::param, j);
   }
   MSOPT_CHECK(c, c.numel(S::mean) == 2 * total, kErrSize,
-              "mean has %lld elements, twice the parameters' is %lld",
-              static_cast<long long>(c.numel(S::mean)), static_cast<long long>(2 * total));
+              "mean has %lld elements, twice the parameters' %lld",
+              static_cast<long long>(c.numel(S::mean)), static_cast<long long>(total));
   const float *mean = c.ptr<float>(S::mean), *lr = c.ptr<float>(S::lr);
   const bool lr_each = c.numel(S::lr) != 1;
   const KernelTable &table = kernels();

@@ -210,17 +210,6 @@ int check_replicas_body(const AotCall &c) {
   return kOk;
 }
 
-// Bytes per element of the dtype strings MindSpore passes, 0 if unknown.
-int64_t element_bytes(const char *dtype) {
-  static const struct { const char *name; int64_t bytes; } kSizes[] = {
-      {"float64", 8}, {"int64", 8}, {"uint64", 8}, {"float32", 4}, {"int32", 4}, {"uint32", 4},
-      {"float16", 2}, {"bfloat16", 2}, {"int16", 2}, {"uint16", 2}, {"int8", 1}, {"uint8", 1},
-      {"bool", 1}};
-  for (const auto &s : kSizes)
-    if (std::strcmp(dtype, s.name) == 0) return s.bytes;
-  return 0;
-}
-
 // splitmix64's finalizer: a bijection of 64-bit words that spreads every input bit.
 inline uint64_t mix64(uint64_t x) {
   x ^= x >> 30;

@@ -146,6 +146,18 @@ int AotCall::fail(Status code, const char *fmt, ...) const {
   return msopt::fail(code, "%s: %s", entry, message);
 }
 
+int64_t element_bytes(const char *dtype) {
+  static const struct {
+    const char *name;
+    int64_t bytes;
+  } kSizes[] = {{"float64", 8}, {"int64", 8},    {"uint64", 8}, {"float32", 4}, {"int32", 4},
+                {"uint32", 4},  {"float16", 2},  {"bfloat16", 2}, {"int16", 2}, {"uint16", 2},
+                {"int8", 1},    {"uint8", 1},    {"bool", 1}};
+  for (const auto &s : kSizes)
+    if (std::strcmp(dtype, s.name) == 0) return s.bytes;
+  return 0;
+}
+
 int run_aot(const char *entry, const Slot *spec, int slots, const AotArgs &args, AotBody body) {
   AotCall call(entry, spec, slots, args);
   int rc;

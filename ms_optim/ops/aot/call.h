@@ -80,6 +80,9 @@ class AotCall {
 
 using AotBody = int (*)(const AotCall &);
 
+// Bytes per element of a dtype string MindSpore passes, 0 if unknown.
+int64_t element_bytes(const char *dtype);
+
 // Binds, runs `body`, contains exceptions and reports failures (see above).
 int run_aot(const char *entry, const Slot *spec, int slots, const AotArgs &args, AotBody body);
 

@@ -175,11 +175,12 @@ namespace msopt {
   IN(param, kEach) IN(u, kEach) IN(flat, kOne) IN(lr, kOne) IN(consts, kOne) OUT(done, kOne)
 
 // The sources src[gidx[j]], j = 0..K-1, one after another in one buffer of
-// their dtype (the dense exchange's, for the workers' AllReduce).
+// their dtype (for one collective: the dense exchange's AllReduce, the first
+// step's Broadcast of the parameters).
 #define MSOPT_AOT_PACK(IN, OUT) IN(src, kRest) IN(gidx, kCountK) OUT(flat, kOne)
 
-// The reverse, in place: dst[gidx[j]] takes its elements of flat, which holds
-// them one after another.
+// The reverse, in place: dst[gidx[j]] (each named once) takes its elements of
+// flat, which holds them one after another.
 #define MSOPT_AOT_UNPACK(IN, OUT) \
   IN(dst, kRest) IN(gidx, kCountK) IN(flat, kOne) OUT(done, kOne)
 
