@@ -395,6 +395,22 @@ AUTO_RUNS = {"measured": None, "dense": -1, "sparse": 2, "sparse_ops": 2, "dense
 AUTO_SETTINGS = {"sparse_ops": dict(impl="ops"), "dense_bucket": dict(bucket_sparsity=0.9)}
 
 
+# runs that go dense after the probe, flushed natively and in graph code: name -> settings
+# (a name of AUTO_RUNS is not run again natively); with the learning rate in the residuals
+# the flush steps each parameter at its own rate (1)
+FLUSH_RUNS = {"dense_bucket": AUTO_SETTINGS["dense_bucket"],
+              "folded": dict(bucket_sparsity=0.9, lr_in_residuals=True)}
+
+
+def _flushed(tag, opt, straight):
+    """A run's parameters, u, v and the bucket's v, named after `tag`."""
+    arrays = {f"{tag}_straight{i}": a for i, a in enumerate(straight)}
+    arrays.update({f"{tag}_u{i}": u.asnumpy() for i, u in enumerate(opt.u)})
+    arrays.update({f"{tag}_v{i}": v.asnumpy() for i, v in enumerate(opt.v)})
+    arrays.update({f"{tag}_bucket_v{i}": v.asnumpy() for i, v in enumerate(opt.bucket_v)})
+    return arrays
+
+
 def mode_auto(rank, nranks, out):
     arrays = {}
     for name, force in AUTO_RUNS.items():
@@ -414,15 +430,14 @@ def mode_auto(rank, nranks, out):
                                              for s in map(opt.stage, range(12))])
         arrays[f"{name}_sampled"] = np.array([stats[key] is not None for key in (
             "compute_s", "probe_exchange_s", "chunk_small_s", "chunk_large_s")])
-    # dense_bucket with the residuals flushed in graph code (as with impl="ops" or on a
-    # GPU): the native flush's bits
-    with _graph_flush():
-        opt, straight = auto_run(rank, nranks, 0, 12, AUTO_RUNS["dense_bucket"],
-                                 **AUTO_SETTINGS["dense_bucket"])
-    arrays.update({f"graph_flush_straight{i}": a for i, a in enumerate(straight)})
-    arrays.update({f"graph_flush_u{i}": u.asnumpy() for i, u in enumerate(opt.u)})
-    arrays.update({f"graph_flush_v{i}": v.asnumpy() for i, v in enumerate(opt.v)})
-    arrays.update({f"graph_flush_bucket_v{i}": v.asnumpy() for i, v in enumerate(opt.bucket_v)})
+    # the runs of FLUSH_RUNS again with the residuals flushed in graph code (as with
+    # impl="ops" or on a GPU), as "graph_flush_<name>": the native flush's bits
+    for name, extra in FLUSH_RUNS.items():
+        if name not in AUTO_RUNS:
+            arrays.update(_flushed(name, *auto_run(rank, nranks, 0, 12, -1, **extra)))
+        with _graph_flush():
+            arrays.update(_flushed(f"graph_flush_{name}",
+                                   *auto_run(rank, nranks, 0, 12, -1, **extra)))
     # a state saved by a run at a fixed sparsity, resumed past the probe: dense from there,
     # the residuals flushed, in a compiled step and from Python
     path = os.path.join(out, f"fixed_rank{rank}.ckpt")

@@ -388,15 +388,15 @@ def test_auto_sparsity_same_choice_on_every_worker_and_resumes(auto_run, run):
         assert not np.array_equal(a[f"{run}_u0"], b[f"{run}_u0"])  # each its own residuals
 
 
-def test_auto_sparsity_flushes_native_and_graph_code_alike(auto_run):
+@pytest.mark.parametrize("run", sorted(worker.FLUSH_RUNS))
+def test_auto_sparsity_flushes_native_and_graph_code_alike(auto_run, run):
     """Going dense, the native flush (one packed buffer) and graph code (one tensor per
     parameter) leave the same bits: parameters, u, and v cleared, the bucket's too."""
-    for run in auto_run:
-        keys = [k for k in run.files if k.startswith("graph_flush_")]
+    for arrays in auto_run:
+        keys = [k for k in arrays.files if k.startswith(f"graph_flush_{run}_")]
         assert any("bucket_v" in k for k in keys) and any("_u" in k for k in keys)
         for key in keys:
-            np.testing.assert_array_equal(run[key], run[key.replace("graph_flush_",
-                                                                    "dense_bucket_")],
+            np.testing.assert_array_equal(arrays[key], arrays[key[len("graph_flush_"):]],
                                           err_msg=key)
 
 
