@@ -192,6 +192,15 @@ class Exchanges(NamedTuple):
     shared: SharedExchange
 
 
+def _by_dtype(params):
+    """The parameters' indices grouped by dtype, the dtypes in the order they first appear:
+    {dtype: [index, ...]}."""
+    groups = {}
+    for i, p in enumerate(params):
+        groups.setdefault(p.dtype, []).append(i)
+    return groups
+
+
 class ReplicaSync(nn.Cell):
     """Checks that every worker built the same model at the same step, and that the
     optimizer state was saved by as many workers as this run has, each worker holding its
@@ -241,12 +250,10 @@ class ReplicaSync(nn.Cell):
                 self._init_packed(params)
 
     def _init_packed(self, params):
-        """Rank 0's parameters cross as one buffer per dtype (in the order the dtypes first
-        appear), packed and unpacked in place by the host's native ops."""
+        """Rank 0's parameters cross as one buffer per dtype (``_by_dtype``), packed and
+        unpacked in place by the host's native ops."""
         dtypes = [p.dtype for p in params]
-        groups = {}
-        for i, d in enumerate(dtypes):
-            groups.setdefault(d, []).append(i)
+        groups = _by_dtype(params)
         self.sync_gidx = tuple(Tensor(np.array(ids, np.int32)) for ids in groups.values())
         self.pack_ops = tuple(aot.pack_op(dtypes, sum(params[i].size for i in ids), d)
                               for d, ids in groups.items())
@@ -257,12 +264,8 @@ class ReplicaSync(nn.Cell):
     @staticmethod
     def _digest_groups(params):
         """(plan.index_pick of the parameters, digest op) per bucket of parameters of one
-        dtype: the indices grouped by dtype (in the order the dtypes first appear), then
-        cut by ``aot.buckets``."""
-        rank = {}
-        for p in params:
-            rank.setdefault(p.dtype, len(rank))
-        order = sorted(range(len(params)), key=lambda i: rank[params[i].dtype])
+        dtype: the indices grouped by dtype (``_by_dtype``), then cut by ``aot.buckets``."""
+        order = [i for ids in _by_dtype(params).values() for i in ids]
         dtypes = [params[i].dtype for i in order]
         return tuple((index_pick(order[lo:hi]), aot.digest_op(hi - lo, dtypes[lo]))
                      for lo, hi in aot.buckets(dtypes))

@@ -32,6 +32,7 @@ import argparse
 import contextlib
 import os
 import sys
+from unittest import mock
 
 import numpy as np
 
@@ -146,30 +147,16 @@ def train_net(rank, nranks, start, stop, seed, ckpt_load=None, ckpt_save=None):
     return state + [u.asnumpy() for u in opt.u] + [v.asnumpy() for v in opt.v]
 
 
-@contextlib.contextmanager
 def _max_tensors(n):
     """ms_optim.aot.MAX_TENSORS = n (parameters per multi-tensor op) inside the block."""
-    before = ms_optim.aot.MAX_TENSORS
-    ms_optim.aot.MAX_TENSORS = n
-    try:
-        yield
-    finally:
-        ms_optim.aot.MAX_TENSORS = before
+    return mock.patch.object(ms_optim.aot, "MAX_TENSORS", n)
 
 
-@contextlib.contextmanager
 def _per_parameter_sync():
     """The first step's parameters broadcast one tensor per parameter inside the block."""
-    sync = ms_optim.dgc.exchange.ReplicaSync
-    before = sync.PACKED_TARGETS
-    sync.PACKED_TARGETS = ()
-    try:
-        yield
-    finally:
-        sync.PACKED_TARGETS = before
+    return mock.patch.object(ms_optim.dgc.exchange.ReplicaSync, "PACKED_TARGETS", ())
 
 
-@contextlib.contextmanager
 def _graph_flush():
     """sparsity="auto"'s flush of the residuals in graph code inside the block."""
     from ms_optim.dgc import optimizer
@@ -178,12 +165,7 @@ def _graph_flush():
         def __init__(self, *args, native):
             super().__init__(*args, native=False)
 
-    before = optimizer.ResidualFlush
-    optimizer.ResidualFlush = GraphFlush
-    try:
-        yield
-    finally:
-        optimizer.ResidualFlush = before
+    return mock.patch.object(optimizer, "ResidualFlush", GraphFlush)
 
 
 def known_steps(rank, nranks, impl, exchange, tag, bucket_sparsity=None,
@@ -402,7 +384,7 @@ FLUSH_RUNS = {"dense_bucket": AUTO_SETTINGS["dense_bucket"],
               "folded": dict(bucket_sparsity=0.9, lr_in_residuals=True)}
 
 
-def _flushed(tag, opt, straight):
+def _run_arrays(tag, opt, straight):
     """A run's parameters, u, v and the bucket's v, named after `tag`."""
     arrays = {f"{tag}_straight{i}": a for i, a in enumerate(straight)}
     arrays.update({f"{tag}_u{i}": u.asnumpy() for i, u in enumerate(opt.u)})
@@ -419,11 +401,8 @@ def mode_auto(rank, nranks, out):
         opt, straight = auto_run(rank, nranks, 0, 12, force, ckpt_save=(9, path), **extra)
         resumed_opt, resumed = auto_run(rank, nranks, 9, 12, force, ckpt_load=path, **extra)
         stats = opt.exchange_stats(11)["auto"]
-        arrays.update({f"{name}_straight{i}": a for i, a in enumerate(straight)})
+        arrays.update(_run_arrays(name, opt, straight))
         arrays.update({f"{name}_resumed{i}": a for i, a in enumerate(resumed)})
-        arrays.update({f"{name}_u{i}": u.asnumpy() for i, u in enumerate(opt.u)})
-        arrays.update({f"{name}_v{i}": v.asnumpy() for i, v in enumerate(opt.v)})
-        arrays.update({f"{name}_bucket_v{i}": v.asnumpy() for i, v in enumerate(opt.bucket_v)})
         arrays[f"{name}_choice"] = opt.auto.choice.asnumpy()
         arrays[f"{name}_resumed_choice"] = resumed_opt.auto.choice.asnumpy()
         arrays[f"{name}_stages"] = np.array([-1 if s is None else s
@@ -434,9 +413,9 @@ def mode_auto(rank, nranks, out):
     # impl="ops" or on a GPU), as "graph_flush_<name>": the native flush's bits
     for name, extra in FLUSH_RUNS.items():
         if name not in AUTO_RUNS:
-            arrays.update(_flushed(name, *auto_run(rank, nranks, 0, 12, -1, **extra)))
+            arrays.update(_run_arrays(name, *auto_run(rank, nranks, 0, 12, -1, **extra)))
         with _graph_flush():
-            arrays.update(_flushed(f"graph_flush_{name}",
+            arrays.update(_run_arrays(f"graph_flush_{name}",
                                    *auto_run(rank, nranks, 0, 12, -1, **extra)))
     # a state saved by a run at a fixed sparsity, resumed past the probe: dense from there,
     # the residuals flushed, in a compiled step and from Python

@@ -42,15 +42,22 @@ int dense_momentum(const AotCall &c, const Grad &grad) {
 
 template <class S>
 int check_dense_momentum(const AotCall &c) {
-  MSOPT_TRY(c.require_f32(S::lr, 1, c.K()));
+  MSOPT_TRY(check_dgc_params<S>(c));
   MSOPT_TRY(c.require_f32(S::consts, DgcConsts::kCount));
-  MSOPT_TRY(c.require_f32(S::done, 1));
   MSOPT_TRY(c.require_dtype(S::u, "float32"));
-  MSOPT_TRY(c.require_same_numel(S::param, {S::u}));
-  for (int j = 0; j < c.K(); ++j)
-    MSOPT_CHECK(c, c.is(S::param, "float32", j) || c.is(S::param, "float16", j), kErrDtype,
-                "param%d must be float32 or float16, got %s", j, c.dtype(S::param, j));
-  return kOk;
+  return c.require_same_numel(S::param, {S::u});
+}
+
+// Where each parameter's elements start in a buffer holding them one after
+// another; returns their total.
+int64_t param_starts(const AotCall &c, int param, std::vector<int64_t> *start) {
+  start->resize(static_cast<size_t>(c.K()));
+  int64_t total = 0;
+  for (int j = 0; j < c.K(); ++j) {
+    (*start)[j] = total;
+    total += c.numel(param, j);
+  }
+  return total;
 }
 
 // The dense momentum, tensor j's gradient src[gidx[j]] (the step's whole
@@ -71,12 +78,8 @@ int momentum_flat_body(const AotCall &c) {
   using S = sig::ms_optim_dgc_momentum_flat;
   MSOPT_TRY(check_dense_momentum<S>(c));
   MSOPT_TRY(c.require_dtype(S::flat, "float32"));
-  int64_t total = 0;
-  std::vector<int64_t> start(static_cast<size_t>(c.K()));
-  for (int j = 0; j < c.K(); ++j) {
-    start[j] = total;
-    total += c.numel(S::param, j);
-  }
+  std::vector<int64_t> start;
+  const int64_t total = param_starts(c, S::param, &start);
   MSOPT_CHECK(c, c.numel(S::flat) == total, kErrSize,
               "flat has %lld elements, the parameters %lld",
               static_cast<long long>(c.numel(S::flat)), static_cast<long long>(total));
@@ -173,21 +176,13 @@ int unpack_body(const AotCall &c) {
 int flush_flat_body(const AotCall &c) {
   using S = sig::ms_optim_dgc_flush_flat;
   const int K = c.K();
-  for (int j = 0; j < K; ++j)
-    MSOPT_CHECK(c, c.is(S::param, "float32", j) || c.is(S::param, "float16", j), kErrDtype,
-                "param%d must be float32 or float16, got %s", j, c.dtype(S::param, j));
+  MSOPT_TRY(check_dgc_params<S>(c));
   MSOPT_TRY(c.require_dtype(S::u, "float32"));
   MSOPT_TRY(c.require_dtype(S::v, "float32"));
   MSOPT_TRY(c.require_same_numel(S::param, {S::u, S::v}));
   MSOPT_TRY(c.require_dtype(S::mean, "float32"));
-  MSOPT_TRY(c.require_f32(S::lr, 1, K));
-  MSOPT_TRY(c.require_f32(S::done, 1));
-  std::vector<int64_t> start(static_cast<size_t>(K));
-  int64_t total = 0;
-  for (int j = 0; j < K; ++j) {
-    start[j] = total;
-    total += c.numel(S::param, j);
-  }
+  std::vector<int64_t> start;
+  const int64_t total = param_starts(c, S::param, &start);
   MSOPT_CHECK(c, c.numel(S::mean) == 2 * total, kErrSize,
               "mean has %lld elements, twice the parameters' %lld",
               static_cast<long long>(c.numel(S::mean)), static_cast<long long>(total));

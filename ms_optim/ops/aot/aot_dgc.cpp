@@ -466,7 +466,7 @@ int bucket_take_body(const AotCall &c) {
 int bucket_apply_body(const AotCall &c) {
   using S = sig::ms_optim_dgc_bucket_apply;
   const int K = c.K();
-  MSOPT_TRY(check_dgc_bucket_apply<S>(c));
+  MSOPT_TRY(check_dgc_params<S>(c));
   MSOPT_TRY(c.require_dtype(S::mean, "float32"));
   std::vector<int64_t> start;
   int64_t total = 0;
@@ -497,7 +497,7 @@ int bucket_apply_body(const AotCall &c) {
 // names (elsewhere p - lr * 0 is p): the dense apply's bits without a dense mean.
 int bucket_apply_entries_body(const AotCall &c) {
   using S = sig::ms_optim_dgc_bucket_apply_entries;
-  MSOPT_TRY(check_dgc_bucket_apply<S>(c));
+  MSOPT_TRY(check_dgc_params<S>(c));
   MSOPT_TRY(check_entries(c, S::idx, S::val));
   MSOPT_TRY(c.require_f32(S::ranks, 1));
   std::vector<int64_t> start;

@@ -116,10 +116,11 @@ int check_dgc_bucket_residuals(const AotCall &c) {
   return c.require_f32(S::consts, DgcConsts::kCount);
 }
 
-// DGC's bucket apply, dense or from entries (S: its slots): param each float32 or
-// float16, lr float32[1] or [K], done float32[1].
+// DGC's ops that step parameters (S: their slots; the bucket's apply, the dense
+// momentum, the flush): param each float32 or float16, lr float32[1] or [K],
+// done float32[1].
 template <class S>
-int check_dgc_bucket_apply(const AotCall &c) {
+int check_dgc_params(const AotCall &c) {
   for (int j = 0; j < c.K(); ++j)
     MSOPT_CHECK(c, c.is(S::param, "float32", j) || c.is(S::param, "float16", j), kErrDtype,
                 "%s must be float32 or float16, got %s", c.name(S::param, j),
