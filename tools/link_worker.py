@@ -64,6 +64,9 @@ RECIPES = {
                "sparsity": [0.9]},
     # the run measures its dense and sparse steps and picks the sparsity, or stays dense
     "dgc-auto": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "sparsity": "auto"},
+    # the same with every compressible parameter compressed (no classifier sent dense)
+    "dgc-auto-all": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "sparsity": "auto",
+                     "dense_params": []},
     # fixed sparsities of SPARSITY_CHOICES not named above (the best in hindsight)
     "dgc-95": {"optimizer": "DGCMomentum", "rampup_begin_step": 0, "rampup_step": 1,
                "sparsity": [0.95]},

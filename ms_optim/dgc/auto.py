@@ -53,6 +53,10 @@ PROBE_STEPS = 3
 # a model read off the link experiment's runs (benchmarks/README.md, "Steps to accuracy"),
 # in which the sparser selections took 1.0 to 2.0 times dense's steps.
 STEP_RATIO = (1.0, 1.1, 1.3, 1.4, 1.55, 1.9)
+# With sparsity="auto" and no dense_params, the last compressible parameter is sent dense
+# when it holds at most this share of the compressible elements: a classifier's last layer,
+# which trains in fewer steps sent whole (the hand recipe's dense_params) and costs few bytes.
+HEAD_SHARE = 0.01
 # the link's smaller AllReduce: a 64th of the dense gradient, at least this many floats
 MIN_CHUNK = 65536
 # dgc_auto_choice: still measuring, dense, or an index into SPARSITY_CHOICES
@@ -63,6 +67,18 @@ CLOCK_NAME = "dgc_auto_clock"
 _COMPUTE, _PROBE, _CHUNK1, _CHUNK2 = 0, 1, 2, 3
 _SLOTS = 4
 _NO_SLOT = -1
+
+
+def dense_head(sizes, compressible):
+    """The index of the parameter that ``sparsity="auto"`` sends dense when the caller names
+    none (`dense_params` None): the last of the `compressible` ones (by `sizes`, in parameter
+    order) when there are at least two and it holds at most HEAD_SHARE of their elements;
+    else None."""
+    ids = [i for i, c in enumerate(compressible) if c]
+    if len(ids) < 2:
+        return None
+    last = ids[-1]
+    return last if sizes[last] <= HEAD_SHARE * sum(sizes[i] for i in ids) else None
 
 
 def clock_op():

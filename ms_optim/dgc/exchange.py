@@ -207,8 +207,8 @@ class ReplicaSync(nn.Cell):
     own rank's, with residuals of kinds it can step on (`residual_kinds`: this run's, per
     parameter, checkpoints.py), the same on every worker; makes the parameters identical
     on the first step.  `roles` (per parameter: 1 when dense_params names it, plus 2 when
-    it is below the size compressed alone) and the parameters' names are what a refusal
-    says (ops/aot/aot_replicas.cpp).
+    it is below the size compressed alone, plus 4 when sparsity="auto" sends it dense)
+    and the parameters' names are what a refusal says (ops/aot/aot_replicas.cpp).
 
     A worker's gathered row is `signature`, the step, the state's world size, the rank
     that saved the state, a 64-bit digest of the state's residual kinds and the step its

@@ -12,7 +12,7 @@ from .._step import fault_in, kernel_device
 from ..clip import ClipGradByNorm
 from ..regularizer import L1Decay, L2Decay
 from . import checks
-from .auto import DENSE, MEASURING, AutoSparsity
+from .auto import DENSE, MEASURING, AutoSparsity, dense_head
 from .checkpoints import RANK_NAME, RESIDUAL_KIND_NAME, U_PREFIX, V_PREFIX, WORLD_SIZE_NAME, \
     residual_kind
 from .exchange import (DenseExchange, Exchanges, ReplicaSync, SharedExchange, SparseExchange,
@@ -112,7 +112,9 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
             and the link, and the workers pick from ``SPARSITY_CHOICES`` the sparsity with
             the least modeled time to accuracy, or stay dense where compression would not
             pay (with one worker, every step is dense; `rampup_step` is not used;
-            docs/dgc.md, "sparsity="auto"").
+            docs/dgc.md, "sparsity="auto"").  Without `dense_params` it also sends the
+            last compressible parameter dense when that holds at most 1% of the
+            compressible elements (a classifier's last layer).
             Default: ``(0.999,)``.
         use_nesterov (bool, optional): Nesterov momentum.  Default: ``False``.
         local_grad_clip_norm (Union[float, int], optional): :math:`c`, > 0.  Default: ``None``.
@@ -156,7 +158,9 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
             never compressed: all-reduced dense on every step with the small ones (step 3).
             A classifier's last layer trains in fewer steps sent whole: its gradient is
             small next to the other layers' and feeds every class (docs/dgc.md, "The
-            classifier sent dense").  Default: ``None``.
+            classifier sent dense").  With ``sparsity="auto"``, None lets the run pick
+            (see `sparsity`) and an empty list sends every compressible parameter
+            compressed.  Default: ``None``.
 
     Inputs:
         - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
@@ -287,8 +291,17 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
         self.l1 = regularization.coeff if isinstance(regularization, L1Decay) else 0.0
         self.l2 = regularization.coeff if isinstance(regularization, L2Decay) else 0.0
 
-        self.asked_dense = asked_dense = checks.dense_mask(
+        self.asked_dense = checks.dense_mask(
             cls, dense_params, [p.name for p in self._parameters])
+        # sparsity="auto" without dense_params: a small last layer (a classifier) sent dense
+        head = None
+        if auto and dense_params is None:
+            head = dense_head([p.size for p in self._parameters],
+                              [p.dtype in checks.COMPRESSED_DTYPES
+                               and p.size >= MIN_COMPRESSED_NUMEL for p in self._parameters])
+        self.auto_dense = () if head is None else (self._parameters[head].name,)
+        self.auto_dense_mask = tuple(i == head for i in range(len(self._parameters)))
+        asked_dense = tuple(a or h for a, h in zip(self.asked_dense, self.auto_dense_mask))
         self.plan = DGCPlan([p.size for p in self._parameters],
                             [p.dtype in checks.COMPRESSED_DTYPES and not d
                              for p, d in zip(self._parameters, asked_dense)],
@@ -379,8 +392,9 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
              self.stage_exchange, self.plan.bucket_k, self.bucket_ids, self.bucket_exchange,
              self.folded)),
             self._parameters, residual_kinds=self.residual_kinds,
-            roles=[int(d) + 2 * (p.size < MIN_COMPRESSED_NUMEL)
-                   for p, d in zip(self._parameters, self.asked_dense)])
+            roles=[int(d) + 2 * (p.size < MIN_COMPRESSED_NUMEL) + 4 * h
+                   for p, d, h in zip(self._parameters, self.asked_dense,
+                                      self.auto_dense_mask)])
 
     def _build_steps(self, momentum):
         """The step's Cells (steps.py): the compressed parameters' stage step and the dense

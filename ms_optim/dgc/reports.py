@@ -66,7 +66,7 @@ class ExchangeReports:
             raise ValueError(f"For '{self._NAME}', the 'workers' must be >= 1, but got {workers}.")
         stats = self._stats_at(self.stage(step), step, workers)
         if self.auto is not None:
-            stats["auto"] = self.auto.report()
+            stats["auto"] = dict(self.auto.report(), dense_params=list(self.auto_dense))
         return stats
 
     def _stats_at(self, stage, step, workers):

@@ -83,6 +83,48 @@ def test_choice_on_links_of_the_link_experiment():
     assert _pick(rule, (0.07, 0.0, 0.017, 0.068)) == auto.DENSE
 
 
+def _params(shapes, dtype=np.float32):
+    return [Parameter(Tensor(np.zeros(s, dtype)), name=f"p{i}") for i, s in enumerate(shapes)]
+
+
+def test_dense_head_is_the_last_compressible_parameter_up_to_its_share():
+    share = auto.HEAD_SHARE
+    assert auto.dense_head([100, 1], [True, True]) == 1
+    # at most HEAD_SHARE of the compressible elements: 1 of 100 is exactly the share
+    assert auto.dense_head([99, 1], [True, True]) == 1
+    assert auto.dense_head([98, 2], [True, True]) is None
+    assert share == 0.01
+    # the last compressible one, whatever follows it; not the only one
+    assert auto.dense_head([1000, 5, 5, 7], [True, False, True, False]) == 2
+    assert auto.dense_head([1000, 5], [True, False]) is None
+    assert auto.dense_head([], []) is None
+
+
+def test_auto_sends_a_small_last_layer_dense_unless_dense_params_says():
+    """The big MLP's 4096 x 10 classifier is 0.24% of its compressible weights: with
+    sparsity="auto" it is sent dense, as the hand recipe's dense_params does; an empty
+    dense_params compresses it, a given one is used as it is, and a last layer above the
+    share (ResNet-50's 2048 x 1000 fc against its convolutions) stays compressed."""
+    opt = ms_optim.DGCMomentum(_params(MLP_SHAPES), 0.05, 0.9, 0, sparsity="auto")
+    assert opt.compressed_params == ["p0", "p2"]
+    assert opt.exchange_stats(0)["auto"]["dense_params"] == ["p4"]
+    opt = ms_optim.DGCMomentum(_params(MLP_SHAPES), 0.05, 0.9, 0, sparsity="auto",
+                               dense_params=[])
+    assert opt.compressed_params == ["p0", "p2", "p4"]
+    assert opt.exchange_stats(0)["auto"]["dense_params"] == []
+    opt = ms_optim.DGCMomentum(_params(MLP_SHAPES), 0.05, 0.9, 0, sparsity="auto",
+                               dense_params=["p0"])
+    assert opt.compressed_params == ["p2", "p4"]
+    # a fixed sparsity compresses what it can
+    opt = ms_optim.DGCMomentum(_params(MLP_SHAPES), 0.05, 0.9, 0, sparsity=[0.99])
+    assert opt.compressed_params == ["p0", "p2", "p4"]
+    # 2.05M of 25.4M: above the share
+    big_head = [(512, 2048, 3, 3)] * 2 + [(2048, 512, 1, 1)] * 2 + [(1000, 2048), (1000,)]
+    opt = ms_optim.DGCMomentum(_params(big_head), 0.05, 0.9, 0, sparsity="auto")
+    assert opt.compressed_params == ["p0", "p1", "p2", "p3", "p4"]
+    assert opt.exchange_stats(0)["auto"]["dense_params"] == []
+
+
 def test_large_chunk_runs_where_it_costs_at_most_the_probing_steps():
     """The larger chunk (4 times the smaller's floats) runs where, at the smaller chunk's
     seconds per float, it takes at most the probing steps' compute and exchange together;

@@ -368,3 +368,40 @@ def test_resize_conserves_the_bucket(tmp_path):
         np.testing.assert_allclose(v.asnumpy(), mean, rtol=1e-6, atol=1e-7, err_msg=v.name)
     opt(_grads(net, 1))
     assert all(np.isfinite(p.asnumpy()).all() for p in net.trainable_params())
+
+
+def test_a_classifier_compressed_then_sent_dense_by_auto_is_refused(tmp_path):
+    """A state whose small last layer was compressed (a fixed sparsity) would lose the
+    update its residuals hold under sparsity="auto", which sends that layer dense: refused,
+    naming dense_params=[] (with it the same state steps)."""
+    shapes = [(1280, 1280), (16, 1024)]   # the last: 16,384 of 1,654,784 elements, under 1%
+
+    def params():
+        return [ms.Parameter(Tensor(np.full(s, 0.5, np.float32)), name=f"w{i}")
+                for i, s in enumerate(shapes)]
+
+    def grads(seed):
+        rng = np.random.default_rng(seed)
+        return tuple(Tensor(rng.standard_normal(s).astype(np.float32)) for s in shapes)
+
+    fixed = ms_optim.DGCMomentum(params(), **CONFIG)
+    fixed(grads(0))
+    path = str(tmp_path / "fixed.ckpt")
+    ms.save_checkpoint(fixed, path)
+    auto = dict(CONFIG, sparsity="auto")
+    opt = ms_optim.DGCMomentum(params(), **auto)
+    assert opt.compressed_params == ["w0"]
+    ms.load_param_into_net(opt, ms.load_checkpoint(path))
+    with pytest.raises(ValueError) as info:
+        opt(grads(1))
+    assert str(info.value) == (
+        "For 'DGCMomentum', the optimizer state holds residuals of gradients for parameter "
+        "'w1' and this run sends it dense, which would drop the update they hold: construct "
+        "the optimizer with lr_in_residuals=False and bucket_sparsity=None, with "
+        "dense_params=[] (sparsity=\"auto\" sends 'w1' dense without it), as the state was "
+        "saved, to resume from it (docs/dgc.md#resuming-with-other-settings).")
+    opt = ms_optim.DGCMomentum(params(), **auto, dense_params=[])
+    assert opt.compressed_params == ["w0", "w1"]
+    ms.load_param_into_net(opt, ms.load_checkpoint(path))
+    opt(grads(1))
+    assert int(opt.global_step.asnumpy()[0]) == 2

@@ -40,8 +40,9 @@ bool residuals_resumable(int32_t saved, int32_t mine) {
 }
 
 // roles' bits, per parameter: this run's dense_params names it; it is below the
-// size DGC compresses alone (the bucket's, when there is one).
-constexpr int32_t kRoleAskedDense = 1, kRoleSmall = 2;
+// size DGC compresses alone (the bucket's, when there is one); sparsity="auto" sends
+// it dense, dense_params not given (ms_optim/dgc/auto.py's dense_head).
+constexpr int32_t kRoleAskedDense = 1, kRoleSmall = 2, kRoleAutoDense = 4;
 
 // A worker's row of the gathered signatures ends with kStateValues values: its
 // optimizer state's world size, the rank that saved it and a 64-bit digest of
@@ -74,6 +75,10 @@ int refuse_residuals(const AotCall &c, const int32_t *saved, const int32_t *mine
     std::snprintf(now, sizeof now, "this run would step %s", residual_kind_name(mine[j]));
   if (roles[j] & kRoleAskedDense)
     std::snprintf(dense, sizeof dense, ", without '%s' in dense_params", names[j]);
+  else if (roles[j] & kRoleAutoDense)
+    std::snprintf(dense, sizeof dense,
+                  ", with dense_params=[] (sparsity=\"auto\" sends '%s' dense without it)",
+                  names[j]);
   else if (saved[j] == kResidualNone && !(roles[j] & kRoleSmall))
     std::snprintf(dense, sizeof dense, ", with '%s' in dense_params", names[j]);
   return c.fail(kErrReplica,
