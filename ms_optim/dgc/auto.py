@@ -37,6 +37,10 @@ a whole compressed run's start.  Choosing dense, the residuals the probe left ar
 checkpoints, so a resumed run continues it), printed once by every worker, and shown by
 ``DGCMomentum.exchange_stats()``.  With one worker there is nothing to exchange: every step
 is dense from the start.
+
+Without `dense_params`, the optimizer also sends one parameter dense on every step
+(``dense_head``): the last compressible one, where it holds at most ``HEAD_SHARE`` of the
+compressible elements, as a classifier's last layer does.
 """
 import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
