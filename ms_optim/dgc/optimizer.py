@@ -54,7 +54,7 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
        norm :math:`c / \sqrt{N}` (`local_grad_clip_norm` or `grad_clip`), then
        regularized (`weight_decay` or `regularization`).
     2. Compressed parameters (float32 or float16, at least 16384 elements, not in
-       `dense_params`), from
+       `dense_params`, nor the last weight that ``sparsity="auto"`` sends dense), from
        `rampup_begin_step` on: :math:`u = \mu u + g,\ v = v + u` (Nesterov:
        :math:`u = \mu (u + g),\ v = v + u + g`); the :math:`k` entries of largest
        :math:`|v|` are selected, :math:`u` and :math:`v` set to 0 there, every worker's
@@ -80,7 +80,8 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
           parameter: none, gradients or learning-rate-scaled gradients).  A step on a
           state saved by another number of workers or by another rank (each worker loads
           its own file), or on residuals this run would drop or read as the other kind
-          (another `bucket_sparsity`, `dense_params` or `lr_in_residuals`), fails on every
+          (another `bucket_sparsity`, `dense_params`, `lr_in_residuals`, or
+          ``sparsity="auto"``'s last weight sent dense), fails on every
           worker before anything is applied or counted: ``ValueError`` called from
           Python, ``RuntimeError`` in a compiled train step (docs/dgc.md, "Resuming with
           other settings").
@@ -113,8 +114,8 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
             the least modeled time to accuracy, or stay dense where compression would not
             pay (with one worker, every step is dense; `rampup_step` is not used;
             docs/dgc.md, "sparsity="auto"").  Without `dense_params` it also sends the
-            last compressible parameter dense when that holds at most 1% of the
-            compressible elements (a classifier's last layer).
+            last weight dense (a classifier's last layer) when that is compressible and
+            holds at most 0.4% of the compressible elements.
             Default: ``(0.999,)``.
         use_nesterov (bool, optional): Nesterov momentum.  Default: ``False``.
         local_grad_clip_norm (Union[float, int], optional): :math:`c`, > 0.  Default: ``None``.
@@ -159,8 +160,8 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
             A classifier's last layer trains in fewer steps sent whole: its gradient is
             small next to the other layers' and feeds every class (docs/dgc.md, "The
             classifier sent dense").  With ``sparsity="auto"``, None lets the run pick
-            (see `sparsity`) and an empty list sends every compressible parameter
-            compressed.  Default: ``None``.
+            (see `sparsity`) and an empty list or tuple compresses every compressible
+            parameter.  Default: ``None``.
 
     Inputs:
         - **gradients** (tuple[Tensor]) - The gradients of `params`, of the same shapes.
@@ -296,7 +297,8 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
         # sparsity="auto" without dense_params: a small last layer (a classifier) sent dense
         head = None
         if auto and dense_params is None:
-            head = dense_head([p.size for p in self._parameters],
+            head = dense_head([p.ndim for p in self._parameters],
+                              [p.size for p in self._parameters],
                               [p.dtype in checks.COMPRESSED_DTYPES
                                and p.size >= MIN_COMPRESSED_NUMEL for p in self._parameters])
         self.auto_dense = () if head is None else (self._parameters[head].name,)

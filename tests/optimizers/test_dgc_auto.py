@@ -87,42 +87,52 @@ def _params(shapes, dtype=np.float32):
     return [Parameter(Tensor(np.zeros(s, dtype)), name=f"p{i}") for i, s in enumerate(shapes)]
 
 
-def test_dense_head_is_the_last_compressible_parameter_up_to_its_share():
+def test_dense_head_is_the_last_weight_up_to_its_share():
     share = auto.HEAD_SHARE
-    assert auto.dense_head([100, 1], [True, True]) == 1
-    # at most HEAD_SHARE of the compressible elements: 1 of 100 is exactly the share
-    assert auto.dense_head([99, 1], [True, True]) == 1
-    assert auto.dense_head([98, 2], [True, True]) is None
-    assert share == 0.01
-    # the last compressible one, whatever follows it; not the only one
-    assert auto.dense_head([1000, 5, 5, 7], [True, False, True, False]) == 2
-    assert auto.dense_head([1000, 5], [True, False]) is None
-    assert auto.dense_head([], []) is None
+    assert share == 0.004
+    # (ndims, sizes, compressible): 4 of 1,000 is exactly the share
+    assert auto.dense_head([2, 2], [996, 4], [True, True]) == 1
+    assert auto.dense_head([2, 2], [995, 5], [True, True]) is None
+    # the last weight, whatever 1-D parameters follow it
+    assert auto.dense_head([2, 1, 2, 1], [10000, 5, 7, 7], [True, False, True, False]) == 2
+    # a last weight too small to compress (or of another dtype) leaves the others alone
+    assert auto.dense_head([2, 2], [10000, 7], [True, False]) is None
+    # nothing else compressed: no head
+    assert auto.dense_head([2, 2], [10000, 7], [False, True]) is None
+    assert auto.dense_head([1], [10000], [True]) is None
+    assert auto.dense_head([], [], []) is None
 
 
 def test_auto_sends_a_small_last_layer_dense_unless_dense_params_says():
-    """A 16 x 1024 classifier is 0.75% of its MLP's compressible weights (the link
+    """A 16 x 1024 classifier is 0.38% of its MLP's compressible weights (the link
     experiment's 4096 x 10 one is 0.24%): with sparsity="auto" it is sent dense, as the hand
     recipe's dense_params does; an empty dense_params compresses it, a given one is used as
-    it is, and a last layer above the share stays compressed."""
-    mlp = [(1024, 64), (1024,), (2048, 1024), (2048,), (16, 1024), (16,)]
+    it is, and a last layer above the share or too small to compress changes nothing."""
+    mlp = [(1024, 64), (1024,), (4096, 1024), (4096,), (16, 1024), (16,)]
     opt = ms_optim.DGCMomentum(_params(mlp), 0.05, 0.9, 0, sparsity="auto")
     assert opt.compressed_params == ["p0", "p2"]
-    assert opt.exchange_stats(0)["auto"]["dense_params"] == ["p4"]
-    opt = ms_optim.DGCMomentum(_params(mlp), 0.05, 0.9, 0, sparsity="auto", dense_params=[])
-    assert opt.compressed_params == ["p0", "p2", "p4"]
-    assert opt.exchange_stats(0)["auto"]["dense_params"] == []
+    assert opt.exchange_stats(0)["auto"]["dense_head"] == "p4"
+    for none in ([], ()):
+        opt = ms_optim.DGCMomentum(_params(mlp), 0.05, 0.9, 0, sparsity="auto",
+                                   dense_params=none)
+        assert opt.compressed_params == ["p0", "p2", "p4"]
+        assert opt.exchange_stats(0)["auto"]["dense_head"] is None
     opt = ms_optim.DGCMomentum(_params(mlp), 0.05, 0.9, 0, sparsity="auto",
                                dense_params=["p0"])
     assert opt.compressed_params == ["p2", "p4"]
+    assert opt.exchange_stats(0)["auto"]["dense_head"] is None
     # a fixed sparsity compresses what it can
     opt = ms_optim.DGCMomentum(_params(mlp), 0.05, 0.9, 0, sparsity=[0.99])
     assert opt.compressed_params == ["p0", "p2", "p4"]
-    # 32,768 of 2,195,456 compressible elements (1.5%): above the share
+    # 32,768 of 4,292,608 compressible elements (0.76%): above the share
     opt = ms_optim.DGCMomentum(_params(mlp[:4] + [(32, 1024)]), 0.05, 0.9, 0,
                                sparsity="auto")
     assert opt.compressed_params == ["p0", "p2", "p4"]
-    assert opt.exchange_stats(0)["auto"]["dense_params"] == []
+    # a 1024 x 2 head, too small to compress: the layer before it stays compressed
+    opt = ms_optim.DGCMomentum(_params(mlp[:4] + [(2, 4096), (2,)]), 0.05, 0.9, 0,
+                               sparsity="auto")
+    assert opt.compressed_params == ["p0", "p2"]
+    assert opt.exchange_stats(0)["auto"]["dense_head"] is None
 
 
 def test_large_chunk_runs_where_it_costs_at_most_the_probing_steps():
