@@ -294,19 +294,17 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
 
         self.asked_dense = checks.dense_mask(
             cls, dense_params, [p.name for p in self._parameters])
+        sizes = [p.size for p in self._parameters]
+        able = [p.dtype in checks.COMPRESSED_DTYPES for p in self._parameters]
         # sparsity="auto" without dense_params: a small last layer (a classifier) sent dense
         head = None
         if auto and dense_params is None:
-            head = dense_head([p.ndim for p in self._parameters],
-                              [p.size for p in self._parameters],
-                              [p.dtype in checks.COMPRESSED_DTYPES
-                               and p.size >= MIN_COMPRESSED_NUMEL for p in self._parameters])
-        self.auto_dense = () if head is None else (self._parameters[head].name,)
+            head = dense_head([p.ndim for p in self._parameters], sizes,
+                              [a and n >= MIN_COMPRESSED_NUMEL for a, n in zip(able, sizes)])
+        self.dense_head = None if head is None else self._parameters[head].name
         self.auto_dense_mask = tuple(i == head for i in range(len(self._parameters)))
         asked_dense = tuple(a or h for a, h in zip(self.asked_dense, self.auto_dense_mask))
-        self.plan = DGCPlan([p.size for p in self._parameters],
-                            [p.dtype in checks.COMPRESSED_DTYPES and not d
-                             for p, d in zip(self._parameters, asked_dense)],
+        self.plan = DGCPlan(sizes, [a and not d for a, d in zip(able, asked_dense)],
                             sparsity, rampup_begin_step, rampup_step,
                             bucket_sparsity=bucket_sparsity)
         plan = self.plan

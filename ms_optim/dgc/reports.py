@@ -66,8 +66,7 @@ class ExchangeReports:
             raise ValueError(f"For '{self._NAME}', the 'workers' must be >= 1, but got {workers}.")
         stats = self._stats_at(self.stage(step), step, workers)
         if self.auto is not None:
-            stats["auto"] = dict(self.auto.report(),
-                                 dense_head=self.auto_dense[0] if self.auto_dense else None)
+            stats["auto"] = dict(self.auto.report(), dense_head=self.dense_head)
         return stats
 
     def _stats_at(self, stage, step, workers):
