@@ -81,34 +81,45 @@ def test_resized_state_resumes_and_steps(saved_by_4, tmp_path):
     assert np.isfinite(net.trainable_params()[0].asnumpy()).all()
 
 
-def _assert_refused(net, opt, message, native_message):
-    """The optimizer refuses its state: called from Python, a ValueError matching
-    `message`; compiled into a train step, the step's own check fails with the same words
-    (`native_message`, part of the kernel's message, which the ValueError carries); and
-    nothing is applied, nor counted as a step."""
+# Where a refusal is checked: called from Python (a ValueError) and in a compiled train
+# step (the step's own check fails).  Every cause is refused both ways; the default tier
+# compiles a train step for one cause (another world size), the slow tier for the others.
+BOTH_WAYS = ["python", "compiled"]
+COMPILED_IN_SLOW_TIER = ["python", pytest.param("compiled", marks=pytest.mark.slow)]
+
+
+def _assert_refused(net, opt, message, native_message, where):
+    """The optimizer refuses its state: called from Python (`where` "python"), a ValueError
+    matching `message`; compiled into a train step ("compiled"), the step's own check fails
+    with the same words (`native_message`, part of the kernel's message, which the
+    ValueError carries); and nothing is applied, nor counted as a step."""
     before = [p.asnumpy().copy() for p in net.trainable_params()]
     step = int(opt.global_step.asnumpy()[0])
-    with pytest.raises(ValueError, match=message):
-        opt(_grads(net, 1))
-    cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
-    with pytest.raises(RuntimeError, match="ms_optim_check_replicas"):
-        cell(Tensor(np.ones((2, 16), np.float32)), Tensor(np.zeros((2, 4), np.float32)))
-    assert native_message in ms_optim.last_native_error()
+    if where == "python":
+        with pytest.raises(ValueError, match=message):
+            opt(_grads(net, 1))
+    else:
+        cell = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
+        with pytest.raises(RuntimeError, match="ms_optim_check_replicas"):
+            cell(Tensor(np.ones((2, 16), np.float32)), Tensor(np.zeros((2, 4), np.float32)))
+        assert native_message in ms_optim.last_native_error()
     for p, b in zip(net.trainable_params(), before):
         np.testing.assert_array_equal(p.asnumpy(), b)
     assert int(opt.global_step.asnumpy()[0]) == step
 
 
-def test_residuals_of_another_world_size_are_refused(saved_by_4):
+@pytest.mark.parametrize("where", BOTH_WAYS)
+def test_residuals_of_another_world_size_are_refused(saved_by_4, where):
     net, opt = _net_and_opt()
     ms.load_param_into_net(opt, ms.load_checkpoint(saved_by_4[0]))
     _assert_refused(net, opt, r"holds the residuals of 4 worker\(s\) and this run has 1: "
                               r"convert the checkpoints with ms_optim.dgc.resize_checkpoints"
                               r"\(files, world_size=1, dest=...\) and load those",
-                    "holds the residuals of 4 worker(s)")
+                    "holds the residuals of 4 worker(s)", where)
 
 
-def test_another_ranks_state_is_refused(saved_by_4, tmp_path):
+@pytest.mark.parametrize("where", COMPILED_IN_SLOW_TIER)
+def test_another_ranks_state_is_refused(saved_by_4, tmp_path, where):
     """A worker that loads another rank's checkpoint (here rank 1's, in a run of one, after
     converting the world size) refuses to step: its own residuals would be lost and the
     other's applied twice."""
@@ -119,7 +130,7 @@ def test_another_ranks_state_is_refused(saved_by_4, tmp_path):
     ms.load_param_into_net(opt, state)
     _assert_refused(net, opt, r"^For 'DGCMomentum', rank 0's optimizer state holds the "
                               r"residuals of rank 1: load each worker's own checkpoint",
-                    "rank 0's optimizer state holds the residuals of rank 1")
+                    "rank 0's optimizer state holds the residuals of rank 1", where)
 
 
 def test_a_state_saved_without_its_rank_is_the_loading_workers(tmp_path):
@@ -227,7 +238,8 @@ def test_resuming_with_other_settings(saved, resumed, tmp_path):
         np.testing.assert_array_equal(p.asnumpy(), b)
 
 
-def test_a_bucket_resumed_without_it_is_refused_in_a_compiled_step(tmp_path):
+@pytest.mark.parametrize("where", COMPILED_IN_SLOW_TIER)
+def test_a_bucket_resumed_without_it_is_refused(tmp_path, where):
     """The small parameters' residuals v, saved with the bucket, would be dropped by a run
     that sends them dense: refused in a compiled train step too, with the kernel's message."""
     path = _saved_state(tmp_path, "bucket")
@@ -239,11 +251,12 @@ def test_a_bucket_resumed_without_it_is_refused_in_a_compiled_step(tmp_path):
                               r"construct the optimizer with lr_in_residuals=False and a "
                               r"bucket_sparsity",
                     "holds residuals of gradients for parameter 'fc1.bias' and this run sends "
-                    "it dense, which would drop the update they hold")
+                    "it dense, which would drop the update they hold", where)
 
 
+@pytest.mark.parametrize("where", COMPILED_IN_SLOW_TIER)
 @pytest.mark.parametrize("saved", [True, False])
-def test_residuals_of_the_other_lr_in_residuals_are_refused_in_a_compiled_step(saved, tmp_path):
+def test_residuals_of_the_other_lr_in_residuals_are_refused(saved, tmp_path, where):
     """Residuals of learning-rate-scaled gradients stepped as gradients (or the reverse)
     would apply every pending entry at lr times, or 1/lr times, its size: refused."""
     path = _saved_state(tmp_path, "lr_in_residuals" if saved else "default")
@@ -253,7 +266,7 @@ def test_residuals_of_the_other_lr_in_residuals_are_refused_in_a_compiled_step(s
     _assert_refused(net, opt, rf"holds {kinds[saved]} for parameter 'fc1.weight' and this run "
                               rf"would step {kinds[not saved]}: construct the optimizer with "
                               rf"lr_in_residuals={saved} and bucket_sparsity=None",
-                    f"holds {kinds[saved]} for parameter 'fc1.weight'")
+                    f"holds {kinds[saved]} for parameter 'fc1.weight'", where)
 
 
 def test_a_bucket_started_on_resume_carries_the_momentum(tmp_path):
@@ -279,7 +292,8 @@ def test_a_bucket_started_on_resume_carries_the_momentum(tmp_path):
         opt(_grads(net, 3))
 
 
-def test_an_unknown_residual_kind_is_refused(tmp_path):
+@pytest.mark.parametrize("where", COMPILED_IN_SLOW_TIER)
+def test_an_unknown_residual_kind_is_refused(tmp_path, where):
     """A kind DGCMomentum does not write (an edited checkpoint) is a ValueError naming the
     entry and the parameter, from Python, and the kernel's error in a compiled step; both
     before the other kind of fc1.weight, as the kernel checks every kind first."""
@@ -290,7 +304,7 @@ def test_an_unknown_residual_kind_is_refused(tmp_path):
     ms.load_param_into_net(opt, state)
     _assert_refused(net, opt, r"^For 'DGCMomentum', the optimizer state's dgc_residual_kind of "
                               r"parameter 'fc1.bias' is 5, not a residual kind \(0, 1 or 2\)",
-                    "dgc_residual_kind of parameter 'fc1.bias' is 5, not a residual kind")
+                    "dgc_residual_kind of parameter 'fc1.bias' is 5, not a residual kind", where)
 
 
 def test_the_workers_signature_includes_what_folds():
