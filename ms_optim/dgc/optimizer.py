@@ -23,7 +23,7 @@ from .grads import LocalGrads
 from .host_calls import _DECIDED_DENSE, _FLUSH, HostBranches
 from .plan import momentum_group, stage_branches
 from .reports import ExchangeReports
-from .schedule import MIN_COMPRESSED_NUMEL, DGCPlan
+from .schedule import MIN_COMPRESSED_NUMEL, DGCPlan, compressed_alone
 from .bucket import BucketStep
 from .steps import DenseMomentum, NativeStep, OpsStep, ResidualFlush, StepState
 
@@ -300,7 +300,7 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
         head = None
         if auto and dense_params is None:
             head = dense_head([p.ndim for p in self._parameters], sizes,
-                              [a and n >= MIN_COMPRESSED_NUMEL for a, n in zip(able, sizes)])
+                              compressed_alone(sizes, able))
         self.dense_head = None if head is None else self._parameters[head].name
         self.auto_dense_mask = tuple(i == head for i in range(len(self._parameters)))
         asked_dense = tuple(a or h for a, h in zip(self.asked_dense, self.auto_dense_mask))

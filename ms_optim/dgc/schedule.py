@@ -8,6 +8,12 @@ k formulas apart (``reference.dgc_k``), and a test holds the two together
 MIN_COMPRESSED_NUMEL = 16384
 
 
+def compressed_alone(sizes, compressible, min_numel=MIN_COMPRESSED_NUMEL):
+    """Per parameter, whether it is compressed on its own: `compressible` (its dtype, and
+    not sent dense) and of at least `min_numel` elements."""
+    return tuple(bool(c) and int(n) >= min_numel for n, c in zip(sizes, compressible))
+
+
 def stage_index(step, rampup_begin_step, rampup_step, stages):
     """Index into the `stages` warm-up sparsities used at `step` (counted from 0), or None
     before ``rampup_begin_step``:
@@ -108,8 +114,7 @@ class DGCPlan:
         compressible = tuple(bool(c) for c in compressible)
         self.sparsity = tuple(sparsity)
         self.rampup_begin_step, self.rampup_step = rampup_begin_step, rampup_step
-        self.is_compressed = tuple(bool(c) and n >= min_numel
-                                   for n, c in zip(self.sizes, compressible))
+        self.is_compressed = compressed_alone(self.sizes, compressible, min_numel)
         self.bucket_sparsity = bucket_sparsity
         self.in_bucket = tuple(bucket_sparsity is not None and bool(c) and 0 < n < min_numel
                                for n, c in zip(self.sizes, compressible))
