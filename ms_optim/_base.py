@@ -6,7 +6,7 @@ refused with one hint, a missing argument names the optimizer, and the arguments
 for ``repr`` (``_record_args``).  Its step is the one ``construct`` here (gradients checked
 and flattened, ``_prepare``, ``_open_step``, then the subclass's ``_update``); DGCMomentum
 alone has its own.  Inside ``construct``, ``check_gradients``,
-``bucket_values``, ``map_params`` and ``unscale_and_clip`` (``_step.GraphHelpers``) and the
+``bucket_values``, ``per_param_values`` and ``unscale_and_clip`` (``_step.GraphHelpers``) and the
 beta powers (``_init_beta_powers``, ``_advance_beta_powers``) are the shared pieces.
 
 ``get_lr()`` is MindSpore's ``nn.Optimizer.get_lr`` (called inside

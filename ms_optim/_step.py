@@ -28,8 +28,8 @@ the decay to the still-scaled gradient with a weight decay premultiplied by
 the loss scale (the same value up to rounding).
 
 Per-parameter values (learning rate and weight decay with parameter groups)
-reach a multi-tensor op as one tensor per bucket (``bucket_values``); the
-ops paths map their per-parameter rule with ``map_params``.
+reach a multi-tensor op as one tensor per bucket (``bucket_values``), and a rule mapped
+over the parameters (Lamb's ops path) as one tensor per parameter (``per_param_values``).
 """
 import logging
 
@@ -176,15 +176,13 @@ class GraphHelpers:
             return self.stack(values[lo:hi])
         return values
 
-    def map_params(self, fn, shared, lr, weight_decay, *per_param):
-        """``fn(shared, lr, weight_decay, *per_param_i)`` for every parameter i, in reverse
-        order as MindSpore's optimizers map; lr and weight decay per parameter with groups.
-        Without groups ``fn(shared + (lr, weight_decay), *per_param_i)``: the rate and decay
-        ride in the shared tuple, since a tuple of one tensor per parameter, repeated, costs
-        MindSpore seconds to compile with a hundred parameters (fn registers both forms)."""
-        if not self.is_group_lr and not self.is_group:
-            return self.map_reverse(F.partial(fn, shared + (lr, weight_decay)), *per_param)
-        count = len(per_param[0])
+    def per_param_values(self, lr, weight_decay, count):
+        """With groups, (a learning rate per parameter, a weight decay per parameter) as
+        tuples of `count`, for an ops path's rule mapped over the parameters (in reverse
+        order, ``map_reverse``, as MindSpore's optimizers map).  Without groups a rule binds
+        the one rate and decay with its other shared values instead: a tuple of one tensor
+        per parameter, repeated, costs MindSpore seconds to compile with a hundred
+        parameters."""
         lrs = lr if self.is_group_lr else (lr,) * count
         wds = weight_decay if self.is_group else (weight_decay,) * count
-        return self.map_reverse(F.partial(fn, shared), lrs, wds, *per_param)
+        return lrs, wds

@@ -5,6 +5,7 @@ from mindspore import Tensor, ops
 from mindspore import dtype as mstype
 from mindspore.ops import composite as C
 from mindspore.ops import functional as F
+from mindspore.ops import operations as P
 
 from . import _checks, aot
 from ._base import Optimizer
@@ -15,44 +16,46 @@ from .clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, check_g
 _ZERO = Tensor(0.0, mstype.float32)
 _ONE = Tensor(1.0, mstype.float32)
 
-def _rule(head, lr, weight_decay, decay_flag, param, m, v, grad):
-    """The same rule from plain MindSpore ops (GPU/Ascend); returns the trust ratio.
+# The ops path's rule is a call that MindSpore compiles once per distinct shape and argument
+# form (ms.no_inline), not ~40 ops inlined per parameter into the step's graph: ResNet-50's
+# 161 tensors have 28 shapes.  What each such compilation costs is the rule's graph, so the
+# rule is written small: MindSpore's primitives themselves (the ones that `*`, `+`, `-` and
+# `>` on two Tensors resolve to, without the operator dispatch that would be specialized with
+# each shape), the step's scalars computed once outside, and its arguments Tensors and bools,
+# no tuple (MindSpore would unpack a tuple with each shape too).  Its quotients are RealDiv's:
+# the same bits as `/` (Div), without the buffers that MindSpore's CPU Div allocates, whose
+# first touch made up half of the first step.
+_MUL, _ADD, _SUB, _DIV = P.Mul(), P.Add(), P.Sub(), P.RealDiv()
+_GT, _AND, _SQRT, _SUM, _SELECT = P.Greater(), P.LogicalAnd(), P.Sqrt(), P.ReduceSum(), P.Select()
+_ops_step = C.MultitypeFuncGraph("ms_optim_lamb_ops")
 
-    head: (beta1, beta2, eps, beta1_power, beta2_power, always_adapt), shared.
+
+@_ops_step.register(*("Tensor",) * 7, "Bool", "Tensor", "Tensor", "Bool", *("Tensor",) * 4)
+@ms.no_inline
+def _rule(beta1, rest1, beta2, rest2, eps, correct1, correct2, always_adapt, lr,
+          weight_decay, decay_flag, param, m, v, grad):
+    """Lamb's rule (the class docstring) from plain MindSpore ops, for GPU/Ascend; returns
+    the trust ratio.  rest1, rest2: 1 - beta1, 1 - beta2; correct1, correct2: 1 - beta1^t,
+    1 - beta2^t; with `lr` and `weight_decay` the same for every parameter without groups.
+
+    m' = beta1 m + rest1 g,  v' = beta2 v + (rest2 g) g,
+    r = (m' / correct1) / (sqrt(v' / correct2) + eps) + weight_decay w,
+    w' = w - (lr ratio) r.
     """
-    beta1, beta2, eps, beta1_power, beta2_power, always_adapt = head
     weight_decay = weight_decay if decay_flag else _ZERO
-    next_m = beta1 * m + (_ONE - beta1) * grad
-    next_v = beta2 * v + (_ONE - beta2) * grad * grad
-    r = (next_m / (_ONE - beta1_power)) / (ops.sqrt(next_v / (_ONE - beta2_power)) + eps) \
-        + weight_decay * param
-    p_norm = ops.sqrt(ops.reduce_sum(param * param))
-    r_norm = ops.sqrt(ops.reduce_sum(r * r))
-    use_ratio = ops.logical_and(p_norm > _ZERO, r_norm > _ZERO)
+    next_m = _ADD(_MUL(beta1, m), _MUL(rest1, grad))
+    next_v = _ADD(_MUL(beta2, v), _MUL(_MUL(rest2, grad), grad))
+    r = _ADD(_DIV(_DIV(next_m, correct1), _ADD(_SQRT(_DIV(next_v, correct2)), eps)),
+             _MUL(weight_decay, param))
+    p_norm = _SQRT(_SUM(_MUL(param, param), ()))
+    r_norm = _SQRT(_SUM(_MUL(r, r), ()))
+    use_ratio = _AND(_GT(p_norm, _ZERO), _GT(r_norm, _ZERO))
     if not always_adapt:
-        use_ratio = ops.logical_and(use_ratio, weight_decay > _ZERO)
-    ratio = ops.select(use_ratio, p_norm / r_norm, _ONE)
+        use_ratio = _AND(use_ratio, _GT(weight_decay, _ZERO))
+    ratio = _SELECT(use_ratio, _DIV(p_norm, r_norm), _ONE)
     ratio = F.depend(ratio, F.assign(m, next_m))
     ratio = F.depend(ratio, F.assign(v, next_v))
-    return F.depend(ratio, F.assign(param, param - (lr * ratio) * r))
-
-
-# The rule is a call that MindSpore compiles once per distinct shape and argument form
-# (ms.no_inline), not ~40 ops inlined per parameter into the step's graph: ResNet-50's
-# 161 tensors have 28 shapes, and its step compiles in under half the time.
-_ops_step = C.MultitypeFuncGraph("ms_optim_lamb_ops")
-@_ops_step.register("Tuple", "Bool", "Tensor", "Tensor", "Tensor", "Tensor")
-@ms.no_inline
-def _run_ops_shared(head, decay_flag, param, m, v, grad):
-    """The rule with the learning rate and weight decay shared (the last two of head)."""
-    return _rule(head[:6], head[6], head[7], decay_flag, param, m, v, grad)
-
-
-@_ops_step.register("Tuple", "Tensor", "Tensor", "Bool", "Tensor", "Tensor", "Tensor", "Tensor")
-@ms.no_inline
-def _run_ops(head, lr, weight_decay, decay_flag, param, m, v, grad):
-    """The rule with a learning rate and weight decay per parameter (groups)."""
-    return _rule(head, lr, weight_decay, decay_flag, param, m, v, grad)
+    return F.depend(ratio, F.assign(param, _SUB(param, _MUL(_MUL(lr, ratio), r))))
 
 
 # MindSpore's nn.Lamb names -> this Lamb's (PaddlePaddle's)
@@ -307,10 +310,18 @@ class Lamb(Optimizer):
             return self._native_step(params, gradients, lr, weight_decay, grad_scale, powers)
         gradients = self.unscale_and_clip(gradients, self.loss_scale != 1.0, self.inv_scale,
                                           self.grad_clip)
-        head = (self.beta1, self.beta2, self.eps, beta1_power, beta2_power, self.always_adapt)
-        ratios = self.map_params(_ops_step, head, lr, weight_decay,
-                                 self.lamb_decay_flags, params, self.moment1, self.moment2,
-                                 gradients)
+        # the step's scalars, computed once for every parameter
+        b1, b2, eps, flag = self.beta1, self.beta2, self.eps, self.always_adapt
+        r1, r2 = _SUB(_ONE, b1), _SUB(_ONE, b2)
+        c1, c2 = _SUB(_ONE, beta1_power), _SUB(_ONE, beta2_power)
+        per_param = (self.lamb_decay_flags, params, self.moment1, self.moment2, gradients)
+        if self.is_group_lr or self.is_group:
+            lrs, wds = self.per_param_values(lr, weight_decay, len(params))
+            ratios = self.map_reverse(F.partial(_ops_step, b1, r1, b2, r2, eps, c1, c2, flag),
+                                      lrs, wds, *per_param)
+        else:
+            ratios = self.map_reverse(F.partial(_ops_step, b1, r1, b2, r2, eps, c1, c2, flag,
+                                                lr, weight_decay), *per_param)
         return self.stack(ratios)
 
     def _native_step(self, params, gradients, lr, weight_decay, grad_scale, powers):
