@@ -177,7 +177,7 @@ class BucketStep(_Step):
         if not self.native:
             total = ops.tensor_scatter_add(ops.zeros((self.numel,), mstype.float32),
                                            idx.reshape(-1, 1), val)
-            return self.apply(lr, total / self.nranks_t)
+            return self.apply(lr, F.tensor_div(total, self.nranks_t))
         lr_b = self.bucket_values(self.lrs(lr), 0, len(self.ids), self.is_group_lr)
         return self.entries_call(self.entries_op, param=self.params, idx=idx, val=val, lr=lr_b,
                                  ranks=self.nranks_t)

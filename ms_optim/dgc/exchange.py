@@ -143,8 +143,9 @@ class DenseExchange(nn.Cell):
     def mean(self, flat):
         """The mean over the workers of `flat`, the gradients' fused float32 buffer (built
         here by ``flatten``, or by a native pack): a sum, then a division, as the reference
-        and the gathered path's apply kernel do."""
-        return self.all_reduce(flat) / self.nranks_t
+        and the gathered path's apply kernel do (RealDiv: on CPU, MindSpore's Div takes
+        buffers of its own, docs/platform.md)."""
+        return F.tensor_div(self.all_reduce(flat), self.nranks_t)
 
 
 class SharedExchange(nn.Cell):
@@ -181,8 +182,8 @@ class SharedExchange(nn.Cell):
         return val if self.nranks == 1 else self.all_reduce(val)
 
     def mean(self, val):
-        """The mean: the sum, then a division, as the reference's."""
-        return val if self.nranks == 1 else self.all_reduce(val) / self.nranks_t
+        """The mean: the sum, then a division (RealDiv), as the reference's."""
+        return val if self.nranks == 1 else F.tensor_div(self.all_reduce(val), self.nranks_t)
 
 
 class Exchanges(NamedTuple):
