@@ -6,9 +6,10 @@ traffic takes with no arithmetic.  This benchmark measures that floor with a ban
 probe, a small native pass compiled here (g++ -O3 -fopenmp -march=native) that reads
 and writes the kernel's own streams, element widths and passes, on the kernels'
 threads; then it times each kernel alone (ctypes on numpy buffers, no MindSpore) and
-reports it as a multiple of its floor.  Every entry (probes, kernels, and PyTorch's
-fused CPU Adam with ``--torch``) is timed in the same rounds, one call of each per round
-in a rotating order; figures are medians over the rounds (the best is printed too).
+reports it as a multiple of its floor.  Every entry (probes, kernels, and with
+``--torch`` PyTorch's fused CPU Adam and a torch.compile'd Lion) is timed in the same
+rounds, one call of each per round in a rotating order; figures are medians over the
+rounds (the best is printed too).
 
 The streams per parameter, float32 parameters and gradients (r: read, rw: read and
 written in place, w: written):
@@ -200,6 +201,7 @@ def _capi_rows(n, width=64, share=0.25):
 
 
 TORCH = "torch Adam(fused=True)"
+TORCH_LION = "torch.compile'd Lion"
 # (numerator, denominator, bar): the ratios of medians printed when both were timed
 BARS = [
     ("step ms_optim.AdamOffload", TORCH, 1.0),
@@ -210,6 +212,8 @@ BARS = [
     ("step ms_optim.Lamb", "probe adam f32", round(1.15 * 40 / 28, 2)),
     ("lamb", "probe adam f32", round(1.15 * 40 / 28, 2)),
     ("step ms_optim.Lamb", "probe lamb", 1.15),
+    ("step ms_optim.Lion", TORCH_LION, 1.0),
+    ("lion f32", TORCH_LION, None),
     ("adam f32", TORCH, None),
     ("adam int8", "probe adam f32", None),
 ]
@@ -237,28 +241,46 @@ _TORCH_WORKER = textwrap.dedent("""
     params = [torch.nn.Parameter(torch.randn(n, generator=gen)) for n in sizes]
     for p in params:
         p.grad = torch.randn(p.shape, generator=gen) * 1e-2
-    opt = torch.optim.Adam(params, lr=1e-3, fused=True)
-    opt.step()
+    if sys.argv[3] == "adam":
+        step = torch.optim.Adam(params, lr=1e-3, fused=True).step
+    else:
+        # Lion's rule over every tensor as one function compiled by torch.compile
+        # (inductor: one fused C++/OpenMP loop per tensor)
+        moments = [torch.zeros_like(p) for p in params]
+
+        @torch.compile
+        def lion(ps, ms, gs, lr=1e-4, beta1=0.9, beta2=0.99, wd=0.1):
+            for p, m, g in zip(ps, ms, gs):
+                c = m * beta1 + g * (1 - beta1)
+                p.mul_(1 - lr * wd).add_(torch.sign(c), alpha=-lr)
+                m.mul_(beta2).add_(g, alpha=1 - beta2)
+
+        def step():
+            with torch.no_grad():
+                lion(params, moments, [p.grad for p in params])
+    step()
+    step()
     print(torch.__version__, flush=True)
     for line in sys.stdin:
         t0 = time.perf_counter()
-        opt.step()
+        step()
         print(time.perf_counter() - t0, flush=True)
 """)
 
 
-class TorchAdam:
-    """PyTorch's fused CPU Adam in a process of its own (another Python), stepped on
-    request: its time is measured inside that process."""
+class TorchStep:
+    """A PyTorch step in a process of its own (another Python), stepped on request: its
+    time is measured inside that process.  `kind` "adam": torch.optim.Adam(fused=True);
+    "lion": Lion's rule compiled by torch.compile."""
 
-    def __init__(self, python, sizes, threads):
+    def __init__(self, python, sizes, threads, kind):
         self.proc = subprocess.Popen([python, "-c", _TORCH_WORKER, str(threads),
-                                      ",".join(map(str, sizes))],
+                                      ",".join(map(str, sizes)), kind],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.version = self.proc.stdout.readline().strip()
         if not self.version:
             self.close()
-            raise RuntimeError(f"{python} could not run torch.optim.Adam(fused=True)")
+            raise RuntimeError(f"{python} could not run the torch step {kind!r}")
 
     def __call__(self):
         self.proc.stdin.write("step\n")
@@ -278,15 +300,17 @@ class TorchAdam:
                 self.proc.wait()
 
 
-def _time_rounds(entries, names, rounds):
+def _time_rounds(entries, names, rounds, gap=0.0):
     """{name: seconds of each round}: every entry called once untimed (pages touched, code
-    warm), then once per round in a rotating order; an entry returning a float (the torch
-    process) reports its own time."""
+    warm), then once per round in a rotating order, each call after `gap` seconds idle; an
+    entry returning a float (a torch process) reports its own time."""
     times = {k: [] for k in names}
     for k in names:
         entries[k][0]()
     for r in range(rounds):
         for k in names[r % len(names):] + names[:r % len(names)]:
+            if gap:
+                time.sleep(gap)
             t0 = time.perf_counter()
             inner = entries[k][0]()
             t = time.perf_counter() - t0
@@ -308,11 +332,18 @@ def main(argv=None):
                              "the AdamOffload, Lion, Lamb and DGCMomentum steps, nn.Adam and "
                              "nn.AdamOffload)")
     parser.add_argument("--rounds", type=int, default=15, help="timed rounds (default 15)")
+    parser.add_argument("--gap-ms", type=float, default=0.0,
+                        help="idle milliseconds before each timed call (default 0), so that "
+                             "no thread of the previous entry, in this process or the torch "
+                             "one, still spins while the next runs")
     parser.add_argument("--only", nargs="+", default=None, metavar="SUBSTR",
                         help="kernels whose name contains one of these")
     parser.add_argument("--torch", metavar="PYTHON",
-                        help="a Python with torch: time torch.optim.Adam(fused=True) beside")
+                        help="a Python with torch: time torch.optim.Adam(fused=True) beside "
+                             "(and a torch.compile'd Lion when a Lion entry is timed)")
     args = parser.parse_args(argv)
+    if args.rounds < 1 or args.gap_ms < 0:
+        parser.error("--rounds must be at least 1 and --gap-ms at least 0")
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")  # the steps on the host, as bench_optimizers times them
     threads, _ = bench.thread_count()
@@ -359,19 +390,26 @@ def main(argv=None):
                     if "probe " + floor not in entries:
                         entries["probe " + floor] = (probe_call(probe, FLOORS[floor], n,
                                                                 threads), n, floor)
-        torch = None
+        torch = []
         if args.torch:
-            torch = TorchAdam(args.torch, sizes, threads)
-            entries[TORCH] = (torch, n, "adam f32")
+            torch.append(TorchStep(args.torch, sizes, threads, "adam"))
+            entries[TORCH] = (torch[-1], n, "adam f32")
+            if any(k.startswith("lion") or "Lion" in k for k in entries):
+                torch.append(TorchStep(args.torch, sizes, threads, "lion"))
+                entries[TORCH_LION] = (torch[-1], n, "lion f32")
+                if "probe lion f32" not in entries:
+                    entries["probe lion f32"] = (probe_call(probe, FLOORS["lion f32"], n,
+                                                            threads), n, "lion f32")
         names = list(entries)
         try:
-            times = _time_rounds(entries, names, args.rounds)
+            times = _time_rounds(entries, names, args.rounds, args.gap_ms / 1e3)
         finally:
-            if torch is not None:
-                torch.close()
+            for t in torch:
+                t.close()
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"N = {n:,} float32 parameters ({described}), {threads} threads, "
-          f"{args.rounds} rounds, kernels: {native_info()['isa']}")
+          f"{args.rounds} rounds, {args.gap_ms:g} ms idle before each call, "
+          f"kernels: {native_info()['isa']}")
     print(f"{'':34} {'ns/elem':>8} {'best':>7} {'floor B':>8} {'/ floor':>8} {'GB/s':>6}")
     for k in names:
         if k.startswith("probe "):
@@ -382,8 +420,8 @@ def main(argv=None):
         gbs = floor_bytes(fl) / ns
         print(f"{k:34} {ns:8.3f} {min(times[k]) / elems * 1e9:7.3f} {floor_bytes(fl):8d} "
               f"{ns / floor:8.2f} {gbs:6.1f}")
-    if torch is not None:
-        print(f"{TORCH}: torch {torch.version}")
+    if torch:
+        print(f"PyTorch steps: torch {torch[0].version}")
     print("ratios of medians:")
     for num, den, bar in BARS:
         if num in med and den in med:

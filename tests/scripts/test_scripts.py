@@ -212,13 +212,20 @@ def test_host_floor_probe_moves_each_stream_as_declared(tmp_path):
 @pytest.mark.slow
 def test_host_floor_reports_kernels_against_their_floors():
     res = run_module("benchmarks.host_floor", "--size", "200000", "--rounds", "2", "--only",
-                     "adam f32", "lamb", timeout=300)
+                     "adam f32", "lamb", "--gap-ms", "1", timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     lines = res.stdout.splitlines()
     assert any(line.startswith("adam f32 ") for line in lines)
     assert any(line.startswith("lamb ") for line in lines)
     assert "  lamb / probe adam f32 = " in res.stdout
     assert "1.00x the Adam-shaped pass" in res.stdout
+    assert "1 ms idle before each call" in res.stdout
+
+
+def test_host_floor_refuses_a_negative_gap():
+    res = run_module("benchmarks.host_floor", "--gap-ms", "-1", timeout=120)
+    assert res.returncode == 2
+    assert "--gap-ms" in res.stderr
 
 
 def test_override_kernel_restores_the_real_entry():
