@@ -1,8 +1,8 @@
 """Where a MindSpore optimizer step's time goes, measured piece by piece.
 
 Each line times one GRAPH_MODE cell call (median of --steps calls) on the
-host CPU, for a parameter layout (ResNet-50's 161 tensors scaled to about
---size parameters, as benchmarks/bench_optimizers.py):
+host CPU, for a parameter layout (--layout: by default ResNet-50's 161
+tensors scaled to about --size parameters, as benchmarks/bench_optimizers.py):
 
 - the floor of a graph call (a cell that returns a constant);
 - the graph ops an optimizer runs around its kernel (beta powers, concat);
@@ -15,10 +15,12 @@ host CPU, for a parameter layout (ResNet-50's 161 tensors scaled to about
   to the library) that MindSpore calls in place of the Adam entry: from the
   Python call to the kernel's entry, the kernel itself, and from its exit
   back to Python;
+- the same step with the no-op probe in place of the Adam entry: everything
+  the step costs but the kernel's work;
 - OpenMP: a 2-thread kernel call on a small tensor against a 1-thread one.
 
 The findings are written up in benchmarks/README.md#where-a-steps-time-goes.  Run, from the repository root:
-    python -m benchmarks.profile_step [--size 1e6] [--steps 50]
+    python -m benchmarks.profile_step [--size 1e6] [--steps 50] [--layout equal4]
 """
 import argparse
 import ctypes
@@ -35,7 +37,7 @@ from mindspore import nn, ops
 from mindspore.ops import CustomRegOp, DataType
 
 import ms_optim
-from benchmarks.layouts import layout_sizes
+from benchmarks.layouts import LAYOUTS, layout_sizes
 from ms_optim import aot
 from ms_optim.testing import advance_beta_powers, override_kernel, prepare_kernel
 
@@ -195,13 +197,15 @@ def main(argv=None):
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=float, default=1e6, help="total parameters (default 1e6)")
     ap.add_argument("--steps", type=int, default=50, help="timed calls per line")
+    ap.add_argument("--layout", choices=LAYOUTS, default="resnet50",
+                    help="how the parameters are cut into tensors (benchmarks/layouts.py)")
     args = ap.parse_args(argv)
     if args.size < 1000 or args.steps < 1:
         ap.error("--size must be >= 1000 and --steps >= 1")
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
 
-    sizes, described = layout_sizes("resnet50", int(args.size))
+    sizes, described = layout_sizes(args.layout, int(args.size))
     n, K = sum(sizes), len(sizes)
     info = ms_optim.native_info()
     print(f"layout: {described}; {K} tensors, {n:,} parameters; isa {info['isa']}, "
@@ -269,10 +273,17 @@ def main(argv=None):
             step = Step(ms_optim.AdamOffload(params_of(sizes, "shim"), learning_rate=1e-3),
                         grads)
             before, kernel, after, alone_ms = split_step(step, shim, alone, args.steps)
+        # everything but the kernel: the same step with a no-op in place of the Adam entry
+        noop = build_probe(tmp)
+        with override_kernel("ms_optim_adam_inplace", f"{noop}:probe_noop"):
+            step = Step(ms_optim.AdamOffload(params_of(sizes, "noop"), learning_rate=1e-3),
+                        grads)
+            without_kernel = median_ms(step, args.steps)
     row("AdamOffload step: Python call to the kernel's entry", before)
     row("AdamOffload step: the kernel, inside MindSpore", kernel)
     row("AdamOffload step: the kernel's exit to the return", after)
     row("the kernel alone, timed after each of those steps", alone_ms)
+    row("AdamOffload step with a no-op kernel (all but the kernel)", without_kernel)
 
     # OpenMP start-up: one small tensor through the 2-thread and the 1-thread path
     small = [np.abs(rng.standard_normal(1 << 15)).astype(np.float32) for _ in range(4)]

@@ -309,6 +309,16 @@ def test_check_reference_without_paddle_says_how_to_get_it():
     assert "Traceback" not in res.stderr
 
 
+@pytest.mark.slow
+def test_profile_step_times_the_step_with_a_no_op_kernel():
+    res = run_module("benchmarks.profile_step", "--size", "20000", "--steps", "2", "--layout",
+                     "equal4", timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "layout: 4 equal tensors; 4 tensors" in res.stdout
+    assert re.search(r"AdamOffload step with a no-op kernel \(all but the kernel\) +[0-9.]+ ms",
+                     res.stdout), res.stdout
+
+
 def test_first_call_times_compile_and_the_first_steps():
     res = run_module("benchmarks.first_call", "--only", "ms_optim.DGCMomentum[warmup5, bucket]",
                      "--size", "50000")
@@ -324,6 +334,7 @@ def test_first_call_times_compile_and_the_first_steps():
 
     pytest.param("tools.fidelity", ["--charlm-steps", "0"], marks=pytest.mark.slow),
     pytest.param("benchmarks.profile_step", ["--size", "10"], marks=pytest.mark.slow),
+    pytest.param("benchmarks.profile_step", ["--layout", "resnet"], marks=pytest.mark.slow),
     ("benchmarks.bench_bnb_adam8bit", ["--steps", "0"]),
     pytest.param("benchmarks.kernel_alone_dgc", ["--steps", "0"], marks=pytest.mark.slow),
     pytest.param("tools.q8_codebooks", ["--n", "1000"], marks=pytest.mark.slow),
