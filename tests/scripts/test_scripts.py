@@ -222,6 +222,15 @@ def test_host_floor_reports_kernels_against_their_floors():
     assert "1 ms idle before each call" in res.stdout
 
 
+def test_host_floor_names_the_torch_step_a_python_cannot_run():
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed here")
+    floor = module("benchmarks.host_floor")
+    for kind in ("adam", "lion"):
+        with pytest.raises(RuntimeError, match=f"could not run the torch step '{kind}'"):
+            floor.TorchStep(sys.executable, [16], 1, kind)
+
+
 def test_host_floor_refuses_a_negative_gap():
     res = run_module("benchmarks.host_floor", "--gap-ms", "-1", timeout=120)
     assert res.returncode == 2
