@@ -243,13 +243,14 @@ _TORCH_WORKER = textwrap.dedent("""
         p.grad = torch.randn(p.shape, generator=gen) * 1e-2
     if sys.argv[3] == "adam":
         step = torch.optim.Adam(params, lr=1e-3, fused=True).step
-    else:
+    elif sys.argv[3] == "lion":
         # Lion's rule over every tensor as one function compiled by torch.compile
-        # (inductor: one fused C++/OpenMP loop per tensor)
+        # (inductor: one fused C++/OpenMP loop per tensor), with the settings of the
+        # ms_optim.Lion entries (no weight decay: its multiply by 1 - lr * wd still runs)
         moments = [torch.zeros_like(p) for p in params]
 
         @torch.compile
-        def lion(ps, ms, gs, lr=1e-4, beta1=0.9, beta2=0.99, wd=0.1):
+        def lion(ps, ms, gs, lr=1e-4, beta1=0.9, beta2=0.99, wd=0.0):
             for p, m, g in zip(ps, ms, gs):
                 c = m * beta1 + g * (1 - beta1)
                 p.mul_(1 - lr * wd).add_(torch.sign(c), alpha=-lr)
@@ -258,6 +259,8 @@ _TORCH_WORKER = textwrap.dedent("""
         def step():
             with torch.no_grad():
                 lion(params, moments, [p.grad for p in params])
+    else:
+        sys.exit(f"unknown torch step {sys.argv[3]!r}")
     step()
     step()
     print(torch.__version__, flush=True)
@@ -342,8 +345,10 @@ def main(argv=None):
                         help="a Python with torch: time torch.optim.Adam(fused=True) beside "
                              "(and a torch.compile'd Lion when a Lion entry is timed)")
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.gap_ms < 0:
-        parser.error("--rounds must be at least 1 and --gap-ms at least 0")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if not args.gap_ms >= 0:
+        parser.error(f"--gap-ms must be at least 0, got {args.gap_ms}")
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")  # the steps on the host, as bench_optimizers times them
     threads, _ = bench.thread_count()
@@ -391,17 +396,17 @@ def main(argv=None):
                         entries["probe " + floor] = (probe_call(probe, FLOORS[floor], n,
                                                                 threads), n, floor)
         torch = []
-        if args.torch:
-            torch.append(TorchStep(args.torch, sizes, threads, "adam"))
-            entries[TORCH] = (torch[-1], n, "adam f32")
-            if any(k.startswith("lion") or "Lion" in k for k in entries):
-                torch.append(TorchStep(args.torch, sizes, threads, "lion"))
-                entries[TORCH_LION] = (torch[-1], n, "lion f32")
-                if "probe lion f32" not in entries:
-                    entries["probe lion f32"] = (probe_call(probe, FLOORS["lion f32"], n,
-                                                            threads), n, "lion f32")
-        names = list(entries)
         try:
+            if args.torch:
+                torch.append(TorchStep(args.torch, sizes, threads, "adam"))
+                entries[TORCH] = (torch[-1], n, "adam f32")
+                if any(k.startswith("lion") or "Lion" in k for k in entries):
+                    torch.append(TorchStep(args.torch, sizes, threads, "lion"))
+                    entries[TORCH_LION] = (torch[-1], n, "lion f32")
+                    if "probe lion f32" not in entries:
+                        entries["probe lion f32"] = (probe_call(probe, FLOORS["lion f32"], n,
+                                                                threads), n, "lion f32")
+            names = list(entries)
             times = _time_rounds(entries, names, args.rounds, args.gap_ms / 1e3)
         finally:
             for t in torch:
