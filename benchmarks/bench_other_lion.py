@@ -6,8 +6,10 @@ the ones to time (no MindSpore needed), from the repository root:
     python3 -m venv /tmp/lion && /tmp/lion/bin/pip install torch lion-pytorch timm jax optax
     OMP_NUM_THREADS=2 /tmp/lion/bin/python -m benchmarks.bench_other_lion --size 2.5e7
 
-It steps ResNet-50's 161 float32 tensors (benchmarks/layouts.py, scaled to --size) with
-fixed random gradients and prints each implementation's median step time:
+It steps ResNet-50's 161 float32 tensors (benchmarks/layouts.py, scaled to --size; or
+another --layout) with fixed random gradients, weight decay --weight-decay (0.1 by default;
+0 is the setting of bench_optimizers' ms_optim.Lion), and prints each implementation's
+median step time:
 
   lion-pytorch   lucidrains' Lion (the paper authors' reference rule in torch ops);
   timm           timm.optim.Lion, with its foreach path (one op over every tensor);
@@ -18,6 +20,7 @@ fixed random gradients and prints each implementation's median step time:
 
 Those not installed are skipped.  Compare with ``ms_optim.Lion`` of
 ``python -m benchmarks.bench_optimizers --layouts resnet50 --sizes 2.5e7`` on the same machine.
+--only keeps the implementations whose name contains one of its words.
 """
 import argparse
 import statistics
@@ -25,7 +28,7 @@ import time
 
 import numpy as np
 
-from benchmarks.layouts import resnet50_sizes
+from benchmarks.layouts import LAYOUTS, layout_sizes
 
 
 def _median_ms(step, steps, warmup=3):
@@ -51,14 +54,14 @@ def _torch(sizes, steps, make):
         return _median_ms(opt.step, steps)
 
 
-def lion_pytorch(sizes, steps):
+def lion_pytorch(sizes, steps, wd):
     from lion_pytorch import Lion
-    return _torch(sizes, steps, lambda p: Lion(p, lr=1e-4, weight_decay=0.1))
+    return _torch(sizes, steps, lambda p: Lion(p, lr=1e-4, weight_decay=wd))
 
 
-def timm_lion(sizes, steps):
+def timm_lion(sizes, steps, wd):
     from timm.optim import Lion
-    return _torch(sizes, steps, lambda p: Lion(p, lr=1e-4, weight_decay=0.1, foreach=True))
+    return _torch(sizes, steps, lambda p: Lion(p, lr=1e-4, weight_decay=wd, foreach=True))
 
 
 class _CompiledLion:
@@ -83,18 +86,18 @@ class _CompiledLion:
         self._step(self.params, self.moments, [p.grad for p in self.params])
 
 
-def torch_compiled_lion(sizes, steps):
-    return _torch(sizes, steps, _CompiledLion)
+def torch_compiled_lion(sizes, steps, wd):
+    return _torch(sizes, steps, lambda p: _CompiledLion(p, weight_decay=wd))
 
 
-def optax_lion(sizes, steps):
+def optax_lion(sizes, steps, wd):
     import jax
     import optax
 
     rng = np.random.default_rng(0)
     params = [jax.numpy.asarray(rng.standard_normal(n, np.float32)) for n in sizes]
     grads = [jax.numpy.asarray(rng.standard_normal(n, np.float32) * 1e-2) for n in sizes]
-    opt = optax.lion(1e-4, weight_decay=0.1)
+    opt = optax.lion(1e-4, weight_decay=wd)
     state = [params, opt.init(params)]
 
     def update(params, opt_state, grads):
@@ -119,15 +122,25 @@ def main(argv=None):
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=float, default=2.5e7, help="total parameters (about)")
     ap.add_argument("--steps", type=int, default=15, help="timed steps (median reported)")
+    ap.add_argument("--layout", choices=LAYOUTS, default="resnet50",
+                    help="how the parameters are cut into tensors (benchmarks/layouts.py)")
+    ap.add_argument("--weight-decay", type=float, default=0.1, help="Lion's weight decay")
+    ap.add_argument("--only", nargs="+", default=None, metavar="WORD",
+                    help="implementations whose name contains one of these")
     args = ap.parse_args(argv)
     if args.size < 1 or args.steps < 1:
         ap.error("--size and --steps must be positive")
-    sizes, _ = resnet50_sizes(int(args.size))
+    if not args.weight_decay >= 0:
+        ap.error(f"--weight-decay must be at least 0, got {args.weight_decay}")
+    sizes, described = layout_sizes(args.layout, int(args.size))
     total = sum(sizes)
-    print(f"{total:,} float32 parameters in {len(sizes)} tensors (ResNet-50's layout)")
+    print(f"{total:,} float32 parameters in {len(sizes)} tensors ({described}), "
+          f"weight decay {args.weight_decay:g}")
     for name, run in IMPLEMENTATIONS:
+        if args.only and not any(w in name for w in args.only):
+            continue
         try:
-            ms = run(sizes, args.steps)
+            ms = run(sizes, args.steps, args.weight_decay)
         except ImportError as exc:
             print(f"  {name:22s} skipped ({exc})")
             continue

@@ -232,6 +232,19 @@ def test_host_floor_names_the_torch_step_a_python_cannot_run():
             floor.TorchStep(sys.executable, [16], 1, kind)
 
 
+def test_other_lions_bench_reports_its_layout_and_decay_and_refuses_a_negative_decay():
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed here")
+    res = run_module("benchmarks.bench_other_lion", "--size", "4000", "--steps", "1",
+                     "--layout", "equal4", "--weight-decay", "0", "--only", "torch.compile")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "4,000 float32 parameters in 4 tensors (4 equal tensors), weight decay 0" in res.stdout
+    assert "torch.compile'd Lion" in res.stdout and "skipped" in res.stdout
+    assert "lion-pytorch" not in res.stdout  # --only leaves it out
+    res = run_module("benchmarks.bench_other_lion", "--weight-decay", "-1")
+    assert res.returncode == 2 and "--weight-decay must be at least 0" in res.stderr
+
+
 def test_host_floor_refuses_a_negative_gap():
     res = run_module("benchmarks.host_floor", "--gap-ms", "-1", timeout=120)
     assert res.returncode == 2
