@@ -64,7 +64,7 @@ def timm_lion(sizes, steps, wd):
     return _torch(sizes, steps, lambda p: Lion(p, lr=1e-4, weight_decay=wd, foreach=True))
 
 
-class _CompiledLion:
+class CompiledLion:
     """Lion's step over every tensor as one function compiled by torch.compile (inductor
     generates one fused C++/OpenMP loop per tensor: each element read and written once)."""
 
@@ -87,7 +87,7 @@ class _CompiledLion:
 
 
 def torch_compiled_lion(sizes, steps, wd):
-    return _torch(sizes, steps, lambda p: _CompiledLion(p, weight_decay=wd))
+    return _torch(sizes, steps, lambda p: CompiledLion(p, weight_decay=wd))
 
 
 def optax_lion(sizes, steps, wd):

@@ -233,6 +233,8 @@ def _step_floor(name):
     return "adam " + kind
 
 
+# the repository root, from which the torch worker imports benchmarks.bench_other_lion
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_WORKER = textwrap.dedent("""
     import sys, time, torch
     torch.set_num_threads(int(sys.argv[1]))
@@ -244,21 +246,15 @@ _TORCH_WORKER = textwrap.dedent("""
     if sys.argv[3] == "adam":
         step = torch.optim.Adam(params, lr=1e-3, fused=True).step
     elif sys.argv[3] == "lion":
-        # Lion's rule over every tensor as one function compiled by torch.compile
-        # (inductor: one fused C++/OpenMP loop per tensor), with the settings of the
-        # ms_optim.Lion entries (no weight decay: its multiply by 1 - lr * wd still runs)
-        moments = [torch.zeros_like(p) for p in params]
-
-        @torch.compile
-        def lion(ps, ms, gs, lr=1e-4, beta1=0.9, beta2=0.99, wd=0.0):
-            for p, m, g in zip(ps, ms, gs):
-                c = m * beta1 + g * (1 - beta1)
-                p.mul_(1 - lr * wd).add_(torch.sign(c), alpha=-lr)
-                m.mul_(beta2).add_(g, alpha=1 - beta2)
+        # benchmarks.bench_other_lion's torch.compile'd Lion, with the settings of the
+        # ms_optim.Lion entries (no weight decay)
+        sys.path.insert(0, sys.argv[4])
+        from benchmarks.bench_other_lion import CompiledLion
+        lion = CompiledLion(params, weight_decay=0.0)
 
         def step():
             with torch.no_grad():
-                lion(params, moments, [p.grad for p in params])
+                lion.step()
     else:
         sys.exit(f"unknown torch step {sys.argv[3]!r}")
     step()
@@ -274,11 +270,11 @@ _TORCH_WORKER = textwrap.dedent("""
 class TorchStep:
     """A PyTorch step in a process of its own (another Python), stepped on request: its
     time is measured inside that process.  `kind` "adam": torch.optim.Adam(fused=True);
-    "lion": Lion's rule compiled by torch.compile."""
+    "lion": benchmarks.bench_other_lion's Lion compiled by torch.compile."""
 
     def __init__(self, python, sizes, threads, kind):
         self.proc = subprocess.Popen([python, "-c", _TORCH_WORKER, str(threads),
-                                      ",".join(map(str, sizes)), kind],
+                                      ",".join(map(str, sizes)), kind, _ROOT],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.version = self.proc.stdout.readline().strip()
         if not self.version:
