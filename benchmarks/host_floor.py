@@ -233,7 +233,8 @@ def _step_floor(name):
     return "adam " + kind
 
 
-# the repository root, from which the torch worker imports benchmarks.bench_other_lion
+# the repository root: the torch worker runs there (`python -c` imports from the working
+# directory), to import benchmarks.bench_other_lion
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_WORKER = textwrap.dedent("""
     import sys, time, torch
@@ -248,7 +249,6 @@ _TORCH_WORKER = textwrap.dedent("""
     elif sys.argv[3] == "lion":
         # benchmarks.bench_other_lion's torch.compile'd Lion, with the settings of the
         # ms_optim.Lion entries (no weight decay)
-        sys.path.insert(0, sys.argv[4])
         from benchmarks.bench_other_lion import CompiledLion
         lion = CompiledLion(params, weight_decay=0.0)
 
@@ -274,8 +274,9 @@ class TorchStep:
 
     def __init__(self, python, sizes, threads, kind):
         self.proc = subprocess.Popen([python, "-c", _TORCH_WORKER, str(threads),
-                                      ",".join(map(str, sizes)), kind, _ROOT],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                      ",".join(map(str, sizes)), kind],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     cwd=_ROOT)
         self.version = self.proc.stdout.readline().strip()
         if not self.version:
             self.close()
