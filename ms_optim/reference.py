@@ -247,9 +247,12 @@ def adamw_step(p, m, v, g, lr, beta1, beta2, eps, weight_decay, inv_scale=1.0):
 
 
 def lion_sign(c):
-    """sign(c) with sign(0) = 0 (the signed zero itself) and NaN kept, in float32."""
+    """sign(c) in float32 with sign(0) = 0 (the signed zero itself), otherwise
+    sign(c) + (c - c): +-1 for a finite c, NaN for a NaN or infinite c (an overflow shows in
+    the parameter)."""
     c = np.asarray(c, f32)
-    return np.where(c > 0, f32(1), np.where(c < 0, f32(-1), c)).astype(f32)
+    with np.errstate(invalid="ignore"):
+        return np.where(c == 0, c, np.where(c < 0, f32(-1), f32(1)) + (c - c)).astype(f32)
 
 
 def lion_step(p, m, g, lr, beta1, beta2, weight_decay=0.0, inv_scale=1.0, delta=False):

@@ -219,13 +219,17 @@ def test_bits_do_not_depend_on_the_thread_count(row, kind):
             a.assert_equal(b)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # inf / inf
+@pytest.mark.parametrize("special", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("kind", ["float32", "bfloat16"])
 @pytest.mark.parametrize("row", HOST_STEPS, ids=[r.rule for r in HOST_STEPS])
-def test_a_nan_gradient_makes_its_parameter_nan_alone(isa, row, kind):
+def test_a_nan_or_infinite_gradient_makes_its_parameter_nan_alone(isa, row, kind, special):
+    """An overflowed gradient shows in its parameter (Lion's sign of an infinite
+    interpolation is NaN, as Adam's quotient of infinite moments), and nowhere else."""
     state = State(row, 40, np.float32, kind, seed=3)
     ref = state.copy()
     g = state.grad(np.float32)
-    g[[0, 17]] = np.nan
+    g[[0, 17]] = special
     variant = next(iter(row.variants))
     _call(row, variant, [state], [g], np.float32([1e-2]), np.float32([0.1]), 1, False)
     _ref(row, variant, ref, g, np.float32(1e-2), np.float32(0.1), 1, False)

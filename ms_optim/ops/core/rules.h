@@ -70,15 +70,18 @@ MSOPT_HD inline T adam_step_size(T lr, T beta1_power, T beta2_power) {
 // Lion (Chen et al., 2023): the sign of the interpolation c = beta1 * m +
 // (1 - beta1) * g, then m's own average with beta2:
 //   s = sign(c);  m = beta2 * m + (1 - beta2) * g
-// sign(0) is 0 (c itself, a signed zero) and a NaN stays NaN, so an overflowed
-// gradient shows in the parameter as it does with Adam.  c1 = 1 - beta1 and
+// sign(0) is 0 (c itself, a signed zero), and sign(c) + (c - c) otherwise:
+// exactly +-1 for a finite c, NaN for a NaN or infinite c (c - c is NaN), so
+// that an overflowed gradient shows in the parameter as it does with Adam
+// (the sign of an infinite c would move the parameter by the rate on every
+// step that the infinite moment then steers).  c1 = 1 - beta1 and
 // c2 = 1 - beta2 are passed precomputed.  The parameter then moves by
 // lion_apply.
 template <class T>
 MSOPT_HD inline T lion_direction(T g, T &m, T beta1, T c1, T beta2, T c2) {
   const T c = beta1 * m + c1 * g;
   m = beta2 * m + c2 * g;
-  return c > T(0) ? T(1) : (c < T(0) ? T(-1) : c);
+  return c == T(0) ? c : (c < T(0) ? T(-1) : T(1)) + (c - c);
 }
 
 // Lion's parameter update with its decoupled weight decay:
