@@ -143,7 +143,7 @@ def config_text(config):
     if config is None:
         return ""
     if isinstance(config, str):
-        return config
+        return _c_text("config", config)
     if not isinstance(config, dict):
         raise TypeError(f"config must be a str or a dict, got {type(config).__name__}")
     items = []
@@ -157,8 +157,21 @@ def config_text(config):
         elif not isinstance(value, str):
             raise TypeError(f"config[{key!r}] must be a bool, int, float or str, "
                             f"got {type(value).__name__}")
+        # a ',' or '=' would be read as the text's own separators: another key
+        for what, text in (("config key", key), (f"config[{key!r}]", value)):
+            if not text or any(c in text for c in ",=\0"):
+                raise ValueError(f"{what} must be a non-empty str without ',', '=' or NUL, "
+                                 f"got {text!r}")
         items.append(f"{key}={value}")
     return ",".join(items)
+
+
+def _c_text(what, text):
+    """`text` for the library, which reads a C string: ValueError if it holds a NUL (the
+    library would stop reading there)."""
+    if "\0" in text:
+        raise ValueError(f"{what} must not contain a NUL character, got {text!r}")
+    return text
 
 
 def _array(a, dtype, what):
@@ -210,7 +223,10 @@ class Optimizer:
     Raises:
         TypeError: If `param` is not a numpy array or its dtype is not one of the six
             above, `optimizer` is not a str, or `config` is neither a str, a dict nor None
-            (or a dict key is not a str, or a value not a bool, int, float or str).
+            (or a dict key is not a str, or a value not a bool, int, float or str), or
+            `row_width` is not an int.
+        ValueError: If `optimizer` or `config` holds a NUL character, a dict key or str
+            value of `config` is empty or holds ',' or '=', or `row_width` is negative.
         CapiError: If the library rejects the arguments: ``MSOPT_ERR_CONFIG`` for an
             unknown optimizer, an unknown, repeated or unused key, a missing ``lr``, or a
             value out of range; ``MSOPT_ERR_SIZE`` for an empty `param` or a `row_width`
@@ -262,8 +278,10 @@ class Optimizer:
 
         Raises:
             TypeError: If `param` is not a numpy array or its dtype is not one of the six
-                above, `optimizer` is not a str, or `config` is not a str, a dict of str keys to bool/int/float/str
-                values, or None.
+                above, `optimizer` is not a str, `config` is not a str, a dict of str keys
+                to bool/int/float/str values, or None, or `row_width` is not an int.
+            ValueError: If `optimizer` or `config` holds a NUL character, a dict key or str
+                value of `config` is empty or holds ',' or '=', or `row_width` is negative.
             CapiError: ``MSOPT_ERR_CONFIG`` for an unknown optimizer or a bad config,
                 ``MSOPT_ERR_SIZE`` for an empty `param` or a `row_width` that does not
                 divide its size.
@@ -291,9 +309,17 @@ class Optimizer:
                                 f"(one of {', '.join(str(d) for d in DTYPES)})")
             if row_width is None:
                 row_width = param.shape[-1] if param.ndim == 2 else 0
+            if not isinstance(row_width, (int, np.integer)) or isinstance(row_width, bool):
+                raise TypeError(f"row_width must be an int, got {type(row_width).__name__} "
+                                f"({row_width!r})")
+            if not 0 <= row_width < 2**63:
+                raise ValueError(f"row_width must be 0 (a flat parameter) or a row width in "
+                                 f"[1, 2**63), got {row_width}")
+            row_width = int(row_width)
             if not isinstance(optimizer, str):
                 raise TypeError(f"optimizer must be a str (one of {', '.join(OPTIMIZERS)}), "
                                 f"got {type(optimizer).__name__}")
+            _c_text("optimizer", optimizer)
             config = config_text(config)
             out = _P()
             check(lib().msopt_create(optimizer.encode(), config.encode(), DTYPES[param.dtype],
@@ -318,7 +344,11 @@ class Optimizer:
     def restore(cls, state):
         """A new handle from a blob of :meth:`state` (bytes-like): the same parameter,
         optimizer, configuration, state and step count.  CapiError ``MSOPT_ERR_STATE`` if
-        the blob is truncated or corrupted."""
+        the blob is truncated or corrupted; TypeError if `state` is not bytes-like."""
+        if isinstance(state, str) or not isinstance(state, (bytes, bytearray, memoryview,
+                                                             np.ndarray)):
+            raise TypeError(f"state must be bytes-like (what Optimizer.state() returns), got "
+                            f"{type(state).__name__}")
         state = bytes(state)
         buf = ctypes.create_string_buffer(state, max(len(state), 1))
         out = _P()
@@ -365,6 +395,9 @@ class Optimizer:
         r = np.asarray(rows)
         if r.size and r.dtype.kind not in "iu":
             raise TypeError(f"rows must be integer ids, got dtype {r.dtype}")
+        if r.size and r.dtype.kind == "u" and r.max() > np.iinfo(np.int64).max:
+            raise CapiError(ERR_ROW, f"msopt_update_rows: rows[{int(np.argmax(r))}] = "
+                                     f"{int(r.max())} is out of range [0, {self.shape[0]})")
         r = np.ascontiguousarray(r, dtype=np.int64).ravel()
         v = _array(values, self.dtype, "values")
         if self.row_width > 0 and (v.size != r.size * self.row_width

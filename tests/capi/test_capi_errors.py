@@ -271,3 +271,42 @@ def test_config_as_dict():
         capi.Optimizer(b"sgd", "lr=0.1", p)
     with pytest.raises(capi.CapiError, match="nesterov"):  # the library still checks keys
         capi.Optimizer("sgd", {"lr": 0.1, "nesterov": True}, p)
+
+
+@pytest.mark.parametrize("optimizer,config,message", [
+    # a ',' or '=' in a dict's key or value would be read as another key
+    ("sgd", {"lr": "1,l1=0.5"}, r"config\['lr'\] must be a non-empty str without ',', '='"),
+    ("sgd", {"lr": 1.0, "l1": "=0.5"}, r"config\['l1'\] must be a non-empty str"),
+    ("sgd", {"lr": 1.0, "l1,l2": 0.5}, "config key must be a non-empty str"),
+    ("sgd", {"": 0.5}, "config key must be a non-empty str"),
+    # the library reads C strings, which would end at a NUL
+    ("sgd", "lr=1\0,l1=0.5", "config must not contain a NUL character"),
+    ("sgd\0x", "lr=1", "optimizer must not contain a NUL character"),
+    ("sgd", {"lr": 1.0, "lr_policy": "const\0"}, r"config\['lr_policy'\] must be a non-empty"),
+])
+def test_text_that_the_library_would_read_otherwise_is_refused(optimizer, config, message):
+    with pytest.raises(ValueError, match=message):
+        capi.Optimizer(optimizer, config, np.ones(4, np.float32))
+
+
+def test_row_width_and_restore_arguments_are_checked_in_python():
+    p = np.ones(4, np.float32)
+    for bad in (2.0, "2", True):
+        with pytest.raises(TypeError, match="row_width must be an int"):
+            capi.Optimizer("sgd", "lr=1", p, row_width=bad)
+    for bad in (-1, 2**63, 2**64 + 2):
+        with pytest.raises(ValueError, match=r"row_width must be 0 \(a flat parameter\) or a row "
+                                             r"width in \[1, 2\*\*63\)"):
+            capi.Optimizer("sgd", "lr=1", p, row_width=bad)
+    assert capi.Optimizer("sgd", "lr=1", p, row_width=np.int64(2)).row_width == 2
+    rows = capi.Optimizer("sgd", "lr=1", np.ones((4, 2), np.float32))
+    with pytest.raises(capi.CapiError, match=r"rows\[1\] = 9223372036854775809 is out of "
+                                             r"range \[0, 4\)"):
+        rows.update_rows(np.array([1, 2**63 + 1], np.uint64), np.ones((2, 2), np.float32))
+    np.testing.assert_array_equal(rows.weights(), np.ones((4, 2), np.float32))
+    for bad in (5, "abc", None, [1, 2]):
+        with pytest.raises(TypeError, match="state must be bytes-like"):
+            capi.Optimizer.restore(bad)
+    blob = capi.Optimizer("sgd", "lr=1", p).state()
+    for form in (bytearray(blob), memoryview(blob), np.frombuffer(blob, np.uint8)):
+        np.testing.assert_array_equal(capi.Optimizer.restore(form).weights(), p)
