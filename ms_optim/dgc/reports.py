@@ -22,10 +22,17 @@ class ExchangeReports:
     def stage(self, step):
         """Index into `sparsity` used at `step` (counted from 0), or None for a dense step
         (before compression; with ``sparsity="auto"``, also when it chose dense or has not
-        chosen yet by `step`, and the index is into ``SPARSITY_CHOICES``)."""
+        chosen yet by `step`, and the index is into ``SPARSITY_CHOICES``).  TypeError when
+        `step` is not an int, ValueError when it is negative."""
+        step = self._step_arg(step)
         if self.auto is None:
             return self.plan.stage(step)
         return self.auto.branch(step)[0]
+
+    def _step_arg(self, step):
+        """A step asked about: an int (Python's or numpy's, not a bool), >= 0."""
+        return _checks.check_non_negative(self._NAME, "step",
+                                          _checks.check_int(self._NAME, "step", step))
 
     def _plan_exchange(self, stage, workers):
         """How stage `stage`'s selections cross `workers` workers: the `exchange` asked
@@ -56,10 +63,12 @@ class ExchangeReports:
         is what the worker puts into the collectives' buffers; ``wire_bytes`` is
         the payload one host sends for them with MindSpore's CPU collectives
         (``wire.WIRE_FACTOR``; headers of the network protocols not included).  `workers` (default:
-        the world size) asks what would be sent among that many workers.
+        the world size) asks what would be sent among that many workers.  TypeError when
+        `step` or `workers` is not an int, ValueError when `step` < 0 or `workers` < 1.
         """
         if step is None:
             step = int(self.global_step.asnumpy().reshape(-1)[0])
+        step = self._step_arg(step)
         workers = self.nranks if workers is None else _checks.check_int(
             self._NAME, "workers", workers)
         if workers < 1:

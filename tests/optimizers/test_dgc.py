@@ -242,6 +242,18 @@ def test_exchange_stats_and_stages():
     assert last["bytes"] == 4 * (21 + 11) + 8 * sum(k)
     assert last["compression"] == pytest.approx(4 * dense / last["bytes"])
     assert opt.exchange_stats()["step"] == 0
+    assert opt.exchange_stats(np.int64(500)) == last
+    for bad in ("a", 1.5, True, None):
+        with pytest.raises(TypeError, match="For 'DGCMomentum', the 'step' must be an int"):
+            opt.stage(bad)
+    for bad in ("a", 1.5, True):
+        with pytest.raises(TypeError, match="For 'DGCMomentum', the 'step' must be an int"):
+            opt.exchange_stats(bad)
+    with pytest.raises(ValueError, match="For 'DGCMomentum', the 'step' must be greater than "
+                                         "or equal to 0, but got -1"):
+        opt.stage(-1)
+    with pytest.raises(ValueError, match="the 'step' must be greater than or equal to 0"):
+        opt.exchange_stats(-1)
 
 
 def test_bad_regularizer_coefficients():
