@@ -206,6 +206,32 @@ def test_every_optimizer_is_found():
     assert sorted(OPTIMIZERS) == sorted(row.cls.__name__ for row in ROWS)
 
 
+def _documented_signatures():
+    """(page, optimizer name, the call written in a ```text block of docs/ that starts with
+    the optimizer's name and a parenthesis)."""
+    return [(rel(page), name, block) for page in DOCS for block in blocks(page, "text")
+            for name in OPTIMIZERS if block.startswith(name + "(")]
+
+
+def test_every_optimizer_has_its_signature_in_the_docs():
+    assert sorted({name for _, name, _ in _documented_signatures()}) == sorted(OPTIMIZERS)
+
+
+@pytest.mark.parametrize("page, name, block", _documented_signatures(),
+                         ids=[f"{p}-{n}" for p, n, _ in _documented_signatures()])
+def test_documented_signature_is_the_constructors(page, name, block):
+    """A signature block lists the constructor's arguments, in order, with their defaults."""
+    import ast
+    import inspect
+    import ms_optim
+    call = ast.parse(block.strip(), mode="eval").body
+    written = [(a.id, inspect.Parameter.empty) for a in call.args] + [
+        (k.arg, ast.literal_eval(k.value)) for k in call.keywords]
+    actual = [(n, p.default) for n, p in
+              inspect.signature(getattr(ms_optim, name)).parameters.items()]
+    assert written == actual, page
+
+
 @pytest.mark.parametrize("name", OPTIMIZERS)
 def test_public_optimizers_document_mindspore_sections(name):
     import ms_optim
