@@ -71,6 +71,19 @@ def _fmt(value):
     return type(value).__name__
 
 
+def _missing(signature, args, kwargs):
+    """Every required argument of `signature` (self's included) that a call with `args`
+    (after self) and `kwargs` leaves out, as a phrase; "" when none is missing."""
+    required = [p.name for p in signature.parameters.values()
+                if p.default is inspect.Parameter.empty
+                and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    missing = [n for n in required[1 + len(args):] if n not in kwargs]
+    if not missing:
+        return ""
+    names = ", ".join(f"'{n}'" for n in missing)
+    return f"missing {len(missing)} required argument{'s' * (len(missing) > 1)}: {names}"
+
+
 def _capturing(cls, init):
     """`init` (an optimizer's own __init__) behind one binding of its arguments: an unknown
     keyword raises the TypeError of ``_checks.check_keywords`` (naming the argument meant,
@@ -88,7 +101,8 @@ def _capturing(cls, init):
         try:
             bound = signature.bind(self, *args, **kwargs)
         except TypeError as exc:
-            raise TypeError(f"For '{cls._NAME}', {exc}.") from None
+            raise TypeError(f"For '{cls._NAME}', {_missing(signature, args, kwargs) or exc}.") \
+                from None
         bound.apply_defaults()
         object.__setattr__(self, "_arguments", {k: v for k, v in bound.arguments.items()
                                                 if k not in ("self", "params")})
@@ -213,9 +227,22 @@ class Optimizer(GraphHelpers, nn.Optimizer):
         # that a mistake raises its own message before MindSpore compiles anything (which
         # would wrap it in a graph traceback and write analyze_fail.ir) -- their type on
         # every call, their count, shapes and dtypes on the first.
-        if args:
-            self._check_python_gradients(args[0])
-        return super().__call__(*args, **kwargs)
+        gradients = self._call_gradients(args, kwargs)
+        self._check_python_gradients(gradients)
+        return super().__call__(gradients)
+
+    def _call_gradients(self, args, kwargs):
+        """The gradients of a call from Python, ``opt(gradients)`` or
+        ``opt(gradients=...)``: TypeError naming the optimizer for any other arguments."""
+        if len(args) + len(kwargs) == 1 and (args or "gradients" in kwargs):
+            return args[0] if args else kwargs["gradients"]
+        got = f"{len(args)} positional argument{'s' * (len(args) != 1)}" if args else ""
+        if kwargs:
+            got += f"{' and ' * bool(args)}the keyword arguments {sorted(kwargs)}"
+        got = got or "none"
+        raise TypeError(f"For '{self._NAME}', the optimizer is called with one argument, the "
+                        f"gradients of its parameters (a tuple of Tensors, as "
+                        f"mindspore.value_and_grad returns them), but got {got}.")
 
     def _check_python_gradients(self, gradients):
         cls = self._NAME
@@ -263,6 +290,9 @@ class Optimizer(GraphHelpers, nn.Optimizer):
     def current_lr(self):
         """The learning rate of the next step: a float, or one float per group when
         parameter groups set their own 'lr' (see ms_optim._base)."""
+        if self._lr_steps is not None and int(self.global_step.asnumpy().reshape(-1)[0]) \
+                >= self._lr_steps:
+            raise ValueError(self._lr_past_message)
         if self.is_group_lr:
             return [self._lr_value(self.learning_rate[i], self.global_step)
                     for i in self._group_firsts]
@@ -275,9 +305,15 @@ class Optimizer(GraphHelpers, nn.Optimizer):
         if not isinstance(value, numbers.Real) or isinstance(value, bool):
             raise TypeError(f"For '{cls}', set_lr() takes a float or an int, but got "
                             f"{type(value).__name__}: {value!r}.")
-        if not (math.isfinite(value) and value >= 0):
-            raise ValueError(f"For '{cls}', set_lr() takes a finite learning rate >= 0, but got "
-                             f"{value}.")
+        try:
+            rate = float(value)
+        except OverflowError:  # an int beyond float's range
+            rate, value = math.inf, f"an int of {len(str(abs(int(value))))} digits"
+        if not (math.isfinite(rate) and 0 <= rate <= _checks.F32_MAX):
+            raise ValueError(f"For '{cls}', set_lr() takes a finite learning rate >= 0 (at most "
+                             f"{_checks.F32_MAX:.7g}: finite in float32, the type the update "
+                             f"computes in), but got {value}.")
+        value = rate
         if self.dynamic_lr:
             raise RuntimeError(f"For '{cls}', set_lr() cannot be used while a learning rate "
                                f"schedule (LearningRateSchedule, list or 1-D Tensor) drives the "

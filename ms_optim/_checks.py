@@ -29,6 +29,21 @@ def _as_python(value):
     return int(value) if isinstance(value, numbers.Integral) else float(value)
 
 
+# float32's largest finite value: the kernels and graphs compute in float32, where a larger
+# number is infinite
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def as_float(cls, name, value):
+    """float(value), with ValueError naming the argument for an int too large for a float
+    (Python's float raises a bare OverflowError)."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"For '{cls}', the {_quoted(name)} must be finite, but got an int of "
+                         f"{len(str(abs(int(value))))} digits.") from None
+
+
 def _quoted(name):
     """An argument's name in quotes; a phrase that quotes its own key stays as it is."""
     return name if "'" in name else f"'{name}'"
@@ -79,7 +94,7 @@ def check_float(cls, name, value, allow_int=False):
         want = "a float or an int" if allow_int else "a float"
         raise TypeError(f"For '{cls}', the '{name}' must be {want}, but got "
                         f"{type(value).__name__}: {value!r}.")
-    return float(value)
+    return as_float(cls, name, value)
 
 
 def check_int(cls, name, value):
@@ -101,11 +116,27 @@ def check_finite(cls, name, value):
     return value
 
 
-def check_open_unit(cls, name, value, include_zero=False):
-    """0 < value < 1, or 0 <= value < 1 with `include_zero`."""
+def check_open_unit(cls, name, value, include_zero=False, in_float32=False):
+    """0 < value < 1, or 0 <= value < 1 with `include_zero`; with `in_float32` also after
+    rounding to float32, the type the update computes in (0.99999999999 is 1 there: a
+    moment that never decays)."""
+    low = "[0.0" if include_zero else "(0.0"
     if not ((value >= 0.0 if include_zero else value > 0.0) and value < 1.0):
-        low = "[0.0" if include_zero else "(0.0"
         raise ValueError(f"For '{cls}', the '{name}' must be in range {low}, 1.0), but got {value}.")
+    as_f32 = float(np.float32(value))
+    if in_float32 and not ((as_f32 >= 0.0 if include_zero else as_f32 > 0.0) and as_f32 < 1.0):
+        raise ValueError(f"For '{cls}', the '{name}' must be in range {low}, 1.0) also in float32 "
+                         f"(the type the update computes in), but got {value!r}, which is "
+                         f"{as_f32} in float32.")
+    return value
+
+
+def check_float32_finite(cls, name, value):
+    """|value| at most float32's largest finite value (about 3.4e38): a larger one is
+    infinite in float32, the type the update computes in."""
+    if not abs(value) <= F32_MAX:
+        raise ValueError(f"For '{cls}', the {_quoted(name)} must be finite in float32 (the type "
+                         f"the update computes in: at most {F32_MAX:.7g}), but got {value}.")
     return value
 
 
@@ -128,7 +159,7 @@ def check_float32_positive(cls, name, value):
     An eps of 1e-46 is 0 in float32: the update would divide 0 by 0 (NaN weights).
     """
     check_positive(cls, name, value)
-    as_f32 = float(np.float32(value)) if value <= float(np.finfo(np.float32).max) else float("inf")
+    as_f32 = float(np.float32(value)) if value <= F32_MAX else float("inf")
     if not 0.0 < as_f32 < float("inf"):
         raise ValueError(f"For '{cls}', the '{name}' must be greater than 0 and finite in float32 "
                          f"(the type the update computes in), but got {value!r}, which is "
@@ -156,6 +187,13 @@ def _check_group(cls, index, group):
     optimizer's own (returned normalized, in a copy of the dict)."""
     if "order_params" in group:
         return group  # MindSpore checks that the dict holds nothing else
+    if "params" not in group:
+        raise KeyError(f"For '{cls}', parameter group {index} must have the key 'params' (its "
+                       f"list of Parameters), but has the keys {sorted(group)}.")
+    if isinstance(group["params"], Parameter):
+        raise TypeError(f"For '{cls}', the 'params' of parameter group {index} must be a list "
+                        f"of Parameter, but got a single Parameter ('{group['params'].name}'); "
+                        f"write [{group['params'].name}].")
     for key in group:
         if key == "grad_centralization":
             raise ValueError(f"For '{cls}', parameter group {index} sets 'grad_centralization', "
@@ -181,7 +219,8 @@ def check_params(cls, params):
     check the optimizer's own and normalized alike.  The key 'grad_centralization'
     (MindSpore's) raises ValueError: no optimizer here implements it.  A parameter given
     twice (the same object, or two Parameters of one name) raises ValueError naming it: the
-    optimizer's state is named after the parameters.
+    optimizer's state is named after the parameters.  A parameter without elements (a
+    dimension of 0) raises ValueError naming it: its state could not be allocated.
     """
     if isinstance(params, (Parameter, dict)) or not isinstance(params, Iterable):
         raise TypeError(f"For '{cls}', the 'params' must be a list of Parameter or a list of dict, "
@@ -200,6 +239,16 @@ def check_params(cls, params):
                   and not isinstance(g["params"], Parameter) else g for g in params]
         params = [_check_group(cls, i, g) for i, g in enumerate(params)]
         flat = [p for g in params if isinstance(g.get("params"), list) for p in g["params"]]
+        held = {id(p) for p in flat}
+        for i, g in enumerate(params):
+            order = g.get("order_params")
+            if order is None or not isinstance(order, Iterable):
+                continue
+            for p in order:
+                if isinstance(p, Parameter) and id(p) not in held:
+                    raise ValueError(f"For '{cls}', the 'order_params' of parameter group {i} "
+                                     f"names parameter '{p.name}', which no group's 'params' "
+                                     f"holds; every parameter it orders must be in a group.")
     else:
         flat = params
     seen_ids, seen_names = set(), set()
@@ -212,6 +261,10 @@ def check_params(cls, params):
                              f"each parameter must appear once (in one group only).")
         seen_ids.add(id(p))
         seen_names.add(p.name)
+        if p.size == 0:
+            raise ValueError(f"For '{cls}', parameter '{p.name}' has no elements (shape "
+                             f"{tuple(p.shape)}): it has nothing to update; leave it out of "
+                             f"'params'.")
     return params
 
 
@@ -228,13 +281,17 @@ def _check_lr_values(cls, name, values):
     if values.ndim == 0:
         check_finite(cls, name, values.item())
         check_non_negative(cls, name, values.item())
+        check_float32_finite(cls, name, values.item())
         return
     if values.size == 0:
         raise ValueError(f"For '{cls}', the {what} must not be empty: it holds one rate per step.")
-    bad = np.flatnonzero(~(np.isfinite(values) & (values >= 0)))
+    bad = np.flatnonzero(~(np.isfinite(values) & (values >= 0) & (values <= F32_MAX)))
     if bad.size:
+        value = values[bad[0]]
+        why = (", which is infinite in float32 (the type the update computes in)"
+               if np.isfinite(value) and value > F32_MAX else "")
         raise ValueError(f"For '{cls}', every entry of {what} must be finite and greater than or "
-                         f"equal to 0, but entry {bad[0]} is {values[bad[0]]}.")
+                         f"equal to 0, but entry {bad[0]} is {value}{why}.")
 
 
 def check_learning_rate(cls, value, name="learning_rate"):
@@ -256,6 +313,7 @@ def check_learning_rate(cls, value, name="learning_rate"):
     if _is_number(value):
         check_finite(cls, name, value)
         check_non_negative(cls, name, value)
+        check_float32_finite(cls, name, value)
         return _as_python(value)
     if isinstance(value, (Tensor, np.ndarray)):
         kind = "Tensor" if isinstance(value, Tensor) else "numpy array"
@@ -287,7 +345,8 @@ def check_learning_rate(cls, value, name="learning_rate"):
             raise TypeError(f"For '{cls}', every entry of {what} must be a float or an int, but "
                             f"entry {i} is {type(entry).__name__}: {entry!r}.")
         entries = [_as_python(v) for v in entries]
-        _check_lr_values(cls, name, np.array(entries, dtype=np.float64).reshape(-1))
+        as_floats = [as_float(cls, f"entry {i} of {what}", v) for i, v in enumerate(entries)]
+        _check_lr_values(cls, name, np.array(as_floats, dtype=np.float64).reshape(-1))
         return tuple(entries) if isinstance(value, tuple) else entries
     raise TypeError(f"For '{cls}', the {what} must be {_LR_KINDS}, but got "
                     f"{type(value).__name__}.")
@@ -301,15 +360,22 @@ def check_weight_decay(cls, value, name="weight_decay"):
     if not _is_number(value):
         raise TypeError(f"For '{cls}', the {_quoted(name)} must be a float, an int or a Cell, "
                         f"but got {type(value).__name__}: {value!r}.")
-    value = check_finite(cls, name, float(value))
-    return check_non_negative(cls, name, value)
+    value = check_finite(cls, name, as_float(cls, name, value))
+    check_non_negative(cls, name, value)
+    return check_float32_finite(cls, name, value)
 
 
 def check_loss_scale(cls, value):
-    """A float or an int, Python's or numpy's, finite and > 0, returned as a Python float."""
+    """A float or an int, Python's or numpy's, finite and > 0, returned as a Python float;
+    it and its reciprocal (the gradients are multiplied by it) finite in float32."""
     value = check_float(cls, "loss_scale", value, allow_int=True)
     check_finite(cls, "loss_scale", value)
-    return check_positive(cls, "loss_scale", value)
+    check_positive(cls, "loss_scale", value)
+    if not 1.0 / F32_MAX <= value <= F32_MAX:
+        raise ValueError(f"For '{cls}', the 'loss_scale' and its reciprocal must be finite in "
+                         f"float32 (the type the update computes in): 'loss_scale' in "
+                         f"[{1.0 / F32_MAX:.7g}, {F32_MAX:.7g}], but got {value}.")
+    return value
 
 
 def check_param_dtypes(cls, parameters, allowed):

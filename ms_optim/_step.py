@@ -122,7 +122,7 @@ def fault_in(params):
         for p in params:
             if not p.has_init:
                 # on a CPU target asnumpy() is a view of the Parameter's memory
-                p.asnumpy().view(np.uint8)[...] = 0
+                p.asnumpy().reshape(-1).view(np.uint8)[...] = 0
     return params
 
 

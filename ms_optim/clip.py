@@ -17,6 +17,8 @@ from mindspore import dtype as mstype
 from mindspore.ops import composite as C
 from mindspore.ops import functional as F
 
+from . import _checks
+
 _sumsq = C.MultitypeFuncGraph("ms_optim_clip_sumsq")
 _scale = C.MultitypeFuncGraph("ms_optim_clip_scale")
 _norm_clip = C.MultitypeFuncGraph("ms_optim_clip_norm")
@@ -47,11 +49,17 @@ def _tensor_value_clip(lo, hi, grad):
     return ops.clip_by_value(grad, F.cast(lo, F.dtype(grad)), F.cast(hi, F.dtype(grad)))
 
 
-def _positive_number(cls, name, value):
+def _float32_number(cls, name, value):
+    """A float or an int (not a bool), finite in float32 (the clip's tensors), as a float."""
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise TypeError(f"For '{cls}', the '{name}' must be a float or an int, but got "
                         f"{type(value).__name__}: {value!r}.")
-    value = float(value)
+    value = _checks.as_float(cls, name, value)
+    return _checks.check_float32_finite(cls, name, value)
+
+
+def _positive_number(cls, name, value):
+    value = _float32_number(cls, name, value)
     if not value > 0:
         raise ValueError(f"For '{cls}', the '{name}' must be greater than 0, but got {value}.")
     return value
@@ -78,7 +86,7 @@ class ClipGradByGlobalNorm(nn.Cell):
 
     Raises:
         TypeError: If `clip_norm` is not a float or an int (a bool included).
-        ValueError: If `clip_norm` is not greater than 0.
+        ValueError: If `clip_norm` is not greater than 0, or not finite in float32.
 
     Supported Platforms:
         ``CPU`` ``GPU`` ``Ascend``
@@ -141,7 +149,7 @@ class ClipGradByNorm(nn.Cell):
 
     Raises:
         TypeError: If `clip_norm` is not a float or an int (a bool included).
-        ValueError: If `clip_norm` is not greater than 0.
+        ValueError: If `clip_norm` is not greater than 0, or not finite in float32.
 
     Supported Platforms:
         ``CPU`` ``GPU`` ``Ascend``
@@ -196,6 +204,7 @@ class ClipGradByValue(nn.Cell):
             included).
         ValueError: If `min` is not given and `max` is not greater than 0.
         ValueError: If `min` is greater than `max`.
+        ValueError: If `max` or `min` is NaN or not finite in float32.
 
     Supported Platforms:
         ``CPU`` ``GPU`` ``Ascend``
@@ -218,10 +227,9 @@ class ClipGradByValue(nn.Cell):
     def __init__(self, max, min=None):  # pylint: disable=redefined-builtin
         super().__init__()
         cls = "ClipGradByValue"
-        for name, value in (("max", max), ("min", min)):
-            if value is not None and (not isinstance(value, numbers.Real) or isinstance(value, bool)):
-                raise TypeError(f"For '{cls}', the '{name}' must be a float or an int, but got "
-                                f"{type(value).__name__}: {value!r}.")
+        max = _float32_number(cls, "max", max)
+        if min is not None:
+            min = _float32_number(cls, "min", min)
         if min is None:
             if not max > 0:
                 raise ValueError(f"For '{cls}', the 'max' must be greater than 0 when 'min' is not "

@@ -176,6 +176,13 @@ class Lamb(Optimizer):
         ValueError: If a parameter group sets ``"grad_centralization"`` (not supported).
         TypeError: If `impl` is not a str.
         ValueError: If `impl` is not one of ``"auto"``, ``"native"``, ``"ops"``.
+        ValueError: If a number above is finite as a Python number but not in float32, the
+            type the update computes in: a beta that rounds to 1.0, a learning rate or
+            weight decay above 3.4e38, a `loss_scale` outside [2.9e-39, 3.4e38] (its
+            reciprocal scales the gradients).
+        ValueError: If a parameter has no elements (a dimension of 0).
+        TypeError: If the optimizer is called with other arguments than the gradients
+            (``opt(gradients)``), or with none.
 
     Supported Platforms:
         ``CPU`` ``GPU`` ``Ascend``
@@ -222,8 +229,10 @@ class Lamb(Optimizer):
         params = _checks.check_params(cls, params)
         learning_rate = _checks.check_learning_rate(cls, learning_rate)
         lamb_weight_decay = _checks.check_weight_decay(cls, lamb_weight_decay, "lamb_weight_decay")
-        beta1 = _checks.check_open_unit(cls, "beta1", _checks.check_float(cls, "beta1", beta1))
-        beta2 = _checks.check_open_unit(cls, "beta2", _checks.check_float(cls, "beta2", beta2))
+        beta1 = _checks.check_open_unit(cls, "beta1", _checks.check_float(cls, "beta1", beta1),
+                                        in_float32=True)
+        beta2 = _checks.check_open_unit(cls, "beta2", _checks.check_float(cls, "beta2", beta2),
+                                        in_float32=True)
         epsilon = _checks.check_float32_positive(cls, "epsilon",
                                                  _checks.check_float(cls, "epsilon", epsilon))
         check_grad_clip(cls, grad_clip)
@@ -310,10 +319,12 @@ class Lamb(Optimizer):
             return self._native_step(params, gradients, lr, weight_decay, grad_scale, powers)
         gradients = self.unscale_and_clip(gradients, self.loss_scale != 1.0, self.inv_scale,
                                           self.grad_clip)
-        # the step's scalars, computed once for every parameter
-        b1, b2, eps, flag = self.beta1, self.beta2, self.eps, self.always_adapt
+        # the step's scalars, computed once for every parameter, of shape () (so that the
+        # rule keeps a 0-d parameter's shape; the beta powers are float32[1])
+        b1, b2, eps = self.beta1.reshape(()), self.beta2.reshape(()), self.eps.reshape(())
+        flag = self.always_adapt
         r1, r2 = _SUB(_ONE, b1), _SUB(_ONE, b2)
-        c1, c2 = _SUB(_ONE, beta1_power), _SUB(_ONE, beta2_power)
+        c1, c2 = _SUB(_ONE, beta1_power).reshape(()), _SUB(_ONE, beta2_power).reshape(())
         per_param = (self.lamb_decay_flags, params, self.moment1, self.moment2, gradients)
         if self.is_group_lr or self.is_group:
             lrs, wds = self.per_param_values(lr, weight_decay, len(params))

@@ -101,6 +101,13 @@ class Lion(HostMomentOptimizer):
         ValueError: If a parameter group sets ``"grad_centralization"`` (not supported).
         ValueError: If `impl` is not one of ``"auto"``, ``"native"``, ``"delta"``, or
             `moment_dtype` not one of ``"float32"``, ``"bfloat16"``, ``"int8"``.
+        ValueError: If a number above is finite as a Python number but not in float32, the
+            type the update computes in: a beta that rounds to 1.0, a learning rate or
+            weight decay above 3.4e38, a `loss_scale` outside [2.9e-39, 3.4e38] (its
+            reciprocal scales the gradients).
+        ValueError: If a parameter has no elements (a dimension of 0).
+        TypeError: If the optimizer is called with other arguments than the gradients
+            (``opt(gradients)``), or with none.
 
     Supported Platforms:
         ``CPU`` ``GPU`` ``Ascend``
@@ -139,8 +146,10 @@ class Lion(HostMomentOptimizer):
         cls = self._NAME
         params = _checks.check_params(cls, params)
         learning_rate = _checks.check_learning_rate(cls, learning_rate)
-        beta1 = _checks.check_open_unit(cls, "beta1", _checks.check_float(cls, "beta1", beta1))
-        beta2 = _checks.check_open_unit(cls, "beta2", _checks.check_float(cls, "beta2", beta2))
+        beta1 = _checks.check_open_unit(cls, "beta1", _checks.check_float(cls, "beta1", beta1),
+                                        in_float32=True)
+        beta2 = _checks.check_open_unit(cls, "beta2", _checks.check_float(cls, "beta2", beta2),
+                                        in_float32=True)
         _checks.check_choice(cls, "moment_dtype", moment_dtype, aot.MOMENT_DTYPES)
         weight_decay = _checks.check_weight_decay(cls, weight_decay)
         loss_scale = _checks.check_loss_scale(cls, loss_scale)

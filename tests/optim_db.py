@@ -70,10 +70,11 @@ def _group(**keys):
     return lambda params: [{"params": params[:1], **keys}, {"params": params[1:]}]
 
 
-def shared_error_inputs(name):
+def shared_error_inputs(name, decay="weight_decay"):
     """What every optimizer refuses, the same way: learning rates (numbers, arrays, Tensors
-    and sequences, checked entry by entry), loss scales, and parameter groups' keys and
-    values.  Each message names the optimizer `name` and the argument."""
+    and sequences, checked entry by entry), loss scales, weight decays (the argument
+    `decay`), and parameter groups' keys and values.  Each message names the optimizer
+    `name` and the argument."""
     lr = f"For '{name}', the 'learning_rate'"
     every_lr = f"For '{name}', every entry of 'learning_rate'"
     nonneg = "must be greater than or equal to 0"
@@ -126,6 +127,29 @@ def shared_error_inputs(name):
                    f"For '{name}', the 'loss_scale' must be greater than 0"),
         ErrorInput(dict(loss_scale=np.bool_(True)), TypeError,
                    f"For '{name}', the 'loss_scale' must be a float or an int"),
+        # finite as Python floats, but not in float32, where the update computes (or, an
+        # int, not even as a Python float)
+        ErrorInput(dict(learning_rate=1e39), ValueError, f"{lr} must be finite in float32"),
+        ErrorInput(dict(learning_rate=[0.1, 1e39]), ValueError,
+                   f"{every_lr} {finite_nonneg}, but entry 1 is 1e\\+39, which is infinite in "
+                   f"float32"),
+        ErrorInput(dict(learning_rate=[0.1, 10**400]), ValueError,
+                   f"For '{name}', the entry 1 of 'learning_rate' must be finite, but got an int "
+                   f"of 401 digits", id="learning_rate=[0.1, 10**400]"),
+        ErrorInput(dict(learning_rate=10**400), ValueError, f"{lr} must be finite",
+                   id="learning_rate=10**400"),
+        ErrorInput(dict(loss_scale=1e-40), ValueError,
+                   f"For '{name}', the 'loss_scale' and its reciprocal must be finite in float32"),
+        ErrorInput(dict(loss_scale=1e39), ValueError,
+                   f"For '{name}', the 'loss_scale' and its reciprocal must be finite in float32"),
+        ErrorInput(dict(loss_scale=10**400), ValueError,
+                   f"For '{name}', the 'loss_scale' must be finite, but got an int of 401 digits",
+                   id="loss_scale=10**400"),
+        ErrorInput({decay: 1e39}, ValueError,
+                   f"For '{name}', the '{decay}' must be finite in float32"),
+        ErrorInput({decay: 10**400}, ValueError,
+                   f"For '{name}', the '{decay}' must be finite, but got an int of 401 digits",
+                   id=f"{decay}=10**400"),
         # parameter groups: MindSpore's 'grad_centralization' is refused, not ignored
         *[ErrorInput({}, ValueError,
                      f"For '{name}', parameter group 0 sets 'grad_centralization', which {name} "
@@ -143,6 +167,18 @@ def shared_error_inputs(name):
         ErrorInput({}, ValueError,
                    f"For '{name}', the 'weight_decay' of parameter group 0 must be finite",
                    groups=_group(weight_decay=float("inf")), id="group weight_decay=inf"),
+        ErrorInput({}, KeyError, f"For '{name}', parameter group 0 must have the key 'params'",
+                   groups=lambda ps: [{"lr": 0.1}, {"params": ps}], id="group without params"),
+        ErrorInput({}, TypeError,
+                   f"For '{name}', the 'params' of parameter group 0 must be a list of "
+                   f"Parameter, but got a single Parameter",
+                   groups=lambda ps: [{"params": ps[0]}, {"params": ps[1:]}],
+                   id="group params=Parameter"),
+        ErrorInput({}, ValueError,
+                   f"For '{name}', the 'order_params' of parameter group 1 names parameter "
+                   f"'fc.weight', which no group's 'params' holds",
+                   groups=lambda ps: [{"params": ps[1:]}, {"order_params": ps}],
+                   id="order_params outside the groups"),
     ]
 
 
@@ -378,6 +414,8 @@ ADAM_OFFLOAD = OptimizerInfo(
         ErrorInput(dict(beta1=0.0), ValueError, "beta1"),
         ErrorInput(dict(beta1=1.0), ValueError, "beta1"),
         ErrorInput(dict(beta2=1.5), ValueError, "beta2"),
+        ErrorInput(dict(beta2=0.99999999999), ValueError,
+                   r"For 'AdamOffload', the 'beta2' must be in range \(0.0, 1.0\) also in float32"),
         ErrorInput(dict(weight_decay=-0.01), ValueError, "weight_decay"),
         ErrorInput(dict(moment_dtype="float16"), ValueError, "moment_dtype"),
         ErrorInput(dict(moment_dtype=8), TypeError, "moment_dtype.*must be a str"),
@@ -482,6 +520,8 @@ LAMB = OptimizerInfo(
         ErrorInput(dict(beta1=0.0), ValueError, "beta1"),
         ErrorInput(dict(beta1=1.0), ValueError, "beta1"),
         ErrorInput(dict(beta2=1.2), ValueError, "beta2"),
+        ErrorInput(dict(beta1=0.99999999999), ValueError,
+                   r"For 'Lamb', the 'beta1' must be in range \(0.0, 1.0\) also in float32"),
         ErrorInput(dict(beta2="x"), TypeError, "beta2"),
         ErrorInput(dict(epsilon=0.0), ValueError, "epsilon"),
         ErrorInput(dict(epsilon=-1e-6), ValueError, "epsilon"),
@@ -513,7 +553,7 @@ LAMB = OptimizerInfo(
         ErrorInput(dict(lamb_weight_decay=float("inf")), ValueError,
                    "For 'Lamb', the 'lamb_weight_decay' must be finite"),
         ErrorInput(dict(loss_scale=True), TypeError, "loss_scale"),
-        *shared_error_inputs("Lamb"),
+        *shared_error_inputs("Lamb", decay="lamb_weight_decay"),
     ],
     valid_inputs=[dict(epsilon=1e-40),  # subnormal but > 0 in float32
                   dict(learning_rate=np.float64(0.01), lamb_weight_decay=np.int32(0),
@@ -596,6 +636,9 @@ LION = OptimizerInfo(
     error_inputs=[
         ErrorInput(dict(beta1=0.0), ValueError, r"For 'Lion', the 'beta1' must be in range"),
         ErrorInput(dict(beta2=1.0), ValueError, r"For 'Lion', the 'beta2' must be in range"),
+        ErrorInput(dict(beta2=0.99999999999), ValueError,
+                   r"For 'Lion', the 'beta2' must be in range \(0.0, 1.0\) also in float32 .* "
+                   r"which is 1.0 in float32"),
         ErrorInput(dict(beta1=1), TypeError, "For 'Lion', the 'beta1' must be a float"),
         ErrorInput(dict(weight_decay=-0.1), ValueError, "'weight_decay'"),
         ErrorInput(dict(weight_decay="0.1"), TypeError, "'weight_decay'"),
@@ -687,7 +730,17 @@ DGC_MOMENTUM = OptimizerInfo(
         *[ErrorInput(dict(momentum=m), ValueError,
                      r"For 'DGCMomentum', the 'momentum' must be in range \[0.0, 1.0\)")
           for m in (1, 1.0, 1.5)],
+        ErrorInput(dict(momentum=0.99999999999), ValueError,
+                   r"For 'DGCMomentum', the 'momentum' must be in range \[0.0, 1.0\) also in "
+                   r"float32"),
         ErrorInput(dict(rampup_begin_step=-1), ValueError, "rampup_begin_step"),
+        # the step count is an int32 in the graph
+        ErrorInput(dict(rampup_begin_step=2**31), ValueError,
+                   r"'rampup_begin_step' \+ 'rampup_step' must be at most 2147483647"),
+        ErrorInput(dict(rampup_begin_step=2**31 - 10, rampup_step=10), ValueError,
+                   r"'rampup_begin_step' \+ 'rampup_step' must be at most 2147483647"),
+        ErrorInput(dict(local_grad_clip_norm=1e-50), ValueError,
+                   r"'local_grad_clip_norm' must be greater than 0 and finite in float32"),
         ErrorInput(dict(rampup_begin_step=1.5), TypeError, "rampup_begin_step"),
         ErrorInput(dict(rampup_step=0), ValueError, "rampup_step"),
         ErrorInput(dict(sparsity=[]), ValueError, "sparsity"),

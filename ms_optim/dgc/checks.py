@@ -18,6 +18,8 @@ from .wire import EXCHANGES
 
 # dtypes of the parameters DGC compresses (residuals u, v and exchanged values are float32)
 COMPRESSED_DTYPES = (mstype.float32, mstype.float16)
+# the last step the stages may start at: global_step is an int32 in the graph
+_MAX_STEP = 2**31 - 1
 
 # MindSpore's graph compiler counts nested calls while it evaluates impl="ops"'s
 # per-parameter loops: about 10 per parameter (ResNet-50's 161 parameters need
@@ -167,16 +169,20 @@ def validate(cls, *, learning_rate, momentum, rampup_begin_step, rampup_step, sp
     learning_rate = _checks.check_learning_rate(cls, learning_rate)
     momentum = _checks.check_open_unit(
         cls, "momentum", _checks.check_float(cls, "momentum", momentum, allow_int=True),
-        include_zero=True)
+        include_zero=True, in_float32=True)
     rampup_begin_step = _checks.check_non_negative(
         cls, "rampup_begin_step", _checks.check_int(cls, "rampup_begin_step", rampup_begin_step))
     rampup_step = _checks.check_int(cls, "rampup_step", rampup_step)
     if rampup_step < 1:
         raise ValueError(f"For '{cls}', the 'rampup_step' must be >= 1, but got {rampup_step}.")
+    if rampup_begin_step + rampup_step > _MAX_STEP:
+        raise ValueError(f"For '{cls}', 'rampup_begin_step' + 'rampup_step' must be at most "
+                         f"{_MAX_STEP} (the step count is an int32 in the graph), but got "
+                         f"{rampup_begin_step} + {rampup_step}.")
     sparsity = check_sparsity(cls, sparsity)
     _checks.check_bool(cls, "use_nesterov", use_nesterov)
     if local_grad_clip_norm is not None:
-        local_grad_clip_norm = _checks.check_positive(
+        local_grad_clip_norm = _checks.check_float32_positive(
             cls, "local_grad_clip_norm",
             _checks.check_float(cls, "local_grad_clip_norm", local_grad_clip_norm, True))
     check_grad_clip(cls, grad_clip, allowed=(ClipGradByNorm,))

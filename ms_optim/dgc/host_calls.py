@@ -11,7 +11,7 @@ fresh read.  Inside a compiled train step (TrainOneStepCell in GRAPH_MODE, ms.ji
 compiles construct itself and the graph branches on the device.
 """
 import numpy as np
-from mindspore import Tensor, mutable
+from mindspore import Tensor, mutable, nn
 
 from .checkpoints import check_failure, refused_step, stale_step
 
@@ -25,18 +25,20 @@ class HostBranches:
     and the workers' check's refusal raised as the ValueError it is."""
 
     def __call__(self, *args, **kwargs):
+        # opt(gradients) alone: construct's other arguments are the host's to give
+        grads = self._call_gradients(args, kwargs)
         try:
-            return self._call(*args, **kwargs)
+            return self._call(grads)
         except RuntimeError as exc:
             failure = check_failure(exc)
             if failure is None:
                 raise
             raise refused_step(self._NAME, failure) from None
 
-    def _call(self, *args, **kwargs):
-        if not (self.host_branches and len(args) == 1 and not kwargs):
-            return super().__call__(*args, **kwargs)
-        grads = args[0]
+    def _call(self, grads):
+        if not self.host_branches:
+            return super().__call__(grads)
+        self._check_python_gradients(grads)
         # (marked mutable: the same graph serves any gradient values, without MindSpore's
         # warning when a second branch compiles)
         grads = mutable(grads) if isinstance(grads, tuple) else grads
@@ -54,8 +56,8 @@ class HostBranches:
             self._host_step = int(self.global_step.asnumpy().reshape(-1)[0])
         step = self._host_step
         try:
-            done = super().__call__(grads, *self._branch_at(step),
-                                    Tensor(np.array([step], np.int32)))
+            done = nn.Optimizer.__call__(self, grads, *self._branch_at(step),
+                                         Tensor(np.array([step], np.int32)))
         except BaseException:
             self._host_step = None
             raise

@@ -198,6 +198,10 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
         ValueError: If both `grad_clip` and `local_grad_clip_norm`, or `regularization`
             and a non-zero `weight_decay`, are given.
         RuntimeError: If the parallel mode is not stand-alone (``DATA_PARALLEL``, ...).
+        ValueError: If a number is not finite in float32 (`momentum` 1.0 there, a rate, decay,
+            `loss_scale` or its reciprocal above 3.4e38, `local_grad_clip_norm` 0 there),
+            `rampup_begin_step` + `rampup_step` > 2**31 - 1, or a parameter has no elements.
+        TypeError: If called with other arguments than the gradients, or with none.
 
     Supported Platforms:
         ``CPU`` ``GPU`` ``Ascend``

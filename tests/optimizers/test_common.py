@@ -135,9 +135,11 @@ def test_a_subclass_that_forwards_keywords_builds_and_a_missing_argument_is_name
     with pytest.raises(TypeError, match=rf"^For '{info.name}', got an unexpected keyword "
                                         r"argument 'lr'"):
         Forwarding(named_params(), lr=0.1, **kwargs)
-    if required:
-        with pytest.raises(TypeError, match=rf"^For '{info.name}', missing a required "
-                                            rf"argument: '{required[0]}'"):
+    if required:  # every missing argument named at once
+        names = ", ".join(f"'{n}'" for n in required)
+        plural = "s" * (len(required) > 1)
+        with pytest.raises(TypeError, match=rf"^For '{info.name}', missing {len(required)} "
+                                            rf"required argument{plural}: {names}\.$"):
             base(named_params())
 
 
@@ -270,10 +272,60 @@ def test_a_learning_rate_list_shorter_than_the_run_names_itself(info):
     opt = info.make(params, learning_rate=[0.01, 0.005])
     opt(random_grads(params))
     opt(random_grads(params, seed=2))
-    with pytest.raises(ValueError, match=rf"^For '{info.name}', the 'learning_rate' list has 2 "
-                                         r"value\(s\), one per step, and the run went past them "
-                                         r"\(step 2"):
+    past = (rf"^For '{info.name}', the 'learning_rate' list has 2 value\(s\), one per step, and "
+            r"the run went past them \(step 2")
+    with pytest.raises(ValueError, match=past):
         opt(random_grads(params, seed=3))
+    with pytest.raises(ValueError, match=past):  # and the rate of that step, asked for
+        opt.current_lr()
+
+
+@optimizers
+def test_the_optimizer_is_called_with_the_gradients_alone(info):
+    """opt(gradients) or opt(gradients=...): any other arguments raise TypeError naming the
+    optimizer before anything runs (DGCMomentum's construct takes the host's branch
+    arguments after the gradients: a user's extra argument must not pick a branch)."""
+    params = named_params()
+    before = values(params)
+    opt = info.make(params)
+    grads = random_grads(params)
+    called = rf"^For '{info.name}', the optimizer is called with one argument, the gradients"
+    for args, kwargs, got in [((), {}, "none"), ((grads, 0), {}, "2 positional arguments"),
+                              ((grads,), dict(x=1), r"1 positional argument and the keyword "
+                                                    r"arguments \['x'\]"),
+                              ((), dict(grads=grads), r"the keyword arguments \['grads'\]")]:
+        with pytest.raises(TypeError, match=rf"{called}.*but got {got}\.$"):
+            opt(*args, **kwargs)
+    assert [np.array_equal(a, b) for a, b in zip(values(params), before)] == [True] * 3
+    opt(gradients=grads)
+    assert not any(np.array_equal(a, b) for a, b in zip(values(params), before))
+
+
+@optimizers
+def test_a_0d_parameter_steps_as_a_one_element_one(info):
+    """A parameter of shape () (a learnable scalar, as nn.Adam takes one) steps to the bits
+    of the same value held in shape (1,), with every implementation."""
+    for impl in info.impls:
+        runs = []
+        for shape in ((), (1,)):
+            params = [Parameter(Tensor(np.full(shape, 1.5, np.float32)), name="scale"),
+                      *named_params()]
+            opt = info.make(params, impl=impl)
+            for seed in (1, 2, 3):
+                grads = random_grads(params[1:], seed=seed)
+                opt((Tensor(np.full(shape, 0.25 * seed, np.float32)),) + grads)
+            assert params[0].shape == shape
+            runs.append([v.reshape(-1) for v in values(params)])
+        for a, b in zip(*runs):
+            np.testing.assert_array_equal(a, b, err_msg=impl)
+
+
+@optimizers
+def test_a_parameter_without_elements_is_refused_naming_it(info):
+    params = named_params() + [Parameter(Tensor(np.zeros((0, 3), np.float32)), name="empty")]
+    with pytest.raises(ValueError, match=rf"^For '{info.name}', parameter 'empty' has no "
+                                         r"elements \(shape \(0, 3\)\)"):
+        info.make(params)
 
 
 # ------------------------------------------------------------ learning rate --
@@ -330,7 +382,7 @@ def test_set_lr_refuses_bad_values(info):
     for bad in ("0.1", True, None, Tensor(0.1)):
         with pytest.raises(TypeError, match=f"For '{info.name}', set_lr"):
             opt.set_lr(bad)
-    for bad in (-1.0, float("nan"), float("inf")):
+    for bad in (-1.0, float("nan"), float("inf"), 1e39, 10**400):
         with pytest.raises(ValueError, match=f"For '{info.name}', set_lr"):
             opt.set_lr(bad)
     assert opt.current_lr() == pytest.approx(0.01)

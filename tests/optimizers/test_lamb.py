@@ -131,6 +131,12 @@ def test_group_weight_decay_is_lambs():
     (lambda: ClipGradByValue(-1.0), ValueError, "max"),
     (lambda: ClipGradByValue(1.0, min=2.0), ValueError, "min"),
     (lambda: ClipGradByValue("1"), TypeError, "max"),
+    # NaN or infinite in float32, the clip's tensors
+    (lambda: ClipGradByValue(1.0, min=float("nan")), ValueError, "'min' must be finite"),
+    (lambda: ClipGradByValue(float("nan"), min=0.0), ValueError, "'max' must be finite"),
+    (lambda: ClipGradByValue(1e39), ValueError, "'max' must be finite in float32"),
+    (lambda: ClipGradByNorm(float("inf")), ValueError, "'clip_norm' must be finite"),
+    (lambda: ClipGradByGlobalNorm(10**400), ValueError, "'clip_norm' must be finite"),
 ])
 def test_bad_clip_values(build, exc, name):
     with pytest.raises(exc, match=name):
