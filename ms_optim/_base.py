@@ -101,8 +101,8 @@ def _capturing(cls, init):
         try:
             bound = signature.bind(self, *args, **kwargs)
         except TypeError as exc:
-            raise TypeError(f"For '{cls._NAME}', {_missing(signature, args, kwargs) or exc}.") \
-                from None
+            missing = str(exc).startswith("missing") and _missing(signature, args, kwargs)
+            raise TypeError(f"For '{cls._NAME}', {missing or exc}.") from None
         bound.apply_defaults()
         object.__setattr__(self, "_arguments", {k: v for k, v in bound.arguments.items()
                                                 if k not in ("self", "params")})
@@ -289,7 +289,8 @@ class Optimizer(GraphHelpers, nn.Optimizer):
 
     def current_lr(self):
         """The learning rate of the next step: a float, or one float per group when
-        parameter groups set their own 'lr' (see ms_optim._base)."""
+        parameter groups set their own 'lr' (see ms_optim._base); ValueError past the end
+        of a learning-rate list, as the step raises."""
         if self._lr_steps is not None and int(self.global_step.asnumpy().reshape(-1)[0]) \
                 >= self._lr_steps:
             raise ValueError(self._lr_past_message)

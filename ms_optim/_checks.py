@@ -34,14 +34,21 @@ def _as_python(value):
 F32_MAX = float(np.finfo(np.float32).max)
 
 
+def _shown(value):
+    """`value` for a message: an int too long to read as its count of digits."""
+    if isinstance(value, numbers.Integral) and abs(int(value)) >= 10**20:
+        return f"an int of {len(str(abs(int(value))))} digits"
+    return value
+
+
 def as_float(cls, name, value):
     """float(value), with ValueError naming the argument for an int too large for a float
     (Python's float raises a bare OverflowError)."""
     try:
         return float(value)
     except OverflowError:
-        raise ValueError(f"For '{cls}', the {_quoted(name)} must be finite, but got an int of "
-                         f"{len(str(abs(int(value))))} digits.") from None
+        raise ValueError(f"For '{cls}', the {_quoted(name)} must be finite, but got "
+                         f"{_shown(value)}.") from None
 
 
 def _quoted(name):
@@ -112,7 +119,8 @@ def check_finite(cls, name, value):
     except OverflowError:
         finite = False
     if not finite:
-        raise ValueError(f"For '{cls}', the {_quoted(name)} must be finite, but got {value}.")
+        raise ValueError(f"For '{cls}', the {_quoted(name)} must be finite, but got "
+                         f"{_shown(value)}.")
     return value
 
 
@@ -136,7 +144,8 @@ def check_float32_finite(cls, name, value):
     infinite in float32, the type the update computes in."""
     if not abs(value) <= F32_MAX:
         raise ValueError(f"For '{cls}', the {_quoted(name)} must be finite in float32 (the type "
-                         f"the update computes in: at most {F32_MAX:.7g}), but got {value}.")
+                         f"the update computes in: between -{F32_MAX:.7g} and {F32_MAX:.7g}), "
+                         f"but got {value}.")
     return value
 
 
@@ -193,7 +202,7 @@ def _check_group(cls, index, group):
     if isinstance(group["params"], Parameter):
         raise TypeError(f"For '{cls}', the 'params' of parameter group {index} must be a list "
                         f"of Parameter, but got a single Parameter ('{group['params'].name}'); "
-                        f"write [{group['params'].name}].")
+                        f"put it in a list.")
     for key in group:
         if key == "grad_centralization":
             raise ValueError(f"For '{cls}', parameter group {index} sets 'grad_centralization', "
@@ -239,13 +248,14 @@ def check_params(cls, params):
                   and not isinstance(g["params"], Parameter) else g for g in params]
         params = [_check_group(cls, i, g) for i, g in enumerate(params)]
         flat = [p for g in params if isinstance(g.get("params"), list) for p in g["params"]]
-        held = {id(p) for p in flat}
+        # by name, as MindSpore matches 'order_params' to the groups' parameters
+        held = {p.name for p in flat if isinstance(p, Parameter)}
         for i, g in enumerate(params):
             order = g.get("order_params")
             if order is None or not isinstance(order, Iterable):
                 continue
             for p in order:
-                if isinstance(p, Parameter) and id(p) not in held:
+                if isinstance(p, Parameter) and p.name not in held:
                     raise ValueError(f"For '{cls}', the 'order_params' of parameter group {i} "
                                      f"names parameter '{p.name}', which no group's 'params' "
                                      f"holds; every parameter it orders must be in a group.")
@@ -376,6 +386,20 @@ def check_loss_scale(cls, value):
                          f"float32 (the type the update computes in): 'loss_scale' in "
                          f"[{1.0 / F32_MAX:.7g}, {F32_MAX:.7g}], but got {value}.")
     return value
+
+
+def check_decay_times_scale(cls, params, weight_decay, loss_scale):
+    """Each number of `weight_decay` and the groups' (`params`, as ``check_params`` returns
+    it) times `loss_scale` at most float32's largest: nn.Optimizer keeps that product, in
+    float32, and the update divides the loss scale back out."""
+    decays = [("weight_decay", weight_decay)] + [
+        (f"'weight_decay' of parameter group {i}", g["weight_decay"])
+        for i, g in enumerate(params) if isinstance(g, dict) and "weight_decay" in g]
+    for name, wd in decays:
+        if _is_number(wd) and wd * loss_scale > F32_MAX:
+            raise ValueError(f"For '{cls}', the {_quoted(name)} times the 'loss_scale' must be "
+                             f"finite in float32 (MindSpore's optimizer keeps the product), but "
+                             f"got {wd} * {loss_scale} = {wd * loss_scale:.7g}.")
 
 
 def check_param_dtypes(cls, parameters, allowed):

@@ -45,6 +45,7 @@ class HostMomentOptimizer(Optimizer):
         `consts`, and the host step's state and ops.  `decoupled`: the weight decay is
         decoupled (AdamW's, Lion's: lr * wd * p, without the loss scale nn.Optimizer
         multiplies into it), else MindSpore's coupled decay."""
+        _checks.check_decay_times_scale(self._NAME, params, weight_decay, loss_scale)
         Optimizer.__init__(self, learning_rate, params, weight_decay, loss_scale)
         _checks.check_param_dtypes(self._NAME, self._parameters,
                                    (mstype.float32, mstype.float16))

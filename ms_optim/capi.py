@@ -345,11 +345,11 @@ class Optimizer:
         """A new handle from a blob of :meth:`state` (bytes-like): the same parameter,
         optimizer, configuration, state and step count.  CapiError ``MSOPT_ERR_STATE`` if
         the blob is truncated or corrupted; TypeError if `state` is not bytes-like."""
-        if isinstance(state, str) or not isinstance(state, (bytes, bytearray, memoryview,
-                                                             np.ndarray)):
+        try:
+            state = bytes(memoryview(state))  # a buffer: bytes, bytearray, array, mmap, ...
+        except TypeError:
             raise TypeError(f"state must be bytes-like (what Optimizer.state() returns), got "
-                            f"{type(state).__name__}")
-        state = bytes(state)
+                            f"{type(state).__name__}") from None
         buf = ctypes.create_string_buffer(state, max(len(state), 1))
         out = _P()
         check(lib().msopt_restore(ctypes.cast(buf, _P), len(state), ctypes.byref(out)))

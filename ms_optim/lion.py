@@ -108,6 +108,8 @@ class Lion(HostMomentOptimizer):
         ValueError: If a parameter has no elements (a dimension of 0).
         TypeError: If the optimizer is called with other arguments than the gradients
             (``opt(gradients)``), or with none.
+        KeyError: If a parameter group lacks ``"params"``, or has a key other than
+            ``"params"``, ``"lr"``, ``"weight_decay"`` and ``"order_params"``.
 
     Supported Platforms:
         ``CPU`` ``GPU`` ``Ascend``

@@ -416,6 +416,10 @@ ADAM_OFFLOAD = OptimizerInfo(
         ErrorInput(dict(beta2=1.5), ValueError, "beta2"),
         ErrorInput(dict(beta2=0.99999999999), ValueError,
                    r"For 'AdamOffload', the 'beta2' must be in range \(0.0, 1.0\) also in float32"),
+        # nn.Optimizer keeps weight_decay * loss_scale, in float32
+        ErrorInput(dict(weight_decay=10.0, loss_scale=1e38), ValueError,
+                   r"For 'AdamOffload', the 'weight_decay' times the 'loss_scale' must be finite "
+                   r"in float32 .* but got 10.0 \* 1e\+38 = 1e\+39"),
         ErrorInput(dict(weight_decay=-0.01), ValueError, "weight_decay"),
         ErrorInput(dict(moment_dtype="float16"), ValueError, "moment_dtype"),
         ErrorInput(dict(moment_dtype=8), TypeError, "moment_dtype.*must be a str"),
@@ -639,6 +643,10 @@ LION = OptimizerInfo(
         ErrorInput(dict(beta2=0.99999999999), ValueError,
                    r"For 'Lion', the 'beta2' must be in range \(0.0, 1.0\) also in float32 .* "
                    r"which is 1.0 in float32"),
+        ErrorInput(dict(loss_scale=1e38), ValueError,
+                   r"For 'Lion', the 'weight_decay' of parameter group 0 times the 'loss_scale' "
+                   r"must be finite in float32", groups=_group(weight_decay=10.0),
+                   id="group weight_decay=10 loss_scale=1e38"),
         ErrorInput(dict(beta1=1), TypeError, "For 'Lion', the 'beta1' must be a float"),
         ErrorInput(dict(weight_decay=-0.1), ValueError, "'weight_decay'"),
         ErrorInput(dict(weight_decay="0.1"), TypeError, "'weight_decay'"),

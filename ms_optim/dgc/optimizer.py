@@ -189,12 +189,11 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
             or not finite, a Tensor or numpy array of more than one dimension, or a
             sequence that is empty, nested or holds a negative or non-finite value;
             `momentum` or a `sparsity` entry is not in [0.0, 1.0); `sparsity` is a str other
-            than ``"auto"``, empty or
-            decreases; `rampup_begin_step` < 0; `rampup_step` < 1; `local_grad_clip_norm`
-            <= 0; `loss_scale` <= 0 or not finite; `weight_decay` < 0 or not finite;
-            `num_trainers` < 1 or not the number of workers; `impl` or `exchange` is not
-            one of its choices; `bucket_sparsity` is not in [0.0, 1.0); `dense_params`
-            names a parameter that is not among `params`, or one twice.
+            than ``"auto"``, empty or decreases; `rampup_begin_step` < 0; `rampup_step` < 1;
+            `local_grad_clip_norm` <= 0; `loss_scale` <= 0 or not finite; `weight_decay` < 0
+            or not finite; `num_trainers` < 1 or not the number of workers; `impl` or
+            `exchange` is not one of its choices; `bucket_sparsity` is not in [0.0, 1.0);
+            `dense_params` names a parameter that is not among `params`, or one twice.
         ValueError: If both `grad_clip` and `local_grad_clip_norm`, or `regularization`
             and a non-zero `weight_decay`, are given.
         RuntimeError: If the parallel mode is not stand-alone (``DATA_PARALLEL``, ...).
@@ -202,6 +201,7 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
             `loss_scale` or its reciprocal above 3.4e38, `local_grad_clip_norm` 0 there),
             `rampup_begin_step` + `rampup_step` > 2**31 - 1, or a parameter has no elements.
         TypeError: If called with other arguments than the gradients, or with none.
+        KeyError: If a parameter group lacks ``"params"`` or has a key groups do not take.
 
     Supported Platforms:
         ``CPU`` ``GPU`` ``Ascend``

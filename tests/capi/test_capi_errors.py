@@ -1,6 +1,7 @@
 """The C library's errors (codes and messages naming the argument, nothing changed), one
 handle from many threads, ISA selection, the header against the library and the binding's
 dict configs."""
+import array
 import os
 import re
 import threading
@@ -308,5 +309,6 @@ def test_row_width_and_restore_arguments_are_checked_in_python():
         with pytest.raises(TypeError, match="state must be bytes-like"):
             capi.Optimizer.restore(bad)
     blob = capi.Optimizer("sgd", "lr=1", p).state()
-    for form in (bytearray(blob), memoryview(blob), np.frombuffer(blob, np.uint8)):
+    for form in (bytearray(blob), memoryview(blob), np.frombuffer(blob, np.uint8),
+                 array.array("B", blob)):
         np.testing.assert_array_equal(capi.Optimizer.restore(form).weights(), p)

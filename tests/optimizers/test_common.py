@@ -141,6 +141,10 @@ def test_a_subclass_that_forwards_keywords_builds_and_a_missing_argument_is_name
         with pytest.raises(TypeError, match=rf"^For '{info.name}', missing {len(required)} "
                                             rf"required argument{plural}: {names}\.$"):
             base(named_params())
+    # an argument given twice is that mistake, whatever else is missing
+    with pytest.raises(TypeError, match=rf"^For '{info.name}', multiple values for argument "
+                                        r"'learning_rate'"):
+        base(named_params(), 0.1, learning_rate=0.1)
 
 
 @optimizers
