@@ -30,6 +30,7 @@ With one worker (no ``mindspore.communication.init()``, or a world of 1)
 nothing is communicated: the buffers are still built, so their sizes are the
 ones a worker would send.
 """
+import os
 import zlib
 from typing import NamedTuple
 
@@ -43,22 +44,40 @@ from .. import aot
 from .plan import assign_each, cut, cut_plan, flatten, index_pick, pick
 
 
+def _initialized():
+    """Whether mindspore.communication.init() has run in this process (before it,
+    MindSpore's get_group_size and get_rank answer the RANK_SIZE and RANK_ID that msrun
+    exports, a world that nothing can be sent to yet)."""
+    from mindspore.communication import GlobalComm
+    return bool(GlobalComm.INITED)
+
+
 def world_size():
     """Number of workers: the size of MindSpore's world group, 1 without communication."""
-    try:
-        from mindspore.communication import get_group_size
-        return int(get_group_size())
-    except (RuntimeError, ValueError):  # communication not initialized: one process
+    if not _initialized():
         return 1
+    from mindspore.communication import get_group_size
+    return int(get_group_size())
 
 
 def world_rank():
     """This worker's rank in MindSpore's world group, 0 without communication."""
-    try:
-        from mindspore.communication import get_rank
-        return int(get_rank())
-    except (RuntimeError, ValueError):  # communication not initialized: one process
+    if not _initialized():
         return 0
+    from mindspore.communication import get_rank
+    return int(get_rank())
+
+
+def require_initialized(cls):
+    """A process that msrun launched as one of several workers (RANK_SIZE above 1) must
+    have called mindspore.communication.init() before building the optimizer: without it
+    each worker would train alone on its share of the data."""
+    workers = os.getenv("RANK_SIZE", "1")
+    if not _initialized() and workers.isdigit() and int(workers) > 1:
+        raise RuntimeError(
+            f"{cls} is built in one of {workers} workers (RANK_SIZE={workers}, as msrun "
+            f"sets it), but mindspore.communication.init() has not been called: call it "
+            f"before building the optimizer, or unset RANK_SIZE to train in one process.")
 
 
 def parallel_mode():
@@ -91,7 +110,8 @@ def check_stand_alone_in_graph():
 
 
 def model_signature(shapes, dtypes, extra):
-    """int32 values that differ when two workers' exchange buffers would differ."""
+    """int32 values that differ when two workers' exchange buffers would differ, or
+    anything in `extra` (their settings)."""
     text = repr((tuple(tuple(s) for s in shapes), tuple(str(d) for d in dtypes), extra))
     total = sum(int(np.prod(s)) for s in shapes)
     return [len(shapes), total % (2 ** 31 - 1), zlib.crc32(text.encode()) & 0x7fffffff]

@@ -16,8 +16,8 @@ from .auto import DENSE, MEASURING, AutoSparsity, dense_head
 from .checkpoints import RANK_NAME, RESIDUAL_KIND_NAME, U_PREFIX, V_PREFIX, WORLD_SIZE_NAME, \
     residual_kind
 from .exchange import (DenseExchange, Exchanges, ReplicaSync, SharedExchange, SparseExchange,
-                       check_stand_alone_in_graph, model_signature, require_stand_alone,
-                       world_rank, world_size)
+                       check_stand_alone_in_graph, model_signature, require_initialized,
+                       require_stand_alone, world_rank, world_size)
 from .density import SPARSITY_CHOICES
 from .grads import LocalGrads
 from .host_calls import _DECIDED_DENSE, _FLUSH, HostBranches
@@ -196,7 +196,7 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
             `dense_params` names a parameter that is not among `params`, or one twice.
         ValueError: If both `grad_clip` and `local_grad_clip_norm`, or `regularization`
             and a non-zero `weight_decay`, are given.
-        RuntimeError: If the parallel mode is not stand-alone (``DATA_PARALLEL``, ...).
+        RuntimeError: If the parallel mode is not stand-alone, or msrun started it before init().
         ValueError: If a number is not finite in float32 (`momentum` 1.0 there, a rate, decay,
             `loss_scale` or its reciprocal above 3.4e38, `local_grad_clip_norm` 0 there),
             `rampup_begin_step` + `rampup_step` > 2**31 - 1, or a parameter has no elements.
@@ -269,6 +269,7 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
         self.loss_scale = loss_scale
 
         require_stand_alone(cls)
+        require_initialized(cls)
         self.nranks = world_size()
         self.rank = world_rank()
         if num_trainers is not None and num_trainers != self.nranks:
@@ -296,8 +297,7 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
         self.l1 = regularization.coeff if isinstance(regularization, L1Decay) else 0.0
         self.l2 = regularization.coeff if isinstance(regularization, L2Decay) else 0.0
 
-        self.asked_dense = checks.dense_mask(
-            cls, dense_params, [p.name for p in self._parameters])
+        self.asked_dense = checks.dense_mask(cls, dense_params, [p.name for p in self._parameters])
         sizes = [p.size for p in self._parameters]
         able = [p.dtype in checks.COMPRESSED_DTYPES for p in self._parameters]
         # sparsity="auto" without dense_params: a small last layer (a classifier) sent dense
@@ -389,12 +389,12 @@ class DGCMomentum(HostBranches, Optimizer, LocalGrads, ExchangeReports):
                                     for s in range(len(self.sparsity)))
         self.bucket_exchange = tuple(self._plan_bucket_exchange(s, self.nranks)
                                      for s in range(len(self.sparsity)))
-        # (with what the workers exchange, whether they fold the learning rate into it)
+        # (what the workers exchange, whether they fold the rate into it, names, settings)
         self.replicas = ReplicaSync(self.nranks, model_signature(
             shapes, [p.dtype for p in self._parameters],
             (self.stage_k, self.rampup_begin_step, self.rampup_step, self.is_compressed,
              self.stage_exchange, self.plan.bucket_k, self.bucket_ids, self.bucket_exchange,
-             self.folded)),
+             self.folded, tuple(p.name for p in self._parameters), self._repr_args)),
             self._parameters, residual_kinds=self.residual_kinds,
             roles=[int(d) + 2 * (p.size < MIN_COMPRESSED_NUMEL) + 4 * h
                    for p, d, h in zip(self._parameters, self.asked_dense,

@@ -256,6 +256,40 @@ def test_exchange_stats_and_stages():
         opt.exchange_stats(-1)
 
 
+def _signature(**kwargs):
+    args = dict(learning_rate=0.1, momentum=0.9, rampup_begin_step=10, sparsity=WARMUP)
+    params = kwargs.pop("params", None) or _params()
+    opt = ms_optim.DGCMomentum(params, **{**args, **kwargs})
+    return opt.replicas.signature.asnumpy().tolist()
+
+
+def test_the_workers_signature_holds_the_settings_and_the_names():
+    """The row every worker all-gathers before each step: workers built with another
+    momentum, rate, decay, clip or implementation, or with the same shapes under other names
+    or in another order, are refused instead of drifting apart."""
+    base = _signature()
+    assert _signature() == base
+    for other in (dict(momentum=0.8), dict(use_nesterov=True), dict(learning_rate=0.05),
+                  dict(learning_rate=[0.1] * 20), dict(learning_rate=[0.1] * 21),
+                  dict(weight_decay=1e-4), dict(loss_scale=2.0), dict(local_grad_clip_norm=1.0),
+                  dict(impl="ops"), dict(exchange="allreduce"),
+                  dict(params=_params(names=("a", "emb.table", "fc2.weight", "fc2.bias")))):
+        assert _signature(**other) != base, other
+    assert _signature(learning_rate=[0.1] * 20) != _signature(learning_rate=[0.1] * 21)
+
+
+def test_a_worker_that_msrun_launched_must_have_called_init(monkeypatch):
+    """Before mindspore.communication.init(), MindSpore answers msrun's RANK_SIZE as the
+    world's size: the optimizer refuses to be built rather than train each worker alone."""
+    monkeypatch.setenv("RANK_SIZE", "2")
+    with pytest.raises(RuntimeError, match=r"DGCMomentum is built in one of 2 workers "
+                                           r"\(RANK_SIZE=2, as msrun sets it\), but "
+                                           r"mindspore.communication.init\(\) has not been called"):
+        ms_optim.DGCMomentum(_params(), 0.1, 0.9, 10)
+    monkeypatch.setenv("RANK_SIZE", "1")
+    assert ms_optim.DGCMomentum(_params(), 0.1, 0.9, 10).nranks == 1
+
+
 def test_bad_regularizer_coefficients():
     with pytest.raises(ValueError, match="coeff"):
         L1Decay(-1.0)

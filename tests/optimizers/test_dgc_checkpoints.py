@@ -155,6 +155,20 @@ def test_resize_refuses_sources_out_of_rank_order(saved_by_4, tmp_path):
         dgc.resize_checkpoints([saved_by_4[0]] * 4, 2, str(tmp_path / "new" / "rank{rank}.ckpt"))
 
 
+def test_resize_refuses_sources_of_different_steps(saved_by_4, tmp_path):
+    """Checkpoints of one save hold one global_step; a worker's file of another step (a
+    stale one, or another run's) is refused, not merged under rank 0's step."""
+    state = ms.load_checkpoint(saved_by_4[2])
+    assert int(state["global_step"].asnumpy().reshape(-1)[0]) == 1
+    state["global_step"] = ms.Parameter(ms.Tensor(np.array([7], np.int32)), name="global_step")
+    stale = str(tmp_path / "stale2.ckpt")
+    ms.save_checkpoint([{"name": k, "data": v} for k, v in state.items()], stale)
+    sources = saved_by_4[:2] + [stale] + saved_by_4[3:]
+    with pytest.raises(ValueError, match=r"the checkpoints' global_step differ \(\[1\] in .*, "
+                                         r"\[7\] in .*stale2.ckpt'\): they are not one save's"):
+        dgc.resize_checkpoints(sources, 2, str(tmp_path / "new" / "rank{rank}.ckpt"))
+
+
 # the settings that give WideNet's parameters (fc1.weight compressed; fc1.bias, fc2.weight,
 # fc2.bias small) their residual kinds: 0 none (sent dense), 1 gradients, 2 learning-rate-
 # scaled gradients
@@ -310,14 +324,16 @@ def test_an_unknown_residual_kind_is_refused(tmp_path, where):
 def test_the_workers_signature_includes_what_folds():
     """Workers that fold the rate differently would exchange differently scaled values:
     their model signatures differ, so the first step refuses (tests/distributed covers the
-    refusal). With nothing compressed nothing folds, and the signatures agree."""
+    refusal). With nothing compressed nothing folds, but the setting differs, and the
+    signature holds every setting; the same build gives the same signature."""
     def signature(**settings):
         return _net_and_opt(**settings)[1].replicas.signature.asnumpy().tolist()
     assert signature(lr_in_residuals=True) != signature(lr_in_residuals=False)
+    assert signature(lr_in_residuals=True) == signature(lr_in_residuals=True)
     sigs = [ms_optim.DGCMomentum(nn.Dense(4, 3).trainable_params(), lr_in_residuals=fold,
                                  **CONFIG).replicas.signature.asnumpy().tolist()
-            for fold in (True, False)]
-    assert sigs[0] == sigs[1]
+            for fold in (True, False, False)]
+    assert sigs[0] != sigs[1] == sigs[2]
 
 
 def test_resize_rejects_bad_input(saved_by_4, tmp_path):
