@@ -26,9 +26,12 @@ import numpy as np
 import mindspore as ms
 
 from .. import _checks
+from .auto import CHOICE_NAME
 
 WORLD_SIZE_NAME = "dgc_world_size"
 RANK_NAME = "dgc_rank"
+# nn.Optimizer's step count
+STEP_NAME = "global_step"
 # per parameter, the kind of its residuals: none (sent dense: u is the momentum of the
 # workers' mean gradient), gradients, or learning-rate-scaled gradients (lr_in_residuals)
 RESIDUAL_KIND_NAME = "dgc_residual_kind"
@@ -106,8 +109,9 @@ def resize_checkpoints(sources, world_size, dest):
         ValueError: If `sources` is empty, a file is missing or holds no DGCMomentum
             residuals, the files' entries differ in names, shapes or dtypes, their
             ``dgc_world_size`` is not the number of files, a file's ``dgc_rank`` is not its
-            place in `sources`, their ``dgc_residual_kind`` differ, `world_size` is not
-            positive, or `dest` has no ``{rank}`` or names a source file.
+            place in `sources`, their ``dgc_residual_kind``, ``global_step`` or
+            ``dgc_auto_choice`` differ, `world_size` is not positive, or `dest` has no
+            ``{rank}`` or names a source file.
 
     Supported Platforms:
         ``CPU`` ``GPU`` ``Ascend``
@@ -159,6 +163,13 @@ def resize_checkpoints(sources, world_size, dest):
                 raise ValueError(f"For '{name}', the checkpoint {path!r} holds the residuals of "
                                  f"rank {saved}, but is sources[{rank}]: give each worker's "
                                  f"checkpoint once, in rank order.")
+    for key in (STEP_NAME, CHOICE_NAME):  # what every worker of one save holds alike
+        values = [state[key].reshape(-1).tolist() for state in states] if key in first else []
+        for path, value in zip(sources, values):
+            if value != values[0]:
+                raise ValueError(f"For '{name}', the checkpoints' {key} differ ({values[0]} in "
+                                 f"{sources[0]!r}, {value} in {path!r}): they are not one "
+                                 f"save's; give the checkpoints of one step.")
     if RESIDUAL_KIND_NAME in first:
         kinds = {tuple(state[RESIDUAL_KIND_NAME].reshape(-1).tolist()) for state in states}
         if len(kinds) > 1:
