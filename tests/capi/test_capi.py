@@ -452,8 +452,8 @@ def test_corrupt_state_is_rejected_never_a_crash():
         capi.Optimizer.restore(blob + b"\0")
     assert codes == {capi.ERR_STATE}
     # fields checked beyond the checksum (checksum recomputed)
-    for off, fmt, value, msg in [(8, "<I", 2, "version 2"), (16, "<I", 9, "optimizer"),
-                                 (20, "<I", 7, "dtype"), (32, "<q", 4, "row_width"),
+    for off, fmt, value, msg in [(8, "<I", 2, "version 2"), (16, "<I", 9, "optimizer id 9"),
+                                 (20, "<I", 7, "unknown dtype 7"), (32, "<q", 4, "row_width"),
                                  (40, "<q", -1, "negative step"),
                                  (56, "<d", -0.1, "lr"), (64, "<d", 1.5, "momentum"),
                                  (72, "<d", 0.5, "beta1 = 0.5 does not apply to momentum"),
@@ -466,3 +466,10 @@ def test_corrupt_state_is_rejected_never_a_crash():
             capi.Optimizer.restore(bytes(bad))
         assert e.value.code == capi.ERR_STATE
     assert capi.Optimizer.restore(blob).step == 1  # the original still restores
+    # a flat parameter's numel whose bytes overflow int64
+    flat = bytearray(capi.Optimizer("adam", "lr=0.1", np.ones(4, np.float32)).state())
+    struct.pack_into("<q", flat, 24, 2**63 - 1)
+    struct.pack_into("<I", flat, len(flat) - 4, zlib.crc32(bytes(flat[:-4])))
+    with pytest.raises(capi.CapiError, match=r"the header describes more bytes than an int64 "
+                                             r"counts \(numel 9223372036854775807"):
+        capi.Optimizer.restore(bytes(flat))

@@ -201,8 +201,14 @@ int deserialize(const unsigned char *b, int64_t len, std::shared_ptr<Optimizer> 
   if (hd.header_bytes != kHeaderBytes) return state_error("bad header size");
   const uint32_t algo = hd.algo, dtype = hd.dtype, flags = hd.flags, nslots = hd.nslots;
   const int64_t numel = hd.numel, row_width = hd.row_width, step = hd.step, nreg = hd.nreg;
-  if (algo >= kNumAlgos) return state_error("unknown optimizer id");
-  if (dtype >= static_cast<uint32_t>(kNumDtypes)) return state_error("unknown dtype");
+  if (algo >= kNumAlgos) {
+    std::snprintf(msg, sizeof msg, "unknown optimizer id %u", algo);
+    return state_error(msg);
+  }
+  if (dtype >= static_cast<uint32_t>(kNumDtypes)) {
+    std::snprintf(msg, sizeof msg, "unknown dtype %u", dtype);
+    return state_error(msg);
+  }
   if (numel <= 0) return state_error("numel must be > 0");
   if (row_width < 0 || (row_width > 0 && numel % row_width != 0))
     return state_error("row_width does not divide numel");
@@ -213,6 +219,11 @@ int deserialize(const unsigned char *b, int64_t len, std::shared_ptr<Optimizer> 
   const int64_t nrows = row_width > 0 ? numel / row_width : 1;
   if (nreg != nrows) return state_error("row count does not match the shape");
   const int64_t size = state_size(numel, static_cast<int>(dtype), static_cast<int>(nslots), nreg);
+  if (size < 0) {
+    std::snprintf(msg, sizeof msg, "the header describes more bytes than an int64 counts "
+                  "(numel %lld; corrupted blob)", static_cast<long long>(numel));
+    return state_error(msg);
+  }
   if (size != len) {
     std::snprintf(msg, sizeof msg, "state_len is %lld but the header describes %lld bytes "
                   "(truncated, extended or corrupted blob)", static_cast<long long>(len),
