@@ -254,6 +254,8 @@ def check_params(cls, params):
             order = g.get("order_params")
             if order is None or not isinstance(order, Iterable):
                 continue
+            order = list(order)  # a generator read once, here
+            params[i] = dict(g, order_params=order)
             for p in order:
                 if isinstance(p, Parameter) and p.name not in held:
                     raise ValueError(f"For '{cls}', the 'order_params' of parameter group {i} "

@@ -432,6 +432,11 @@ def test_groups_given_as_generators(info):
                      {"params": iter(params[1:])}])
     assert len(opt.parameters) == 3
     assert opt.current_lr() == pytest.approx([0.1, info.make(named_params()).current_lr()])
+    # 'order_params' too, read once (the check of its names does not use it up)
+    params = named_params()
+    opt = info.make([{"params": params, "lr": 0.1},
+                     {"order_params": (p for p in reversed(params))}])
+    assert [p.name for p in opt.parameters] == [p.name for p in reversed(params)]
 
 
 @optimizers
