@@ -309,11 +309,11 @@ class Optimizer(GraphHelpers, nn.Optimizer):
         try:
             rate = float(value)
         except OverflowError:  # an int beyond float's range
-            rate, value = math.inf, f"an int of {len(str(abs(int(value))))} digits"
+            rate = math.inf
         if not (math.isfinite(rate) and 0 <= rate <= _checks.F32_MAX):
             raise ValueError(f"For '{cls}', set_lr() takes a finite learning rate >= 0 (at most "
                              f"{_checks.F32_MAX:.7g}: finite in float32, the type the update "
-                             f"computes in), but got {value}.")
+                             f"computes in), but got {_checks.shown(value)}.")
         value = rate
         if self.dynamic_lr:
             raise RuntimeError(f"For '{cls}', set_lr() cannot be used while a learning rate "

@@ -34,7 +34,7 @@ def _as_python(value):
 F32_MAX = float(np.finfo(np.float32).max)
 
 
-def _shown(value):
+def shown(value):
     """`value` for a message: an int too long to read as its count of digits."""
     if isinstance(value, numbers.Integral) and abs(int(value)) >= 10**20:
         return f"an int of {len(str(abs(int(value))))} digits"
@@ -48,7 +48,7 @@ def as_float(cls, name, value):
         return float(value)
     except OverflowError:
         raise ValueError(f"For '{cls}', the {_quoted(name)} must be finite, but got "
-                         f"{_shown(value)}.") from None
+                         f"{shown(value)}.") from None
 
 
 def _quoted(name):
@@ -120,7 +120,7 @@ def check_finite(cls, name, value):
         finite = False
     if not finite:
         raise ValueError(f"For '{cls}', the {_quoted(name)} must be finite, but got "
-                         f"{_shown(value)}.")
+                         f"{shown(value)}.")
     return value
 
 
@@ -129,10 +129,11 @@ def check_open_unit(cls, name, value, include_zero=False, in_float32=False):
     rounding to float32, the type the update computes in (0.99999999999 is 1 there: a
     moment that never decays)."""
     low = "[0.0" if include_zero else "(0.0"
-    if not ((value >= 0.0 if include_zero else value > 0.0) and value < 1.0):
+    inside = (lambda x: (x >= 0.0 if include_zero else x > 0.0) and x < 1.0)
+    if not inside(value):
         raise ValueError(f"For '{cls}', the '{name}' must be in range {low}, 1.0), but got {value}.")
     as_f32 = float(np.float32(value))
-    if in_float32 and not ((as_f32 >= 0.0 if include_zero else as_f32 > 0.0) and as_f32 < 1.0):
+    if in_float32 and not inside(as_f32):
         raise ValueError(f"For '{cls}', the '{name}' must be in range {low}, 1.0) also in float32 "
                          f"(the type the update computes in), but got {value!r}, which is "
                          f"{as_f32} in float32.")
