@@ -427,6 +427,10 @@ def parse_args(argv=None):
                         help="steps per run: STEPS for all, RUN=STEPS,... or both "
                              "(e.g. 100,dense=60)")
     parser.add_argument("--eval-every", type=int, default=5, help="evaluate every this many steps")
+    parser.add_argument("--eval-after", action="store_true",
+                        help="evaluate after training, on rank 0's parameters kept at each "
+                             "evaluated step, so that no evaluation runs between the steps (where "
+                             "sparsity='auto' would time it as the step's compute)")
     parser.add_argument("--lr", type=float, default=0.05, help="peak learning rate, every run")
     parser.add_argument("--target", type=float, default=0.93,
                         help="test accuracy whose steps and time to reach the summary reports, "
@@ -480,7 +484,8 @@ def experiment(args):
                                 seed=args.seed, fault=args.fault, timeout=args.timeout,
                                 hang_bound=args.hang_bound,
                                 worker_args=["--lr", str(args.lr),
-                                             "--lr-schedule", args.lr_schedule],
+                                             "--lr-schedule", args.lr_schedule]
+                                + ["--eval-after"] * args.eval_after,
                                 log=lambda line: print(line, flush=True))
         print(f"   exit codes {jobs[run]['exit_codes']} ({jobs[run]['ended']}), "
               f"{jobs[run]['wall_s']:.1f} s", flush=True)

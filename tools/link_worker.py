@@ -15,7 +15,8 @@ batches the uninterrupted run saw.  Per step it records the wall time of the
 step (the call and the `.asnumpy()` of its loss, which waits for it) and the
 growth of its interface's tx_bytes / rx_bytes; graph compilation is timed
 apart, before the first step, and evaluation on the test split pauses the
-training clock.
+training clock (with --eval-after, rank 0 keeps a copy of its parameters
+instead and evaluates the copies once training ends).
 
 Files in DIR: pid.rank<r> (written first: the orchestrator's handle for
 SIGKILL), progress.rank<r> (one line per finished step: the number of steps
@@ -355,16 +356,34 @@ def train(args):
     log = {key: [] for key in ("step", "time_s", "loss", "stage") + COUNTERS}
     evals, exchange = [], []
     clock, losses = 0.0, []
+    # --eval-after: rank 0's parameters at each evaluated step, evaluated once training ends
+    params, snapshots = list(net.get_parameters()), []
+
+    def record(t, seconds, loss, acc):
+        evals.append({"step": t, "train_time_s": seconds, "test_acc": acc, "train_loss": loss})
+        if rank == 0:
+            print(f"[{args.run}] step {t:5d}/{args.steps}  train {seconds:8.2f}s  test acc "
+                  f"{acc:.4f}  loss {loss if loss is None else round(loss, 4)}", flush=True)
 
     def evaluate(t):
-        """Test accuracy after t steps, with the mean train loss since the previous eval."""
-        acc = digits.evaluate(net, x_test, y_test)
+        """Test accuracy after t steps, with the mean train loss since the previous eval
+        (with --eval-after: the parameters kept for it, on rank 0)."""
         loss = float(np.mean(losses)) if losses else None
-        evals.append({"step": t, "train_time_s": clock, "test_acc": acc, "train_loss": loss})
         losses.clear()
-        if rank == 0:
-            print(f"[{args.run}] step {t:5d}/{args.steps}  train {clock:8.2f}s  test acc "
-                  f"{acc:.4f}  loss {loss if loss is None else round(loss, 4)}", flush=True)
+        if not args.eval_after:
+            record(t, clock, loss, digits.evaluate(net, x_test, y_test))
+        elif rank == 0:
+            snapshots.append((t, clock, loss, [np.array(p.asnumpy()) for p in params]))
+
+    def evaluate_kept():
+        """--eval-after: the kept parameters' accuracies, in order; the net's parameters
+        are the last step's again afterwards (rank 0's last snapshot is them)."""
+        for t, seconds, loss, values in snapshots:
+            for p, value in zip(params, values):
+                p.set_data(ms.Tensor(value))
+            record(t, seconds, loss, digits.evaluate(net, x_test, y_test))
+        if not snapshots:  # the other ranks: the final accuracy
+            record(args.steps, clock, None, digits.evaluate(net, x_test, y_test))
 
     evaluate(start)
     barrier()
@@ -384,6 +403,8 @@ def train(args):
             progress.flush()
             if (t + 1) % args.eval_every == 0 or t + 1 == args.steps:
                 evaluate(t + 1)
+    if args.eval_after:
+        evaluate_kept()
     result = {
         "rank": rank, "workers": nranks, "run": args.run, "model": args.model,
         "widths": MODELS[args.model], "data": args.data, "batch": args.batch, "lr": args.lr,
@@ -448,6 +469,10 @@ def parse_args(argv=None):
                         help="learning rate (the same for every recipe)")
     parser.add_argument("--eval-every", type=_positive, default=10,
                         help="evaluate on the test split every this many steps (and at the end)")
+    parser.add_argument("--eval-after", action="store_true",
+                        help="keep rank 0's parameters at each evaluation and evaluate them once "
+                             "training ends, so that nothing but training runs between steps "
+                             "(a copy of the parameters does)")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights, data and batch order")
     parser.add_argument("--dev", required=True,
                         help="this host's link interface, whose tx/rx bytes are counted")

@@ -68,9 +68,10 @@ def _lab_or_skip():
     return lab
 
 
-def _job(out, fault=None, resume=None):
+def _job(out, fault=None, resume=None, eval_after=False):
     """One RUN job on a fresh lab, files in `out`; the lab is gone when it returns."""
-    args = ["--ckpt-every", str(CKPT_EVERY)] + (["--resume", str(resume)] if resume else [])
+    args = (["--ckpt-every", str(CKPT_EVERY)] + (["--resume", str(resume)] if resume else [])
+            + ["--eval-after"] * eval_after)
     with contextlib.closing(_lab_or_skip()) as lab:
         return experiment.run_job(lab, RUN, STEPS, str(out), model="small", data="synthetic",
                                   eval_every=100, fault=fault, timeout=JOB_TIMEOUT_S,
@@ -92,8 +93,10 @@ def straight(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def outage(tmp_path_factory):
+    """With --eval-after: rank 0 evaluates its kept parameters once training ends."""
     return _job(tmp_path_factory.mktemp("outage"),
-                fault={"kind": "linkdown", "step": LINKDOWN_AT, "seconds": OUTAGE_S})
+                fault={"kind": "linkdown", "step": LINKDOWN_AT, "seconds": OUTAGE_S},
+                eval_after=True)
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +160,19 @@ def test_link_outage_stalls_then_finishes_with_the_same_bits(straight, outage):
     assert fault["at_step"] < STEPS and fault["down_s"] >= OUTAGE_S
     assert max(results[0]["steps_log"]["time_s"]) > 0.8 * OUTAGE_S  # training did stall
     assert {r["sha256"] for r in results} == {straight["results"][0]["sha256"]}
+
+
+def test_evaluation_after_training_matches_evaluation_between_steps(straight, outage):
+    """The outage run evaluates rank 0's copies of its parameters after training: the same
+    accuracies at the same steps as the straight run's evaluations between its steps (the
+    two runs step the same bits), and the other rank evaluates the final parameters."""
+    def accuracies(result):
+        return [(e["step"], e["test_acc"]) for e in result["evals"]]
+
+    straight0, (outage0, outage1) = _finished(straight)[0], _finished(outage)
+    assert len(accuracies(straight0)) == STEPS // 100 + 1
+    assert accuracies(outage0) == accuracies(straight0)
+    assert accuracies(outage1) == [(STEPS, straight0["final_test_acc"])]
 
 
 def test_killed_worker_ends_the_other_host_within_the_bound(killed):
