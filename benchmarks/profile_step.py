@@ -10,6 +10,9 @@ tensors scaled to about --size parameters, as benchmarks/bench_optimizers.py):
   with 1 input, and with all the tensors as inputs of one op, and one probe
   op per tensor: MindSpore's cost per Custom op and per op input;
 - the same with the inputs marked as written in place (side_effect_mem);
+- an op that busy-waits (a second probe, touching no memory) for 0 and 12 ms: the
+  call's wall time and the calling thread's CPU time besides the wait, and a small
+  Python loop right after the same wait through ctypes;
 - the native Adam kernel alone (ctypes, no MindSpore) and inside MindSpore;
 - AdamOffload's step split in three by a timing shim (compiled here, linked
   to the library) that MindSpore calls in place of the Adam entry: from the
@@ -44,6 +47,23 @@ from ms_optim.testing import advance_beta_powers, override_kernel, prepare_kerne
 _PROBE = r"""
 #include <cstdint>
 extern "C" int probe_noop(int, void **, int *, int64_t **, const char **, void *, void *) {
+  return 0;
+}
+"""
+
+
+# Busy-waits for the time set by probe_set_wait (no memory touched): a long kernel without
+# the kernel's traffic.
+_WAIT = r"""
+#include <chrono>
+#include <cstdint>
+static double wait_ms = 0.0;
+extern "C" void probe_set_wait(double ms) { wait_ms = ms; }
+extern "C" int probe_wait(int, void **, int *, int64_t **, const char **, void *, void *) {
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::duration<double, std::milli>(wait_ms);
+  while (std::chrono::steady_clock::now() < until) {
+  }
   return 0;
 }
 """
@@ -111,12 +131,12 @@ def split_step(step, shim, alone, steps):
     return [float(np.median(col)) for col in zip(*parts)]
 
 
-def probe_op(lib, k, inplace):
-    reg = CustomRegOp(f"probe_noop_{k}_{int(inplace)}")
+def probe_op(lib, k, inplace, func="probe_noop"):
+    reg = CustomRegOp(f"{func}_{k}_{int(inplace)}")
     for i in range(k):
         reg = reg.input(i, f"x{i}")
     reg = reg.output(0, "y").dtype_format(*([DataType.F32_Default] * (k + 1)))
-    op = ops.Custom(f"{lib}:probe_noop", out_shape=lambda *s: [1],
+    op = ops.Custom(f"{lib}:{func}", out_shape=lambda *s: [1],
                     out_dtype=lambda *d: ms.float32, func_type="aot",
                     reg_info=reg.target("CPU").get_op_info())
     if inplace:
@@ -173,6 +193,36 @@ class Step(nn.Cell):
 
     def construct(self):
         return self.opt(self.grads)
+
+
+def call_past_wait(cell, set_wait, wait_ms, steps):
+    """Medians (ms) of a call of `cell`, whose one op busy-waits `wait_ms`, less the wait:
+    its wall time, and the calling thread's CPU time."""
+    set_wait(wait_ms)
+    cell()
+    cell()
+    wall, cpu = [], []
+    for _ in range(steps):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        cell()
+        cpu.append((time.thread_time() - c0) * 1e3 - wait_ms)
+        wall.append((time.perf_counter() - t0) * 1e3 - wait_ms)
+    return float(np.median(wall)), float(np.median(cpu))
+
+
+def python_after_wait(waits, wait_ms, steps):
+    """Median (ms) of a small Python loop run right after the wait probe, called through
+    ctypes (no MindSpore): how much slower plain Python runs after such a wait."""
+    waits.probe_set_wait(wait_ms)
+    times = []
+    for _ in range(steps):
+        waits.probe_wait(0, None, None, None, None, None, None)
+        t0 = time.perf_counter()
+        stored = {}
+        for i in range(3000):
+            stored[i] = i
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) * 1e3
 
 
 def median_ms(fn, steps):
@@ -237,6 +287,18 @@ def main(argv=None):
                 sizes, "s")) + tuple(params_of(sizes, "t")) + tuple(params_of(sizes, "u"))),
                 args.steps), per=4 * K)
         del four
+        # MindSpore's own cost of a call, after a kernel that ran a while
+        wait_lib = build_probe(tmp, "wait", _WAIT)
+        waits = ctypes.CDLL(wait_lib)  # the library MindSpore loads for the op: one copy
+        waits.probe_set_wait.argtypes = [ctypes.c_double]
+        waiter = OneOp(probe_op(wait_lib, 1, True, "probe_wait"), params[:1])
+        for wait_ms in (0.0, 12.0):
+            wall, cpu = call_past_wait(waiter, waits.probe_set_wait, wait_ms, args.steps)
+            row(f"one op busy-waiting {wait_ms:g} ms: the call less the wait", wall)
+            row(f"  the same, the calling thread's CPU time less the wait", cpu)
+        for wait_ms in (0.0, 12.0):
+            row(f"a Python loop of 3000 stores after a {wait_ms:g} ms wait (ctypes)",
+                python_after_wait(waits, wait_ms, args.steps))
 
     # the Adam kernel alone: one multi-tensor call through ctypes on numpy buffers
     rng = np.random.default_rng(1)

@@ -341,6 +341,12 @@ def test_profile_step_times_the_step_with_a_no_op_kernel():
     assert "layout: 4 equal tensors; 4 tensors" in res.stdout
     assert re.search(r"AdamOffload step with a no-op kernel \(all but the kernel\) +[0-9.]+ ms",
                      res.stdout), res.stdout
+    for wait in ("0", "12"):
+        assert re.search(rf"one op busy-waiting {wait} ms: the call less the wait +-?[0-9.]+ ms\n"
+                         r" +the same, the calling thread's CPU time less the wait +-?[0-9.]+ ms",
+                         res.stdout), res.stdout
+        assert re.search(rf"a Python loop of 3000 stores after a {wait} ms wait \(ctypes\) +"
+                         r"[0-9.]+ ms", res.stdout), res.stdout
 
 
 def test_first_call_times_compile_and_the_first_steps():
