@@ -429,8 +429,9 @@ def parse_args(argv=None):
     parser.add_argument("--eval-every", type=int, default=5, help="evaluate every this many steps")
     parser.add_argument("--eval-after", action="store_true",
                         help="evaluate after training, on rank 0's parameters kept at each "
-                             "evaluated step, so that no evaluation runs between the steps (where "
-                             "sparsity='auto' would time it as the step's compute)")
+                             "evaluated step (a copy each, held in memory until then), so that no "
+                             "evaluation runs between the steps (where sparsity='auto' would time "
+                             "it as the step's compute)")
     parser.add_argument("--lr", type=float, default=0.05, help="peak learning rate, every run")
     parser.add_argument("--target", type=float, default=0.93,
                         help="test accuracy whose steps and time to reach the summary reports, "

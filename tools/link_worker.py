@@ -470,9 +470,9 @@ def parse_args(argv=None):
     parser.add_argument("--eval-every", type=_positive, default=10,
                         help="evaluate on the test split every this many steps (and at the end)")
     parser.add_argument("--eval-after", action="store_true",
-                        help="keep rank 0's parameters at each evaluation and evaluate them once "
-                             "training ends, so that nothing but training runs between steps "
-                             "(a copy of the parameters does)")
+                        help="keep rank 0's parameters at each evaluation (a copy each, held in "
+                             "memory) and evaluate them once training ends, so that nothing but "
+                             "training and the copy runs between steps")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights, data and batch order")
     parser.add_argument("--dev", required=True,
                         help="this host's link interface, whose tx/rx bytes are counted")
