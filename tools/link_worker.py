@@ -218,6 +218,21 @@ def model(name):
     return DigitsConvNet() if spec == "convnet" else mlp(spec)
 
 
+def kept_parameters(net):
+    """Copies of every parameter of `net`, BatchNorm's moving statistics included
+    (--eval-after keeps them at each evaluation)."""
+    return [np.array(p.asnumpy()) for p in net.get_parameters()]
+
+
+def restore_parameters(net, values):
+    """Sets every parameter of `net` to `values` (``kept_parameters``'s order)."""
+    params = list(net.get_parameters())
+    if len(params) != len(values):
+        raise ValueError(f"{len(values)} values for {len(params)} parameters")
+    for p, value in zip(params, values):
+        p.set_data(ms.Tensor(value))
+
+
 def digest(net):
     """sha256 of the trainable parameters' bytes: equal on every rank iff the replicas are."""
     h = hashlib.sha256()
@@ -356,8 +371,7 @@ def train(args):
     log = {key: [] for key in ("step", "time_s", "loss", "stage") + COUNTERS}
     evals, exchange = [], []
     clock, losses = 0.0, []
-    # --eval-after: rank 0's parameters at each evaluated step, evaluated once training ends
-    params, snapshots = list(net.get_parameters()), []
+    snapshots = []  # --eval-after: rank 0's kept parameters, evaluated once training ends
 
     def record(t, seconds, loss, acc):
         evals.append({"step": t, "train_time_s": seconds, "test_acc": acc, "train_loss": loss})
@@ -373,14 +387,13 @@ def train(args):
         if not args.eval_after:
             record(t, clock, loss, digits.evaluate(net, x_test, y_test))
         elif rank == 0:
-            snapshots.append((t, clock, loss, [np.array(p.asnumpy()) for p in params]))
+            snapshots.append((t, clock, loss, kept_parameters(net)))
 
     def evaluate_kept():
         """--eval-after: the kept parameters' accuracies, in order; the net's parameters
         are the last step's again afterwards (rank 0's last snapshot is them)."""
         for t, seconds, loss, values in snapshots:
-            for p, value in zip(params, values):
-                p.set_data(ms.Tensor(value))
+            restore_parameters(net, values)
             record(t, seconds, loss, digits.evaluate(net, x_test, y_test))
         if not snapshots:  # the other ranks: the final accuracy
             record(args.steps, clock, None, digits.evaluate(net, x_test, y_test))

@@ -554,6 +554,28 @@ def test_link_convnet_has_batchnorm_and_two_compressed_tensors():
     assert net(x).shape == (3, 10)
 
 
+def test_link_eval_after_keeps_and_restores_batchnorm_statistics_too():
+    """--eval-after's copies hold every parameter, the convnet's BatchNorm moving statistics
+    included: parameters and statistics moved by a training forward come back bit for bit."""
+    import mindspore as ms
+    worker = module("tools.link_worker")
+    net = worker.model("convnet")
+    before = {p.name: p.asnumpy().copy() for p in net.get_parameters()}
+    kept = worker.kept_parameters(net)
+    net.set_train(True)
+    net(ms.Tensor(np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32)))
+    for p in net.trainable_params():
+        p.set_data(ms.Tensor(np.zeros(p.shape, np.float32)))
+    moved = [p.name for p in net.get_parameters() if not np.array_equal(p.asnumpy(),
+                                                                        before[p.name])]
+    assert any("moving_mean" in name for name in moved), moved  # the forward moved them
+    worker.restore_parameters(net, kept)
+    for p in net.get_parameters():
+        np.testing.assert_array_equal(p.asnumpy(), before[p.name], err_msg=p.name)
+    with pytest.raises(ValueError):
+        worker.restore_parameters(net, kept[:-1])
+
+
 @pytest.mark.parametrize("run", ["dgc-head", "dgc-95-head", "dgc-ends", "dgc-99-ends"])
 def test_link_recipes_send_the_named_weights_dense(run):
     worker = module("tools.link_worker")
