@@ -30,6 +30,12 @@ torch==2.13.0``)::
 
     python -m benchmarks.host_floor
     python -m benchmarks.host_floor --size 2.5e7 --rounds 15 --torch /tmp/t/bin/python
+
+``--against LIBRARY`` times each kernel of another build of the native library beside this
+build's, in the same rounds (for a change to a kernel: the build before it, copied aside),
+and prints each kernel's ratio, this build over that one::
+
+    python -m benchmarks.host_floor --only "adam int8" --rounds 41 --against /tmp/before.so
 """
 import argparse
 import ctypes
@@ -50,7 +56,7 @@ from benchmarks.kernel_alone_dgc import _step_calls
 from benchmarks.layouts import LAYOUTS, layout_sizes
 from examples.common.cli import parameter_count
 from ms_optim import aot, capi, native_info
-from ms_optim.testing import call_kernel, prepare_kernel
+from ms_optim.testing import call_kernel, kernels_from, prepare_kernel
 
 _PROBE = r"""
 #include <omp.h>
@@ -300,6 +306,10 @@ class TorchStep:
                 self.proc.wait()
 
 
+# the name of an entry's other build (--against)
+AGAINST = "[against]"
+
+
 def _time_rounds(entries, names, rounds, gap=0.0):
     """{name: seconds of each round}: every entry called once untimed (pages touched, code
     warm), then once per round in a rotating order, each call after `gap` seconds idle; an
@@ -338,6 +348,9 @@ def main(argv=None):
                              "one, still spins while the next runs")
     parser.add_argument("--only", nargs="+", default=None, metavar="SUBSTR",
                         help="kernels whose name contains one of these")
+    parser.add_argument("--against", metavar="LIBRARY",
+                        help="another build of libms_optim.so: its kernels timed beside this "
+                             "build's in the same rounds, and each ratio printed")
     parser.add_argument("--torch", metavar="PYTHON",
                         help="a Python with torch: time torch.optim.Adam(fused=True) beside "
                              "(and a torch.compile'd Lion when a Lion entry is timed)")
@@ -372,6 +385,9 @@ def main(argv=None):
         for k in chosen + ["adam f32"] * ("adam f32" not in chosen):
             if k in chosen:
                 entries[k] = (kernels[k](), n, k)
+                if args.against:  # right after this build's, so that the two alternate
+                    with kernels_from(args.against):
+                        entries[f"{k} {AGAINST}"] = (kernels[k](), n, k)
             if "probe " + k not in entries:
                 entries["probe " + k] = (probe_call(probe, FLOORS[k], n, threads), n, k)
         capi_names = ("capi adam dense", "capi adam rows")
@@ -424,7 +440,12 @@ def main(argv=None):
               f"{ns / floor:8.2f} {gbs:6.1f}")
     if torch:
         print(f"PyTorch steps: torch {torch[0].version}")
+    if args.against:
+        print(f"{AGAINST}: the kernels of {args.against}")
     print("ratios of medians:")
+    for k in names:
+        if k + " " + AGAINST in med:
+            print(f"  {k} / {k} {AGAINST} = {med[k] / med[k + ' ' + AGAINST]:.3f}")
     for num, den, bar in BARS:
         if num in med and den in med:
             r = med[num] / med[den] * (entries[den][1] / entries[num][1])

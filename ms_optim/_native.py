@@ -213,10 +213,35 @@ def last_kernel_failure():
                 h.msopt_last_kernel_error().decode()) for h in libraries)[1:]
 
 
+# prepare_aot's kernels when not this package's library: another build of it, loaded by
+# testing.kernels_from (a _loader.Library), or None
+_ENTRY_LIBRARY = None
+
+
+def other_build(path):
+    """Another build of the native library at `path`, loaded beside this one (its own
+    handle, its own symbols) to time the same kernels of two builds in one process.
+    NativeLibraryError when it is missing or does not load."""
+    return _loader.Library(
+        lambda: path, _SIGNATURES, NativeLibraryError,
+        "no native library at {path} to compare with this one.")
+
+
 def _aot_entry(entry):
-    """The ctypes function of AOT kernel `entry`, its signature declared."""
-    aot_signature(entry)  # ValueError for an unknown entry
-    return _loader.aot_function(lib(), entry)
+    """The ctypes function of AOT kernel `entry`, its signature declared, and the last
+    error message of its library: this package's, or the build testing.kernels_from
+    names, which must declare `entry` alike."""
+    declared = aot_signature(entry)  # ValueError for an unknown entry
+    if _ENTRY_LIBRARY is None:
+        return _loader.aot_function(lib(), entry), last_error
+    other = _ENTRY_LIBRARY.get()
+    raw = other.msopt_aot_signature(entry.encode())
+    theirs = None if raw is None else raw.decode()
+    if theirs != declared:
+        raise ValueError(f"the library at {_ENTRY_LIBRARY.path()} declares {entry!r} as "
+                         f"{theirs!r}, this one as {declared!r}")
+    return (_loader.aot_function(other, entry),
+            lambda: other.msopt_last_error().decode())
 
 
 def aot_func(entry):
@@ -236,9 +261,9 @@ def prepare_aot(entry, arrays):
     for a in arrays:
         if not (isinstance(a, np.ndarray) and a.flags.c_contiguous):
             raise TypeError("AOT kernels take C-contiguous numpy arrays")
-    return _loader.aot_runner(entry, _aot_entry(entry),
-                      [(a.ctypes.data, a.shape, str(a.dtype)) for a in arrays], arrays,
-                      last_error)
+    fn, last = _aot_entry(entry)
+    return _loader.aot_runner(entry, fn, [(a.ctypes.data, a.shape, str(a.dtype)) for a in arrays],
+                              arrays, last)
 
 
 def call_aot(entry, arrays):

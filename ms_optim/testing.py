@@ -13,6 +13,8 @@ times on their own:
 - ``select_isa(name)``: forces the kernels of one instruction set;
 - ``override_kernel(entry, func)``: Custom ops built inside the ``with`` call
   another AOT function in place of `entry` (a timing shim, for instance);
+- ``kernels_from(path)``: inside the ``with``, ``prepare_kernel`` and
+  ``call_kernel`` run another build's kernels (two builds timed side by side);
 - ``advance_beta_powers(opt)``: the beta powers step of the Adam-family
   optimizers, for a cell that times it.
 
@@ -28,7 +30,7 @@ import contextlib
 from . import _native, aot
 
 __all__ = ["advance_beta_powers", "call_kernel", "kernel_names", "kernel_signature",
-           "override_kernel", "prepare_kernel", "select_isa"]
+           "kernels_from", "override_kernel", "prepare_kernel", "select_isa"]
 
 
 def kernel_names():
@@ -94,6 +96,24 @@ def override_kernel(entry, func):
         yield
     finally:
         _native.aot_func = real
+
+
+@contextlib.contextmanager
+def kernels_from(path):
+    """Within the ``with`` block, ``prepare_kernel`` and ``call_kernel`` run the kernels of
+    the library at `path`, another build of ms_optim's native library loaded beside this
+    one, so that two builds of a kernel can be timed in one process, their calls
+    alternating.  A callable prepared inside keeps that build's kernel.  The other build
+    must declare each kernel it runs as this one does (ValueError otherwise);
+    NativeLibraryError when `path` is missing or does not load."""
+    other = _native.other_build(path)
+    other.get()
+    saved = _native._ENTRY_LIBRARY
+    _native._ENTRY_LIBRARY = other
+    try:
+        yield
+    finally:
+        _native._ENTRY_LIBRARY = saved
 
 
 def advance_beta_powers(opt):

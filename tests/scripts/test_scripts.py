@@ -210,14 +210,18 @@ def test_host_floor_probe_moves_each_stream_as_declared(tmp_path):
 
 
 @pytest.mark.slow
-def test_host_floor_reports_kernels_against_their_floors():
+def test_host_floor_reports_kernels_against_their_floors(tmp_path):
+    copy = _library_copy(tmp_path)
     res = run_module("benchmarks.host_floor", "--size", "200000", "--rounds", "2", "--only",
-                     "adam f32", "lamb", "--gap-ms", "1", timeout=300)
+                     "adam f32", "lamb", "--gap-ms", "1", "--against", copy, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     lines = res.stdout.splitlines()
     assert any(line.startswith("adam f32 ") for line in lines)
     assert any(line.startswith("lamb ") for line in lines)
+    assert any(line.startswith("lamb [against] ") for line in lines)
     assert "  lamb / probe adam f32 = " in res.stdout
+    assert "  lamb / lamb [against] = " in res.stdout
+    assert f"[against]: the kernels of {copy}" in res.stdout
     assert "1.00x the Adam-shaped pass" in res.stdout
     assert "1 ms idle before each call" in res.stdout
 
@@ -262,6 +266,88 @@ def test_override_kernel_restores_the_real_entry():
     with pytest.raises(ValueError):
         with testing.override_kernel("no_such_kernel", "/x/libshim.so:timed"):
             pass
+
+
+def _library_copy(tmp_path):
+    """A copy of the native library under another path: another build, as far as the
+    process can tell."""
+    import shutil
+    from ms_optim import _native
+    copy = str(tmp_path / "libms_optim_copy.so")
+    shutil.copy(_native.library_path(), copy)
+    return copy
+
+
+def _adam_int8_steps(library=None):
+    """Two steps of the int8 Adam kernel alone on fresh buffers (whole blocks and a
+    partial one), with this build's kernel or, given `library`, that build's: the buffers."""
+    import contextlib
+    from ms_optim import aot, testing
+    n = 4 * aot.q8_block() + 7
+    rng = np.random.default_rng(0)
+    bufs = dict(param=[rng.standard_normal(n, dtype=np.float32)],
+                m=[np.zeros(n, np.int8)], v=[np.zeros(n, np.uint8)],
+                grad=[rng.standard_normal(n, dtype=np.float32)],
+                m_scale=[np.zeros(5, np.float32)], v_scale=[np.zeros(5, np.float32)],
+                key=np.array([1, 0], np.int32), done=np.zeros(1, np.float32),
+                lr=np.float32([1e-3]), wd=np.float32([0.1]),
+                powers=aot.consts_array("powers", beta1_power=0.9, beta2_power=0.999),
+                consts=aot.consts_array("adam", beta1=0.9, beta2=0.999, eps=1e-8,
+                                        inv_scale=1.0, nesterov=False))
+    entry = aot.host_step_entry("adam", False, True)
+    with testing.kernels_from(library) if library else contextlib.nullcontext():
+        run = testing.prepare_kernel(entry, **bufs)
+    run()
+    run()
+    return bufs, _mapped_file(run)
+
+
+def _mapped_file(run):
+    """The file mapped where the ctypes function of prepared kernel `run` lies."""
+    import ctypes
+    fn, = [c.cell_contents for c in run.__closure__
+           if isinstance(c.cell_contents, ctypes._CFuncPtr)]
+    address = ctypes.cast(fn, ctypes.c_void_p).value
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if lo <= address < hi:
+                return fields[-1]
+    return None
+
+
+def test_kernels_from_runs_another_build_and_gives_the_entries_back(tmp_path):
+    """testing.kernels_from: a copy of the library is loaded beside this one (its path in
+    the process's mappings, where the prepared kernel's function lies), it steps the same
+    bits, and a kernel prepared after the block is this build's again."""
+    from ms_optim import _native
+    copy = _library_copy(tmp_path)
+    theirs, their_file = _adam_int8_steps(copy)
+    assert their_file == copy
+    assert _native._ENTRY_LIBRARY is None
+    mine, my_file = _adam_int8_steps()
+    assert my_file == os.path.realpath(_native.library_path())
+    for slot in ("param", "m", "v", "m_scale", "v_scale"):
+        np.testing.assert_array_equal(mine[slot][0], theirs[slot][0], err_msg=slot)
+    assert np.abs(mine["m"][0]).max() > 0  # the steps moved the moments
+
+
+def test_kernels_from_refuses_a_missing_library_and_another_declaration(tmp_path,
+                                                                         monkeypatch):
+    from ms_optim import NativeLibraryError, _native, testing
+    missing = str(tmp_path / "nothing.so")
+    with pytest.raises(NativeLibraryError, match=re.escape(missing)):
+        with testing.kernels_from(missing):
+            pass
+    assert _native._ENTRY_LIBRARY is None
+    copy = _library_copy(tmp_path)
+    declared = _native.aot_signature("ms_optim_lamb")
+    monkeypatch.setattr(_native, "aot_signature", lambda entry: declared + " extra")
+    with pytest.raises(ValueError, match=r"libms_optim_copy\.so declares 'ms_optim_lamb' as "):
+        with testing.kernels_from(copy):
+            _native.prepare_aot("ms_optim_lamb", [])
+    assert _native._ENTRY_LIBRARY is None
 
 
 # ---- bench_optimizers: targets are labelled as targets, --check sets the exit status
