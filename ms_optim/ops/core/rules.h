@@ -50,7 +50,8 @@ MSOPT_HD inline void moments(T g, T &m, T &v, T beta1, T c1, T beta2, T c2) {
 template <class T, bool kNesterov>
 MSOPT_HD inline T adam_direction(T g, T m, T v, T beta1, T c1, T eps) {
   const T num = kNesterov ? beta1 * m + c1 * g : m;
-  return num / (std::sqrt(v) + eps);
+  using std::sqrt;  // and a vector type's own sqrt (kernels/adam.h's F32x16)
+  return num / (sqrt(v) + eps);
 }
 
 // AdamW's (nn.AdamWeightDecay's) decoupled weight decay, added to the direction

@@ -135,10 +135,60 @@ struct Bf16Codec {
   }
 };
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+// 16 float32 lanes as an element type of the rules (core/rules.h): each
+// operator is the same IEEE operation, lane by lane, so a rule instantiated on
+// it rounds as on float.
+struct F32x16 {
+  __m512 v;
+};
+inline F32x16 operator+(F32x16 a, F32x16 b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline F32x16 operator*(F32x16 a, F32x16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
+inline F32x16 operator/(F32x16 a, F32x16 b) { return {_mm512_div_ps(a.v, b.v)}; }
+inline F32x16 &operator+=(F32x16 &a, F32x16 b) { return a = a + b; }
+inline F32x16 sqrt(F32x16 a) { return {_mm512_sqrt_ps(a.v)}; }
+inline F32x16 splat(float x) { return {_mm512_set1_ps(x)}; }
+
+// adam_view_loop over a whole block of int8 moments with AVX-512, the block's
+// codes decoded in registers 16 elements at a time (q8_decode16_avx512) rather
+// than into the buffers first: the same rule (rules::moments, adam_finish),
+// the new moments written to the buffers the encoder reads, and their absmax
+// (the largest |m|, |v|; vmaxps returns its second operand when the first is
+// NaN, so a NaN is ignored as std::max ignores it there).
+template <bool kDelta, bool kNesterov, bool kDecay, bool kDecoupled>
+inline void q8_adam_avx512(float *out, const float *g, const int8_t *mq, const uint8_t *vq,
+                           float ms, float vs, float *mb, float *vb, const AdamStep<float> &a,
+                           ScaledGrad<float> grad, float &am, float &av) {
+  const F32x16 b1 = splat(a.beta1), c1 = splat(a.c1), b2 = splat(a.beta2), c2 = splat(a.c2);
+  const F32x16 eps = splat(a.eps), nlr = splat(a.neg_lr), wd = splat(a.wd);
+  const ScaledGrad<F32x16> grad16{splat(grad.scale)};
+  const __m512 vms = _mm512_set1_ps(ms), vvs = _mm512_set1_ps(vs);
+  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  __m512 amx = _mm512_setzero_ps(), avx = _mm512_setzero_ps();
+  for (int64_t j = 0; j < kQ8Block; j += 16) {
+    F32x16 m, v;
+    q8_decode16_avx512(mq + j, vq + j, vms, vvs, m.v, v.v);
+    F32x16 p{_mm512_loadu_ps(out + j)};
+    const F32x16 gj{_mm512_loadu_ps(g + j)};
+    const F32x16 gi = grad16(kDecay && !kDecoupled ? rules::decayed_grad(gj, p, wd) : gj);
+    rules::moments(gi, m, v, b1, c1, b2, c2);
+    _mm512_store_ps(mb + j, m.v);
+    _mm512_store_ps(vb + j, v.v);
+    amx = _mm512_max_ps(_mm512_and_ps(m.v, absmask), amx);
+    avx = _mm512_max_ps(_mm512_and_ps(v.v, absmask), avx);
+    adam_finish<F32x16, kDelta, kNesterov, kDecay, kDecoupled>(gi, m, v, p, b1, c1, eps, wd,
+                                                               nlr);
+    _mm512_storeu_ps(out + j, p.v);
+  }
+  am = _mm512_reduce_max_ps(amx);
+  av = _mm512_reduce_max_ps(avx);
+}
+#endif
+
 // One block of int8 moments: decode into float32 buffers, Adam over them (its
 // absmax found on the way), encode with the new scales.  n is kQ8Block as a
 // compile-time constant for whole blocks (no remainder loops, the AVX2 and
-// AVX-512 coders)
+// AVX-512 coders; AVX-512 decodes inside the Adam pass, q8_adam_avx512)
 // and an int64_t for a tensor's last, partial block.
 template <bool kDelta, class Len>
 inline void q8_block_step(const AdamTensor &x, int64_t lo, Len n, float *out, const float *g) {
@@ -147,9 +197,21 @@ inline void q8_block_step(const AdamTensor &x, int64_t lo, Len n, float *out, co
   int8_t *mq = static_cast<int8_t *>(x.m) + lo;
   uint8_t *vq = static_cast<uint8_t *>(x.v) + lo;
   const int64_t b = lo / kQ8Block;
-  Q8Coder<Len>::decode(mq, vq, n, x.m_scale[b], x.v_scale[b], mb, vb);
   float am, av;
-  adam_view_step<kDelta>(x.a, out, g, n, BufferView{mb, vb}, am, av);
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  if constexpr (!std::is_same<Len, int64_t>::value) {
+    with_adam_flags<kDelta>(x.a, [&](const auto &step, auto grad, auto nesterov, auto decay,
+                                     auto decoupled) {
+      q8_adam_avx512<kDelta, decltype(nesterov)::value, decltype(decay)::value,
+                     decltype(decoupled)::value>(out, g, mq, vq, x.m_scale[b], x.v_scale[b], mb,
+                                                 vb, step, grad, am, av);
+    });
+  } else
+#endif
+  {
+    Q8Coder<Len>::decode(mq, vq, n, x.m_scale[b], x.v_scale[b], mb, vb);
+    adam_view_step<kDelta>(x.a, out, g, n, BufferView{mb, vb}, am, av);
+  }
   q8_encode_block(mb, vb, n, am, av, mq, vq, x.m_scale[b], x.v_scale[b], x.q8_key,
                   static_cast<uint32_t>(lo));
 }

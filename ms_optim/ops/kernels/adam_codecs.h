@@ -1,9 +1,9 @@
 // The compact-moment codes of Adam (Moments::kBf16, Moments::kQ8 in
 // core/kernels.h): bfloat16 and the int8 small-float codes, element by element
 // (Bf16View), by block into float32 buffers (Q8Coder, with AVX2 and AVX-512
-// steps of the same bits), and the views adam_view_loop (kernels/adam.h) reads and writes
-// moments through.  docs/algorithms.md §1.1; the numpy rules are
-// reference.py's bf16_* and q8_*.
+// steps of the same bits; AVX-512 decodes 16 elements into registers), and the
+// views adam_view_loop (kernels/adam.h) reads and writes moments through.
+// docs/algorithms.md §1.1; the numpy rules are reference.py's bf16_* and q8_*.
 // Compiled once per instruction set, inside that ISA's namespace (MSOPT_ISA_NS,
 // defined by each kernels/isa_*.cpp unit).
 #pragma once
@@ -260,10 +260,11 @@ inline void q8_encode16_avx512(const float *m, const float *v, __m512 vmi, __m51
   _mm_storeu_si128(reinterpret_cast<__m128i *>(vq), _mm512_cvtepi32_epi8(vc));
 }
 
-// Q8Loops::decode over 16 elements with AVX-512: code 0's bits zeroed by a
-// masked add, m's sign or-ed in from the sign-extended code.
+// Q8Loops::decode over 16 elements with AVX-512, into registers (the Adam
+// pass of kernels/adam.h reads them there): code 0's bits zeroed by a masked
+// add, m's sign or-ed in from the sign-extended code.
 inline void q8_decode16_avx512(const int8_t *mq, const uint8_t *vq, __m512 vms, __m512 vvs,
-                               float *m, float *v) {
+                               __m512 &m, __m512 &v) {
   const __m512i c =
       _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(mq)));
   const __m512i mag = _mm512_abs_epi32(c);
@@ -273,19 +274,20 @@ inline void q8_decode16_avx512(const int8_t *mq, const uint8_t *vq, __m512 vms, 
                              _mm512_set1_epi32(static_cast<int32_t>(Q8MCode::kRebias)));
   const __m512i mval = _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(mbits), vms));
   const __m512i sign = _mm512_and_si512(c, _mm512_set1_epi32(static_cast<int32_t>(0x80000000u)));
-  _mm512_storeu_ps(m, _mm512_castsi512_ps(_mm512_or_si512(mval, sign)));
+  m = _mm512_castsi512_ps(_mm512_or_si512(mval, sign));
   const __m512i u =
       _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(vq)));
   const __m512i vbits =
       _mm512_maskz_add_epi32(_mm512_test_epi32_mask(u, u), _mm512_slli_epi32(u, Q8VCode::kShift),
                              _mm512_set1_epi32(static_cast<int32_t>(Q8VCode::kRebias)));
-  _mm512_storeu_ps(v, _mm512_mul_ps(_mm512_castsi512_ps(vbits), vvs));
+  v = _mm512_mul_ps(_mm512_castsi512_ps(vbits), vvs);
 }
 #endif
 
 // How a block's codes are decoded and encoded: by these loops (any ISA, any
 // block), or, for a whole block (Len a compile-time kQ8Block) with AVX2 (32
-// elements a step) or AVX-512 (16), by the intrinsics above (the same bits).
+// elements a step) or AVX-512 (16, encoding only: its decoding runs inside
+// the Adam pass), by the intrinsics above (the same bits).
 struct Q8Loops {
   // The moments: value(|c|) * scale with c's sign (SmallFloat; code 0 is 0),
   // into float32 buffers.  A loop of its own, so that the Adam loop over the
@@ -335,15 +337,8 @@ template <class Len>
 using Q8Coder =
     typename std::conditional<std::is_same<Len, int64_t>::value, Q8Loops, Q8Avx2Steps>::type;
 #elif defined(__AVX512F__) && defined(__AVX512BW__)
+// Whole blocks are decoded inside the Adam pass (kernels/adam.h, q8_adam_avx512).
 struct Q8Avx512Steps {
-  template <class Len>
-  static void decode(const int8_t *mq, const uint8_t *vq, Len len, float ms, float vs, float *m,
-                     float *v) {
-    static_assert(Len::value % 16 == 0, "whole blocks are made of 16-element steps");
-    const __m512 vms = _mm512_set1_ps(ms), vvs = _mm512_set1_ps(vs);
-    for (int64_t j = 0; j < len; j += 16)
-      q8_decode16_avx512(mq + j, vq + j, vms, vvs, m + j, v + j);
-  }
   template <class Len>
   static void encode(const float *m, const float *v, Len len, float mi, float vi, int8_t *mq,
                      uint8_t *vq, uint32_t key, uint32_t j0) {
