@@ -11,8 +11,9 @@ tensors scaled to about --size parameters, as benchmarks/bench_optimizers.py):
   op per tensor: MindSpore's cost per Custom op and per op input;
 - the same with the inputs marked as written in place (side_effect_mem);
 - an op that busy-waits (a second probe, touching no memory) for 0 and 12 ms: the
-  call's wall time and the calling thread's CPU time besides the wait, and a small
-  Python loop right after the same wait through ctypes;
+  call's wall time and the calling thread's CPU time besides the wait, how many
+  Python functions one call of its cell runs, and a small Python loop right after
+  the same wait through ctypes;
 - the native Adam kernel alone (ctypes, no MindSpore) and inside MindSpore;
 - AdamOffload's step split in three by a timing shim (compiled here, linked
   to the library) that MindSpore calls in place of the Adam entry: from the
@@ -225,6 +226,24 @@ def python_after_wait(waits, wait_ms, steps):
     return float(np.median(times)) * 1e3
 
 
+def python_calls(cell):
+    """(Python functions, built-in functions) one call of `cell` runs, counted by
+    sys.setprofile: the size of MindSpore's call path in Python."""
+    cell()
+    counts = {"call": 0, "c_call": 0}
+
+    def count(frame, event, arg):
+        if event in counts:
+            counts[event] += 1
+
+    sys.setprofile(count)
+    try:
+        cell()
+    finally:
+        sys.setprofile(None)
+    return counts["call"], counts["c_call"]
+
+
 def median_ms(fn, steps):
     fn()
     fn()
@@ -296,6 +315,9 @@ def main(argv=None):
             wall, cpu = call_past_wait(waiter, waits.probe_set_wait, wait_ms, args.steps)
             row(f"one op busy-waiting {wait_ms:g} ms: the call less the wait", wall)
             row(f"  the same, the calling thread's CPU time less the wait", cpu)
+        functions, builtins = python_calls(waiter)
+        print(f"  one call of that cell runs {functions} Python functions and {builtins} "
+              "built-in ones", flush=True)
         for wait_ms in (0.0, 12.0):
             row(f"a Python loop of 3000 stores after a {wait_ms:g} ms wait (ctypes)",
                 python_after_wait(waits, wait_ms, args.steps))

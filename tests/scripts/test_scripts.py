@@ -435,6 +435,9 @@ def test_profile_step_times_the_step_with_a_no_op_kernel():
                          res.stdout), res.stdout
         assert re.search(rf"a Python loop of 3000 stores after a {wait} ms wait \(ctypes\) +"
                          r"[0-9.]+ ms", res.stdout), res.stdout
+    calls = re.search(r"one call of that cell runs ([0-9]+) Python functions and ([0-9]+) "
+                      r"built-in ones", res.stdout)
+    assert calls and int(calls.group(1)) > 10, res.stdout  # Cell.__call__ and what it calls
 
 
 def test_first_call_times_compile_and_the_first_steps():
