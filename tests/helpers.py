@@ -52,6 +52,21 @@ def random_grads(params, seed=1):
     return tuple(ms.Tensor(rng.standard_normal(p.shape).astype(np.float32)) for p in params)
 
 
+class CpuLossScaleCell(nn.TrainOneStepWithLossScaleCell):
+    """nn.TrainOneStepWithLossScaleCell with an overflow check that runs on CPU.
+
+    MindSpore 2.10's own check has no CPU kernel (NPUGetFloatStatusV2 on the
+    Ascend branch, FloatStatus on the GPU branch); everything else, including
+    skipping the optimizer on overflow, is MindSpore's.
+    """
+
+    def get_overflow_status(self, status, compute_output):
+        finite = ()
+        for grad in compute_output:
+            finite += (ms.ops.isfinite(grad).all(),)
+        return ms.ops.logical_not(ms.ops.stack(finite).all())
+
+
 def make_net(seed=0, **kw):
     return set_params(SmallNet(**kw), seed)
 

@@ -9,7 +9,8 @@ from mindspore import Tensor, nn
 
 import ms_optim
 from ms_optim import reference
-from tests.helpers import PolyLR, assert_close_to_mindspore, batch, make_net, train_cell, values
+from tests.helpers import (CpuLossScaleCell, PolyLR, assert_close_to_mindspore, batch,
+                           make_net, train_cell, values)
 
 
 class StepWD(nn.Cell):
@@ -166,21 +167,6 @@ def test_trains_with_train_one_step_cell():
     assert_close_to_mindspore(ours, theirs)
     np.testing.assert_allclose(losses, their_losses, rtol=1e-5)
     assert losses[-1] < 0.5 * losses[0]
-
-
-class CpuLossScaleCell(nn.TrainOneStepWithLossScaleCell):
-    """nn.TrainOneStepWithLossScaleCell with an overflow check that runs on CPU.
-
-    MindSpore 2.10's own check has no CPU kernel (NPUGetFloatStatusV2 on the
-    Ascend branch, FloatStatus on the GPU branch); everything else, including
-    skipping the optimizer on overflow, is MindSpore's.
-    """
-
-    def get_overflow_status(self, status, compute_output):
-        finite = ()
-        for grad in compute_output:
-            finite += (ms.ops.isfinite(grad).all(),)
-        return ms.ops.logical_not(ms.ops.stack(finite).all())
 
 
 def test_dynamic_loss_scale_overflow_leaves_state_untouched():

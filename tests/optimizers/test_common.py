@@ -12,9 +12,10 @@ from mindspore.common.initializer import initializer
 
 import ms_optim
 from ms_optim import _native
-from tests.helpers import (HalvingLR, assert_checkpoint_resumes, assert_close_to_mindspore,
-                           assert_trained, fit_and_score, named_params, random_grads, train_cell,
-                           values)
+from tests.helpers import (CpuLossScaleCell, HalvingLR, assert_checkpoint_resumes,
+                           assert_close_to_mindspore, assert_trained, batch, fit_and_score,
+                           named_params, random_grads, train_cell, values)
+from tests.nets import WideNet
 from tests.optim_db import OPTIMIZERS, Run, kwargs_label
 
 def _cases(field):
@@ -227,6 +228,46 @@ def test_checkpoint_resume_matches_uninterrupted(info, case, tmp_path):
     saved = ms.load_checkpoint(path)
     for name, dtype in case.saved.items():
         assert saved[name].dtype == dtype, name
+
+
+# ------------------------------------------------------- dynamic loss scale --
+
+@pytest.mark.slow
+@optimizers
+def test_a_step_skipped_for_overflow_leaves_every_parameter_as_it_was(info):
+    """Under MindSpore's dynamic loss scale (nn.TrainOneStepWithLossScaleCell with
+    DynamicLossScaleUpdateCell, as ms.Model's amp_level="O2" trains), a step whose gradients
+    overflow leaves the weights and every Parameter of the optimizer (moments, residuals,
+    global_step) as they were, and training goes on.  WideNet, whose first weight
+    DGCMomentum compresses from the first step."""
+    ms.set_seed(1)
+    net = WideNet()
+    kwargs = dict(rampup_begin_step=0, sparsity=[0.9]) if info.name == "DGCMomentum" else {}
+    opt = info.make(net.trainable_params(), **kwargs)
+    manager = nn.DynamicLossScaleUpdateCell(loss_scale_value=2.0 ** 10, scale_factor=2,
+                                            scale_window=1000)
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    cell = CpuLossScaleCell(nn.WithLossCell(net, loss_fn), opt, scale_sense=manager)
+    cell.set_train()
+    x, y = batch(n=32, n_in=64)
+    for _ in range(3):
+        assert not cell(x, y)[1]
+
+    def everything():
+        return {p.name: p.asnumpy().copy() for p in net.trainable_params()} | {
+            name: p.asnumpy().copy() for name, p in opt.parameters_and_names()}
+
+    before = everything()
+    cell.scale_sense.set_data(Tensor(np.float32(2.0 ** 120)))  # overflows these gradients
+    assert cell(x * 1e6, y)[1]
+    after = everything()
+    assert after.keys() == before.keys()
+    for name, value in before.items():
+        np.testing.assert_array_equal(after[name], value, err_msg=name)
+    assert int(opt.global_step.asnumpy().reshape(-1)[0]) == 3
+    cell.scale_sense.set_data(Tensor(np.float32(2.0 ** 10)))
+    losses = [float(cell(x, y)[0].asnumpy()) for _ in range(20)]
+    assert np.isfinite(losses).all() and losses[-1] < 0.95 * losses[0], losses
 
 
 # ----------------------------------------------------------------- ms.Model --
