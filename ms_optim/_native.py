@@ -10,6 +10,7 @@ Nothing is loaded at import: a missing or broken library raises
 ``NativeLibraryError`` naming the file at first use.
 """
 import ctypes
+import os
 
 from . import _cuda, _loader
 
@@ -24,6 +25,7 @@ _SIGNATURES = {
     "msopt_f16_to_f32": (None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]),
     "msopt_aot_kernels": (ctypes.c_char_p, []),
     "msopt_consts_layout": (ctypes.c_char_p, [ctypes.c_char_p]),
+    "msopt_consts_layouts": (ctypes.c_char_p, []),
 }
 
 
@@ -220,11 +222,27 @@ _ENTRY_LIBRARY = None
 
 def other_build(path):
     """Another build of the native library at `path`, loaded beside this one (its own
-    handle, its own symbols) to time the same kernels of two builds in one process.
-    NativeLibraryError when it is missing or does not load."""
-    return _loader.Library(
-        lambda: path, _SIGNATURES, NativeLibraryError,
-        "no native library at {path} to compare with this one.")
+    handle, its own symbols) to time the same kernels of two builds in one process:
+    NativeLibraryError when it is missing or does not load; ValueError when it is this
+    package's own file (the loader would hand back this build) or lays out a kernel's
+    constants otherwise (the constants arrays are built by this build's layouts)."""
+    path = os.path.abspath(path)
+    if os.path.isfile(path) and os.path.samefile(path, library_path()):
+        raise ValueError(f"{path} is this package's own native library; copy the other "
+                         "build elsewhere")
+    # what an earlier build has too (msopt_consts_layouts may be newer than it)
+    reads = {k: _SIGNATURES[k]
+             for k in ("msopt_consts_layout", "msopt_aot_signature", "msopt_last_error")}
+    other = _loader.Library(lambda: path, reads, NativeLibraryError,
+                            "no native library at {path} to compare with this one.")
+    handle = other.get()
+    for name in lib().msopt_consts_layouts().decode().split():
+        mine, raw = consts_layout(name), handle.msopt_consts_layout(name.encode())
+        theirs = None if raw is None else tuple(raw.decode().split())
+        if theirs != mine:
+            raise ValueError(f"the library at {path} lays out the constants of {name!r} as "
+                             f"{theirs}, this one as {mine}")
+    return other
 
 
 def _aot_entry(entry):

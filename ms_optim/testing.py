@@ -102,12 +102,15 @@ def override_kernel(entry, func):
 def kernels_from(path):
     """Within the ``with`` block, ``prepare_kernel`` and ``call_kernel`` run the kernels of
     the library at `path`, another build of ms_optim's native library loaded beside this
-    one, so that two builds of a kernel can be timed in one process, their calls
-    alternating.  A callable prepared inside keeps that build's kernel.  The other build
-    must declare each kernel it runs as this one does (ValueError otherwise);
-    NativeLibraryError when `path` is missing or does not load."""
+    one (a copy of it made elsewhere), so that two builds of a kernel can be timed in one
+    process, their calls alternating.  A callable prepared inside keeps that build's
+    kernel.  That build runs the instruction set it picks itself (``MS_OPTIM_ISA`` in the
+    environment reaches both; ``select_isa`` reaches this one only).
+
+    Raises NativeLibraryError when `path` is missing or does not load, and ValueError when
+    it is this package's own library, lays out a kernel's constants otherwise, or declares
+    the tensors of a kernel it is asked to run otherwise."""
     other = _native.other_build(path)
-    other.get()
     saved = _native._ENTRY_LIBRARY
     _native._ENTRY_LIBRARY = other
     try:

@@ -324,7 +324,7 @@ def test_kernels_from_runs_another_build_and_gives_the_entries_back(tmp_path):
     from ms_optim import _native
     copy = _library_copy(tmp_path)
     theirs, their_file = _adam_int8_steps(copy)
-    assert their_file == copy
+    assert their_file == os.path.realpath(copy)
     assert _native._ENTRY_LIBRARY is None
     mine, my_file = _adam_int8_steps()
     assert my_file == os.path.realpath(_native.library_path())
@@ -333,15 +333,47 @@ def test_kernels_from_runs_another_build_and_gives_the_entries_back(tmp_path):
     assert np.abs(mine["m"][0]).max() > 0  # the steps moved the moments
 
 
-def test_kernels_from_refuses_a_missing_library_and_another_declaration(tmp_path,
-                                                                         monkeypatch):
+def test_kernels_from_takes_a_relative_path_and_reports_that_builds_errors(tmp_path,
+                                                                             monkeypatch):
+    """A path relative to the working directory loads; a kernel of the other build that
+    refuses its tensors raises with that build's message, not this one's last."""
+    from ms_optim import aot, testing
+    copy = _library_copy(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    bufs, _ = _adam_int8_steps(os.path.basename(copy))
+    entry = aot.host_step_entry("adam", False, True)
+    short = dict(bufs, m_scale=[np.zeros(4, np.float32)])  # 5 blocks need 5 scales
+    mine = r"m_scale0 must have 5 element\(s\) \(one per 256\), got 4"
+    with pytest.raises(RuntimeError, match=mine):
+        testing.call_kernel(entry, **short)
+    theirs = r"v_scale0 must have 5 element\(s\) \(one per 256\), got 3"
+    with testing.kernels_from(os.path.basename(copy)):
+        with pytest.raises(RuntimeError, match=theirs):
+            testing.call_kernel(entry, **dict(bufs, v_scale=[np.zeros(3, np.float32)]))
+
+
+def test_kernels_from_refuses_what_it_cannot_compare(tmp_path, monkeypatch):
+    """A missing library, this package's own file, a build that lays out a kernel's
+    constants otherwise, and one that declares a kernel's tensors otherwise."""
     from ms_optim import NativeLibraryError, _native, testing
     missing = str(tmp_path / "nothing.so")
     with pytest.raises(NativeLibraryError, match=re.escape(missing)):
         with testing.kernels_from(missing):
             pass
+    with pytest.raises(ValueError, match="is this package's own native library"):
+        with testing.kernels_from(_native.library_path()):
+            pass
     assert _native._ENTRY_LIBRARY is None
     copy = _library_copy(tmp_path)
+    real_layout = _native.consts_layout
+    with monkeypatch.context() as patched:
+        patched.setattr(_native, "consts_layout",
+                        lambda name: real_layout(name)[::-1] if name == "lamb"
+                        else real_layout(name))
+        with pytest.raises(ValueError, match=r"libms_optim_copy\.so lays out the constants "
+                                             r"of 'lamb' as \('beta1', "):
+            with testing.kernels_from(copy):
+                pass
     declared = _native.aot_signature("ms_optim_lamb")
     monkeypatch.setattr(_native, "aot_signature", lambda entry: declared + " extra")
     with pytest.raises(ValueError, match=r"libms_optim_copy\.so declares 'ms_optim_lamb' as "):

@@ -17,6 +17,14 @@ MSOPT_API const char *msopt_consts_layout(const char *kernel) {
   return nullptr;
 }
 
+// The names of every constants layout, space-separated (a build's layouts are
+// compared with another build's by name: testing.kernels_from).
+MSOPT_API const char *msopt_consts_layouts(void) {
+#define MSOPT_CONSTS_NAME(Struct, name, LIST) " " #name
+  return &(MSOPT_CONSTS_LAYOUTS(MSOPT_CONSTS_NAME))[1];
+#undef MSOPT_CONSTS_NAME
+}
+
 // Every AOT kernel entry of this library, space-separated (the CUDA library,
 // which shares aot/call.cpp, has msopt_cuda_kernels instead).
 MSOPT_API const char *msopt_aot_kernels(void) {

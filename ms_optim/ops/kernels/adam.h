@@ -64,7 +64,8 @@ inline void with_adam_flags(const AdamArgs &a, const Body &body) {
 // Each codec steps a chunk [lo, lo + len) of one tensor, its moments in that
 // codec's storage, with float32 `out` and `g` (the chunk's own, already offset):
 // float32 moments in place, bfloat16 moments element by element, int8 moments
-// decoded into float32 buffers block by block and encoded back
+// decoded into float32 buffers block by block (whole blocks on AVX-512: in
+// registers, inside the Adam pass) and encoded back
 // (docs/algorithms.md §1.1; the numpy rules are reference.py's bf16_* and
 // q8_*).  kChunk: the most elements a chunk may have (float32 moments: only
 // float16 data is chunked, into its buffers); kBlock: the unit a thread's share
@@ -138,7 +139,9 @@ struct Bf16Codec {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 // 16 float32 lanes as an element type of the rules (core/rules.h): each
 // operator is the same IEEE operation, lane by lane, so a rule instantiated on
-// it rounds as on float.
+// it rounds as on float (with -ffp-contract=off, as every unit is built: GCC
+// would otherwise fuse these intrinsics' multiplies and adds as it would
+// float's).
 struct F32x16 {
   __m512 v;
 };
@@ -168,7 +171,7 @@ inline void q8_adam_avx512(float *out, const float *g, const int8_t *mq, const u
   for (int64_t j = 0; j < kQ8Block; j += 16) {
     F32x16 m, v;
     q8_decode16_avx512(mq + j, vq + j, vms, vvs, m.v, v.v);
-    F32x16 p{_mm512_loadu_ps(out + j)};
+    F32x16 p{kDelta ? _mm512_setzero_ps() : _mm512_loadu_ps(out + j)};  // delta: written
     const F32x16 gj{_mm512_loadu_ps(g + j)};
     const F32x16 gi = grad16(kDecay && !kDecoupled ? rules::decayed_grad(gj, p, wd) : gj);
     rules::moments(gi, m, v, b1, c1, b2, c2);
